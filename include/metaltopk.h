@@ -1,0 +1,219 @@
+/*
+ * metaltopk: top-k selection over tensors in device memory, behind a stable C ABI.
+ *
+ * Semantics (identical on every backend): values ranked by value; NaN (any sign or payload)
+ * ranks above +inf and all NaNs are equal; -0.0 == +0.0; ties go to the lower index, both in
+ * which elements are selected and in output order. A sorted result equals the first k entries of
+ * a stable sort along `dim` (descending when `largest`, ascending otherwise). `sorted = 0`
+ * selects the same indices in an unspecified but deterministic order. Values are bit-exact copies.
+ *
+ * Ownership: the library never takes ownership of caller memory. Memory it allocates for the
+ * caller (mtk_malloc, mtk_topk_alloc) is released with mtk_free / mtk_tensor_free on the same
+ * context. On any failure a call writes nothing to its outputs and frees all it allocated.
+ *
+ * Errors: every function returns an mtk_status. On failure, mtk_last_error_message() returns a
+ * thread-local message naming the bad argument and its value, valid until the thread's next call.
+ *
+ * Threads: a context may be used from many threads at once; its caches are internally locked.
+ * Distinct contexts share nothing. mtk_context_destroy must not race with other calls on the
+ * same context.
+ *
+ * Streams: GPU calls are stream-ordered and asynchronous. `stream` is the backend's queue
+ * handle: a cudaStream_t for CUDA (NULL = the legacy default stream); for Metal and MPSGraph an
+ * id<MTLCommandBuffer> to encode into (the caller commits it), or NULL to use the context's own
+ * queue (committed, not waited for). CPU calls ignore `stream` and complete before returning.
+ * Call mtk_synchronize before reading results on the host.
+ */
+#ifndef METALTOPK_H
+#define METALTOPK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MTK_VERSION_MAJOR 0
+#define MTK_VERSION_MINOR 1
+#define MTK_VERSION_PATCH 0
+#define MTK_VERSION (MTK_VERSION_MAJOR * 10000 + MTK_VERSION_MINOR * 100 + MTK_VERSION_PATCH)
+
+/* The largest tensor rank a descriptor can carry. */
+#define MTK_MAX_NDIM 8
+
+#if defined(_WIN32)
+#define MTK_API __declspec(dllexport)
+#else
+#define MTK_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mtk_status {
+  MTK_SUCCESS = 0,
+  MTK_ERROR_INVALID_ARGUMENT = 1, /* k out of range, malformed descriptor, bad output (ValueError) */
+  MTK_ERROR_INVALID_DIM = 2,      /* dim outside [-ndim, ndim-1] (IndexError) */
+  MTK_ERROR_UNSUPPORTED_DTYPE = 3, /* dtype unknown or not supported by the backend (TypeError) */
+  MTK_ERROR_OUT_OF_MEMORY = 4,    /* host or device allocation failed (MemoryError) */
+  MTK_ERROR_BACKEND_UNAVAILABLE = 5, /* backend not compiled in, or no device (RuntimeError) */
+  MTK_ERROR_DEVICE = 6,           /* device or driver failure (RuntimeError) */
+  MTK_ERROR_INVALID_CONTEXT = 7,  /* NULL, destroyed or foreign context handle (ValueError) */
+  MTK_ERROR_INTERNAL = 8          /* a bug in metaltopk; please report it (RuntimeError) */
+} mtk_status;
+
+typedef enum mtk_dtype {
+  MTK_FLOAT32 = 0,
+  MTK_FLOAT16 = 1,
+  MTK_BFLOAT16 = 2,
+  MTK_FLOAT64 = 3, /* not on Metal or MPSGraph: rejected with MTK_ERROR_UNSUPPORTED_DTYPE */
+  MTK_INT8 = 4,
+  MTK_UINT8 = 5,
+  MTK_INT16 = 6,
+  MTK_INT32 = 7,
+  MTK_INT64 = 8
+} mtk_dtype;
+
+typedef enum mtk_backend {
+  MTK_BACKEND_DEFAULT = 0, /* the best available: CUDA, then Metal, then CPU */
+  MTK_BACKEND_CPU = 1,
+  MTK_BACKEND_CUDA = 2,
+  MTK_BACKEND_METAL = 3,
+  MTK_BACKEND_MPSGRAPH = 4
+} mtk_backend;
+
+/*
+ * A strided view of memory the caller owns. `data` is a device pointer of the context's backend
+ * (a host pointer for CPU; a shared MTLBuffer's contents address, or an address inside it, for
+ * Metal). Strides count elements, not bytes; inputs may have negative or zero strides. Sizes and
+ * strides past `ndim` are ignored. A 0-d tensor has ndim 0 and one element.
+ */
+typedef struct mtk_tensor {
+  void* data;
+  mtk_dtype dtype;
+  int32_t ndim;
+  int64_t sizes[MTK_MAX_NDIM];
+  int64_t strides[MTK_MAX_NDIM];
+} mtk_tensor;
+
+/* An opaque per-backend, per-device context: plan/pipeline cache, scratch memory, device state. */
+typedef struct mtk_context_s* mtk_context;
+
+typedef struct mtk_cache_stats {
+  uint64_t hits;          /* lookups served from the plan/pipeline cache */
+  uint64_t misses;        /* lookups that built a new entry */
+  uint64_t entries;       /* entries held now */
+  uint64_t scratch_bytes; /* scratch memory held by the context now */
+} mtk_cache_stats;
+
+/* ---- Library ---------------------------------------------------------------------------- */
+
+/* The runtime version, MTK_VERSION's encoding; compare with MTK_VERSION to detect a mismatch. */
+MTK_API int mtk_version(void);
+/* A static description of a status code; never NULL. */
+MTK_API const char* mtk_status_string(mtk_status status);
+/* The message of this thread's last failed call ("" if none); owned by the library. */
+MTK_API const char* mtk_last_error_message(void);
+
+/* Whether `backend` is compiled into this library, and whether it can run now (a device and
+ * driver are present). Either output pointer may be NULL. */
+MTK_API mtk_status mtk_backend_query(mtk_backend backend, int* compiled, int* available);
+/* A short name ("cpu", "cuda", "metal", "mpsgraph", "default"); NULL for unknown values. */
+MTK_API const char* mtk_backend_name(mtk_backend backend);
+
+/* ---- Contexts --------------------------------------------------------------------------- */
+
+/* Creates a context for `backend` on device `device_index` (0 for CPU). MTK_BACKEND_DEFAULT
+ * resolves to the best available backend; mtk_context_backend tells which. */
+MTK_API mtk_status mtk_context_create(mtk_backend backend, int device_index, mtk_context* out);
+/* Destroys the context and everything it owns. NULL is accepted and ignored. */
+MTK_API mtk_status mtk_context_destroy(mtk_context ctx);
+MTK_API mtk_status mtk_context_backend(mtk_context ctx, mtk_backend* out);
+MTK_API mtk_status mtk_context_cache_stats(mtk_context ctx, mtk_cache_stats* out);
+/* CPU only: worker threads for later calls (0 = one per hardware thread, the default). */
+MTK_API mtk_status mtk_context_set_num_threads(mtk_context ctx, int num_threads);
+
+/* ---- Device memory ---------------------------------------------------------------------- */
+
+typedef enum mtk_copy_kind {
+  MTK_COPY_HOST_TO_DEVICE = 0,
+  MTK_COPY_DEVICE_TO_HOST = 1,
+  MTK_COPY_DEVICE_TO_DEVICE = 2
+} mtk_copy_kind;
+
+/* Allocates `bytes` of device memory (bytes == 0 gives NULL and succeeds). */
+MTK_API mtk_status mtk_malloc(mtk_context ctx, size_t bytes, void** out);
+/* Frees memory from mtk_malloc or mtk_topk_alloc of the same context. NULL is ignored. */
+MTK_API mtk_status mtk_free(mtk_context ctx, void* ptr);
+/* Copies in stream order; host-side buffers must stay valid until the stream is synchronized. */
+MTK_API mtk_status mtk_memcpy(mtk_context ctx, void* dst, const void* src, size_t bytes,
+                              mtk_copy_kind kind, void* stream);
+/* Waits until all work queued on `stream` (NULL: the context's default queue) has finished. */
+MTK_API mtk_status mtk_synchronize(mtk_context ctx, void* stream);
+
+/* ---- Top-k ------------------------------------------------------------------------------ */
+
+/*
+ * Writes the top `k` of `input` along `dim` (negative counts from the end) into caller-provided
+ * `values` (input's dtype) and `indices` (MTK_INT64, or MTK_INT32 for rows shorter than 2^31).
+ * Both outputs have the input's shape with size k at `dim`, any strides, and must not overlap
+ * the input or each other. `largest` = 0 selects the smallest; `sorted` = 0 allows any order.
+ * Scratch memory comes from the context.
+ */
+MTK_API mtk_status mtk_topk(mtk_context ctx, const mtk_tensor* input, int64_t k, int64_t dim,
+                            int largest, int sorted, const mtk_tensor* values,
+                            const mtk_tensor* indices, void* stream);
+
+/* Scratch bytes mtk_topk_with_workspace needs for this problem (0 if none). */
+MTK_API mtk_status mtk_topk_workspace_size(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                           int64_t dim, int largest, int sorted,
+                                           mtk_dtype index_dtype, size_t* bytes);
+/* mtk_topk with caller-provided device scratch of at least mtk_topk_workspace_size bytes, which
+ * must stay untouched until the stream has run the call: never allocates. */
+MTK_API mtk_status mtk_topk_with_workspace(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                           int64_t dim, int largest, int sorted,
+                                           const mtk_tensor* values, const mtk_tensor* indices,
+                                           void* workspace, size_t workspace_bytes, void* stream);
+
+/*
+ * mtk_topk into freshly allocated contiguous outputs, as a runtime shim that must return new
+ * tensors does. On success the caller owns values_out->data and indices_out->data and releases
+ * them with mtk_tensor_free. On failure both outputs' data are NULL and nothing leaks.
+ */
+MTK_API mtk_status mtk_topk_alloc(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                  int64_t dim, int largest, int sorted, mtk_dtype index_dtype,
+                                  mtk_tensor* values_out, mtk_tensor* indices_out, void* stream);
+/* Frees a tensor's data allocated by this context and sets it to NULL. NULL data is ignored. */
+MTK_API mtk_status mtk_tensor_free(mtk_context ctx, mtk_tensor* tensor);
+
+/* ---- Fused MoE router ------------------------------------------------------------------- */
+
+typedef enum mtk_scoring {
+  MTK_SCORING_SOFTMAX = 0, /* softmax over the E experts of a token, in float32 */
+  MTK_SCORING_SIGMOID = 1, /* sigmoid of each logit */
+  MTK_SCORING_NONE = 2     /* the logits themselves */
+} mtk_scoring;
+
+typedef struct mtk_router_params {
+  int64_t k;                   /* experts per token, 1 <= k <= E */
+  mtk_scoring scoring;
+  const mtk_tensor* bias;      /* NULL, or [E] float32 added to scores for selection only */
+  int64_t n_group;             /* 0 or 1: no grouping; else E % n_group == 0 */
+  int64_t topk_group;          /* groups kept (by the sum of their top-2 scores) when grouped */
+  int renormalize;             /* divide the k weights by their sum */
+  float scale;                 /* multiplies the final weights */
+} mtk_router_params;
+
+/*
+ * Routes each of T tokens of `logits` [T, E] (float32, float16 or bfloat16; rows may be
+ * strided) to its top-k experts: `weights` [T, k] float32 and `ids` [T, k] int32 or int64, in
+ * descending score order with ties to the lower expert id. Weights are the selected scores
+ * (without the bias), renormalised and scaled as asked.
+ */
+MTK_API mtk_status mtk_moe_route(mtk_context ctx, const mtk_tensor* logits,
+                                 const mtk_router_params* params, const mtk_tensor* weights,
+                                 const mtk_tensor* ids, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* METALTOPK_H */
