@@ -33,6 +33,7 @@ template <class... Parts>
 
 void set_last_error(mtk_status status, const char* message) noexcept;
 void clear_last_error() noexcept;
+const char* last_error() noexcept;
 
 // Runs `body` (returning void) and reports success or the failure; nothing escapes.
 template <class Body>

@@ -1,0 +1,286 @@
+// The C ABI: each function validates, then delegates; `guarded` keeps every exception inside.
+#include <cstring>
+#include <memory>
+
+#include "context.hpp"
+#include "dtype.hpp"
+#include "error.hpp"
+#include "metaltopk.h"
+#include "validate.hpp"
+
+using mtk::Context;
+using mtk::fail;
+using mtk::guarded;
+
+namespace {
+
+template <class T>
+void require_out(T* out, const char* name) {
+  if (out == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, name, " is NULL");
+}
+
+void require_backend_dtype(Context& ctx, mtk_dtype dtype) {
+  if (!ctx.backend().supports_dtype(dtype)) {
+    fail(MTK_ERROR_UNSUPPORTED_DTYPE, "input.dtype = ", mtk::dtype_name(dtype),
+         " is not supported by the ", mtk_backend_name(ctx.backend().kind()), " backend");
+  }
+}
+
+bool has_work(const mtk::TopkProblem& p) { return p.geometry.rows > 0 && p.geometry.k > 0; }
+
+mtk::TopkProblem checked_problem(Context& ctx, const mtk_tensor* input, int64_t k, int64_t dim,
+                                 int largest, int sorted, const mtk_tensor* values,
+                                 const mtk_tensor* indices) {
+  mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, values, indices);
+  require_backend_dtype(ctx, p.dtype);
+  return p;
+}
+
+// A contiguous row-major descriptor of the top-k output shape, without data.
+mtk_tensor contiguous_output(const mtk_tensor& input, int64_t k, int dim, mtk_dtype dtype) {
+  const mtk::OutputShape shape = mtk::topk_output_shape(input, k, dim);
+  mtk_tensor t{};
+  t.dtype = dtype;
+  t.ndim = shape.ndim;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.sizes[d] = shape.sizes[d];
+    t.strides[d] = stride;
+    stride *= t.sizes[d];
+  }
+  return t;
+}
+
+int64_t element_count(const mtk_tensor& t) {
+  int64_t count = 1;
+  for (int d = 0; d < t.ndim; ++d) count *= t.sizes[d];
+  return count;
+}
+
+}  // namespace
+
+extern "C" {
+
+MTK_API int mtk_version(void) { return MTK_VERSION; }
+
+MTK_API const char* mtk_status_string(mtk_status status) {
+  switch (status) {
+    case MTK_SUCCESS: return "success";
+    case MTK_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case MTK_ERROR_INVALID_DIM: return "dim out of range";
+    case MTK_ERROR_UNSUPPORTED_DTYPE: return "unsupported dtype";
+    case MTK_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case MTK_ERROR_BACKEND_UNAVAILABLE: return "backend unavailable";
+    case MTK_ERROR_DEVICE: return "device or driver failure";
+    case MTK_ERROR_INVALID_CONTEXT: return "invalid context";
+    case MTK_ERROR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+MTK_API const char* mtk_last_error_message(void) { return mtk::last_error(); }
+
+MTK_API const char* mtk_backend_name(mtk_backend backend) {
+  switch (backend) {
+    case MTK_BACKEND_DEFAULT: return "default";
+    case MTK_BACKEND_CPU: return "cpu";
+    case MTK_BACKEND_CUDA: return "cuda";
+    case MTK_BACKEND_METAL: return "metal";
+    case MTK_BACKEND_MPSGRAPH: return "mpsgraph";
+  }
+  return nullptr;
+}
+
+MTK_API mtk_status mtk_backend_query(mtk_backend backend, int* compiled, int* available) {
+  return guarded([&] {
+    if (mtk_backend_name(backend) == nullptr) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", static_cast<int>(backend),
+           " is not a known mtk_backend");
+    }
+    if (compiled != nullptr) *compiled = mtk::backend_compiled(backend) ? 1 : 0;
+    if (available != nullptr) *available = mtk::backend_available(backend) ? 1 : 0;
+  });
+}
+
+MTK_API mtk_status mtk_context_create(mtk_backend backend, int device_index, mtk_context* out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    require_out(out, "out");
+    if (mtk_backend_name(backend) == nullptr) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", static_cast<int>(backend),
+           " is not a known mtk_backend");
+    }
+    auto context =
+        std::make_unique<mtk_context_s>(mtk::create_backend(backend, device_index), device_index);
+    *out = mtk::register_context(std::move(context));
+  });
+}
+
+MTK_API mtk_status mtk_context_destroy(mtk_context ctx) {
+  if (ctx == nullptr) return MTK_SUCCESS;
+  return guarded([&] { mtk::destroy_context(ctx); });
+}
+
+MTK_API mtk_status mtk_context_backend(mtk_context ctx, mtk_backend* out) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(out, "out");
+    *out = context.backend().kind();
+  });
+}
+
+MTK_API mtk_status mtk_context_cache_stats(mtk_context ctx, mtk_cache_stats* out) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(out, "out");
+    const mtk::CacheCounters counters = context.backend().cache_counters();
+    *out = mtk_cache_stats{counters.hits, counters.misses, counters.entries,
+                           static_cast<uint64_t>(context.backend().scratch_bytes())};
+  });
+}
+
+MTK_API mtk_status mtk_context_set_num_threads(mtk_context ctx, int num_threads) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    if (num_threads < 0) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "num_threads = ", num_threads, " is negative");
+    }
+    context.backend().set_num_threads(num_threads);
+  });
+}
+
+MTK_API mtk_status mtk_malloc(mtk_context ctx, size_t bytes, void** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(out, "out");
+    if (bytes > 0) *out = context.allocate(bytes);
+  });
+}
+
+MTK_API mtk_status mtk_free(mtk_context ctx, void* ptr) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    if (ptr != nullptr) context.deallocate(ptr);
+  });
+}
+
+MTK_API mtk_status mtk_memcpy(mtk_context ctx, void* dst, const void* src, size_t bytes,
+                              mtk_copy_kind kind, void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    if (kind != MTK_COPY_HOST_TO_DEVICE && kind != MTK_COPY_DEVICE_TO_HOST &&
+        kind != MTK_COPY_DEVICE_TO_DEVICE) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "kind = ", static_cast<int>(kind),
+           " is not a known mtk_copy_kind");
+    }
+    if (bytes == 0) return;
+    if (dst == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "dst is NULL for ", bytes, " bytes");
+    if (src == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "src is NULL for ", bytes, " bytes");
+    context.backend().copy(dst, src, bytes, kind, stream);
+  });
+}
+
+MTK_API mtk_status mtk_synchronize(mtk_context ctx, void* stream) {
+  return guarded([&] { mtk::checked_context(ctx).backend().synchronize(stream); });
+}
+
+MTK_API mtk_status mtk_topk(mtk_context ctx, const mtk_tensor* input, int64_t k, int64_t dim,
+                            int largest, int sorted, const mtk_tensor* values,
+                            const mtk_tensor* indices, void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::TopkProblem p =
+        checked_problem(context, input, k, dim, largest, sorted, values, indices);
+    if (has_work(p)) context.backend().topk(p, mtk::Workspace{}, stream);
+  });
+}
+
+MTK_API mtk_status mtk_topk_workspace_size(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                           int64_t dim, int largest, int sorted,
+                                           mtk_dtype index_dtype, size_t* bytes) {
+  if (bytes != nullptr) *bytes = 0;
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(bytes, "bytes");
+    const int d = mtk::validate_input_dim_k(input, k, dim);
+    const mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
+    const mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
+    mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
+                                                mtk::OutputMemory::NotYetAllocated);
+    require_backend_dtype(context, p.dtype);
+    *bytes = has_work(p) ? context.backend().workspace_size(p) : 0;
+  });
+}
+
+MTK_API mtk_status mtk_topk_with_workspace(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                           int64_t dim, int largest, int sorted,
+                                           const mtk_tensor* values, const mtk_tensor* indices,
+                                           void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::TopkProblem p =
+        checked_problem(context, input, k, dim, largest, sorted, values, indices);
+    if (!has_work(p)) return;
+    const size_t needed = context.backend().workspace_size(p);
+    if (workspace_bytes < needed) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace_bytes,
+           " is smaller than the ", needed, " bytes this problem needs");
+    }
+    if (needed > 0 && workspace == nullptr) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
+    }
+    context.backend().topk(p, mtk::Workspace{workspace, workspace_bytes}, stream);
+  });
+}
+
+MTK_API mtk_status mtk_topk_alloc(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                  int64_t dim, int largest, int sorted, mtk_dtype index_dtype,
+                                  mtk_tensor* values_out, mtk_tensor* indices_out, void* stream) {
+  if (values_out != nullptr) values_out->data = nullptr;
+  if (indices_out != nullptr) indices_out->data = nullptr;
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(values_out, "values_out");
+    require_out(indices_out, "indices_out");
+    const int d = mtk::validate_input_dim_k(input, k, dim);
+    require_backend_dtype(context, input->dtype);
+    mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
+    mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
+    const int64_t count = element_count(values);
+    mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
+                                                mtk::OutputMemory::NotYetAllocated);
+    mtk::OwnedAllocation values_memory(context, count * mtk::dtype_info(values.dtype)->size);
+    mtk::OwnedAllocation indices_memory(context, count * mtk::dtype_info(index_dtype)->size);
+    p.values = values.data = values_memory.get();
+    p.indices = indices.data = indices_memory.get();
+    if (has_work(p)) context.backend().topk(p, mtk::Workspace{}, stream);
+    values.data = values_memory.release();
+    indices.data = indices_memory.release();
+    *values_out = values;
+    *indices_out = indices;
+  });
+}
+
+MTK_API mtk_status mtk_tensor_free(mtk_context ctx, mtk_tensor* tensor) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(tensor, "tensor");
+    if (tensor->data == nullptr) return;
+    context.deallocate(tensor->data);
+    tensor->data = nullptr;
+  });
+}
+
+MTK_API mtk_status mtk_moe_route(mtk_context ctx, const mtk_tensor* logits,
+                                 const mtk_router_params* params, const mtk_tensor* weights,
+                                 const mtk_tensor* ids, void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::RouterProblem p = mtk::make_router_problem(logits, params, weights, ids);
+    require_backend_dtype(context, p.dtype);
+    if (p.tokens > 0) context.backend().moe_route(p, stream);
+  });
+}
+
+}  // extern "C"

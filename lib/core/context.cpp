@@ -1,0 +1,84 @@
+#include "context.hpp"
+
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+
+namespace mtk {
+
+Context::Context(std::unique_ptr<Backend> backend, int device_index)
+    : backend_(std::move(backend)), device_index_(device_index) {}
+
+Context::~Context() {
+  for (auto& allocation : allocations_) backend_->deallocate(allocation.first);
+}
+
+void* Context::allocate(size_t bytes) {
+  void* ptr = backend_->allocate(bytes);
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocations_.emplace(ptr, bytes);
+  } catch (...) {
+    backend_->deallocate(ptr);
+    throw;
+  }
+  return ptr;
+}
+
+void Context::deallocate(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = allocations_.find(ptr);
+    if (found == allocations_.end()) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "ptr = ", ptr,
+           " was not allocated by this context (or was already freed)");
+    }
+    allocations_.erase(found);
+  }
+  backend_->deallocate(ptr);
+}
+
+size_t Context::live_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allocations_.size();
+}
+
+namespace {
+std::mutex registry_mutex;
+std::unordered_set<mtk_context>& live_contexts() {
+  static auto* contexts = new std::unordered_set<mtk_context>();  // outlives static destructors
+  return *contexts;
+}
+}  // namespace
+
+mtk_context register_context(std::unique_ptr<mtk_context_s> context) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  live_contexts().insert(context.get());
+  return context.release();
+}
+
+Context& checked_context(mtk_context handle) {
+  if (handle == nullptr) fail(MTK_ERROR_INVALID_CONTEXT, "ctx is NULL");
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  if (live_contexts().count(handle) == 0) {
+    fail(MTK_ERROR_INVALID_CONTEXT, "ctx = ", static_cast<const void*>(handle),
+         " is not a live context (destroyed, or never created by mtk_context_create)");
+  }
+  return *handle;
+}
+
+void destroy_context(mtk_context handle) {
+  std::unique_ptr<mtk_context_s> owned;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    if (live_contexts().erase(handle) == 0) {
+      fail(MTK_ERROR_INVALID_CONTEXT, "ctx = ", static_cast<const void*>(handle),
+           " is not a live context (destroyed, or never created by mtk_context_create)");
+    }
+    owned.reset(handle);
+  }
+}
+
+}  // namespace mtk

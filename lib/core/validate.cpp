@@ -1,0 +1,340 @@
+#include "validate.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "dtype.hpp"
+#include "error.hpp"
+
+namespace mtk {
+namespace {
+
+bool multiply_overflows(int64_t a, int64_t b, int64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+bool add_overflows(int64_t a, int64_t b, int64_t* out) { return __builtin_add_overflow(a, b, out); }
+
+// The byte interval [first, last] a tensor's elements occupy (empty tensors occupy none).
+struct ByteSpan {
+  bool empty = true;
+  uintptr_t first = 0, last = 0;
+};
+
+struct CheckedTensor {
+  const DtypeInfo* dtype = nullptr;
+  int64_t numel = 0;
+  ByteSpan span;
+};
+
+// Structural checks common to every descriptor: pointer, rank, sizes, element count, extent.
+CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
+                               bool data_required = true) {
+  if (t == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, name, " is NULL");
+  if (t->ndim < 0 || t->ndim > MTK_MAX_NDIM) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ".ndim = ", t->ndim, " is outside [0, ", MTK_MAX_NDIM,
+         "]");
+  }
+  CheckedTensor out;
+  int64_t numel = 1;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] < 0) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, name, ".sizes[", d, "] = ", t->sizes[d], " is negative");
+    }
+    if (multiply_overflows(numel, t->sizes[d], &numel)) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, name, ": the product of sizes overflows int64 at sizes[", d,
+           "] = ", t->sizes[d]);
+    }
+  }
+  out.dtype = &require_dtype(t->dtype, (std::string(name) + ".dtype").c_str());
+  out.numel = numel;
+  if (numel == 0) return out;
+  if (t->data == nullptr && data_required) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ".data is NULL for ", numel, " elements");
+  }
+  // Lowest and highest element offsets, with every product and sum checked.
+  int64_t low = 0, high = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    int64_t reach = 0;
+    if (multiply_overflows(t->sizes[d] - 1, t->strides[d], &reach)) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, name, ": strides[", d, "] = ", t->strides[d],
+           " times sizes[", d, "] - 1 overflows int64");
+    }
+    if (add_overflows(reach < 0 ? low : high, reach, reach < 0 ? &low : &high)) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, name, ": the element extent overflows int64 at dim ", d);
+    }
+  }
+  const int64_t item = static_cast<int64_t>(out.dtype->size);
+  int64_t low_bytes = 0, high_bytes = 0;
+  if (multiply_overflows(low, item, &low_bytes) || multiply_overflows(high, item, &high_bytes) ||
+      add_overflows(high_bytes, item - 1, &high_bytes)) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ": the byte extent overflows int64");
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+  out.span.empty = false;
+  out.span.first = base + static_cast<uintptr_t>(low_bytes);
+  out.span.last = base + static_cast<uintptr_t>(high_bytes);
+  if ((low_bytes < 0 && out.span.first > base) || (high_bytes > 0 && out.span.last < base)) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ": the data address plus its extent wraps around");
+  }
+  return out;
+}
+
+// An output must not write one element twice: sorted by |stride|, each dim must step past the
+// whole extent of the dims inside it.
+void check_no_self_overlap(const mtk_tensor& t, const char* name) {
+  std::pair<int64_t, int64_t> dims[MTK_MAX_NDIM];  // (|stride|, size)
+  int count = 0;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] > 1) dims[count++] = {std::llabs(t.strides[d]), t.sizes[d]};
+  }
+  std::sort(dims, dims + count);
+  int64_t inner_extent = 1;  // elements spanned by the dims inside the current one
+  for (int i = 0; i < count; ++i) {
+    if (dims[i].first < inner_extent) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, name,
+           " has overlapping elements (a stride of ", dims[i].first,
+           " steps inside the extent of its inner dims); outputs must not alias themselves");
+    }
+    inner_extent = dims[i].first * (dims[i].second - 1) + inner_extent;
+  }
+}
+
+void check_disjoint(const ByteSpan& a, const char* a_name, const ByteSpan& b, const char* b_name) {
+  if (a.empty || b.empty) return;
+  if (a.first <= b.last && b.first <= a.last) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, a_name, " and ", b_name, " overlap in memory");
+  }
+}
+
+void check_output_shape(const mtk_tensor& t, const char* name, const OutputShape& expected) {
+  if (t.ndim != expected.ndim) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ".ndim = ", t.ndim, " does not match the expected ",
+         expected.ndim);
+  }
+  for (int d = 0; d < expected.ndim; ++d) {
+    if (t.sizes[d] != expected.sizes[d]) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, name, ".sizes[", d, "] = ", t.sizes[d],
+           " does not match the expected ", expected.sizes[d]);
+    }
+  }
+}
+
+void check_index_dtype(mtk_dtype dtype, const char* name, int64_t largest_index) {
+  if (dtype != MTK_INT64 && dtype != MTK_INT32) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ".dtype = ", dtype_name(dtype),
+         " must be int64 or int32");
+  }
+  if (dtype == MTK_INT32 && largest_index > std::numeric_limits<int32_t>::max()) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name,
+         ".dtype = int32 cannot hold indices of a dimension of size ", largest_index + 1);
+  }
+}
+
+// Batch dims of the three tensors, merged where all three are mergeable.
+struct BatchDim {
+  int64_t size, in, val, idx;
+};
+
+void collapse_batch_dims(const mtk_tensor& in, const mtk_tensor& val, const mtk_tensor& idx,
+                         int dim, RowGeometry& g) {
+  BatchDim dims[MTK_MAX_NDIM];
+  int count = 0;
+  for (int d = 0; d < in.ndim; ++d) {
+    if (d == dim || in.sizes[d] == 1) continue;
+    BatchDim next{in.sizes[d], in.strides[d], val.strides[d], idx.strides[d]};
+    if (count > 0) {
+      BatchDim& outer = dims[count - 1];
+      if (outer.in == next.in * next.size && outer.val == next.val * next.size &&
+          outer.idx == next.idx * next.size) {
+        outer = BatchDim{outer.size * next.size, next.in, next.val, next.idx};
+        continue;
+      }
+    }
+    dims[count++] = next;
+  }
+  g.batch_ndim = count;
+  g.rows = 1;
+  for (int i = 0; i < count; ++i) {
+    g.batch_sizes[i] = dims[i].size;
+    g.input_batch_strides[i] = dims[i].in;
+    g.values_batch_strides[i] = dims[i].val;
+    g.indices_batch_strides[i] = dims[i].idx;
+    g.rows *= dims[i].size;
+  }
+}
+
+}  // namespace
+
+namespace {
+int check_dim_and_k(const mtk_tensor* input, int64_t k, int64_t dim) {
+  const int64_t rank = input->ndim == 0 ? 1 : input->ndim;
+  if (dim < -rank || dim >= rank) {
+    fail(MTK_ERROR_INVALID_DIM, "dim = ", dim, " is out of range for a ", input->ndim,
+         "-d input (expected ", -rank, " <= dim <= ", rank - 1, ")");
+  }
+  const int normalized = static_cast<int>(dim < 0 ? dim + rank : dim);
+  const int64_t n = input->ndim == 0 ? 1 : input->sizes[normalized];
+  if (k < 0 || k > n) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "k = ", k, " is out of range for a dimension of size ", n,
+         " (expected 0 <= k <= ", n, ")");
+  }
+  return normalized;
+}
+}  // namespace
+
+int validate_input_dim_k(const mtk_tensor* input, int64_t k, int64_t dim) {
+  check_descriptor(input, "input");
+  return check_dim_and_k(input, k, dim);
+}
+
+OutputShape topk_output_shape(const mtk_tensor& input, int64_t k, int normalized_dim) {
+  OutputShape shape{input.ndim, {}};
+  for (int d = 0; d < input.ndim; ++d) shape.sizes[d] = d == normalized_dim ? k : input.sizes[d];
+  return shape;
+}
+
+TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, int largest,
+                              int sorted, const mtk_tensor* values, const mtk_tensor* indices,
+                              OutputMemory outputs) {
+  const CheckedTensor in = check_descriptor(input, "input");
+  const int d = check_dim_and_k(input, k, dim);
+  const bool provided = outputs == OutputMemory::CallerProvided;
+  const CheckedTensor val = check_descriptor(values, "values", provided);
+  const CheckedTensor idx = check_descriptor(indices, "indices", provided);
+  const OutputShape shape = topk_output_shape(*input, k, d);
+  check_output_shape(*values, "values", shape);
+  check_output_shape(*indices, "indices", shape);
+  if (values->dtype != input->dtype) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "values.dtype = ", dtype_name(values->dtype),
+         " does not match input.dtype = ", dtype_name(input->dtype));
+  }
+  const int64_t n = input->ndim == 0 ? 1 : input->sizes[d];
+  check_index_dtype(indices->dtype, "indices", n - 1);
+  check_no_self_overlap(*values, "values");
+  check_no_self_overlap(*indices, "indices");
+  if (provided) {
+    check_disjoint(val.span, "values", in.span, "input");
+    check_disjoint(idx.span, "indices", in.span, "input");
+    check_disjoint(val.span, "values", idx.span, "indices");
+  }
+
+  TopkProblem p{};
+  p.dtype = input->dtype;
+  p.index_dtype = indices->dtype;
+  p.largest = largest != 0;
+  p.sorted = sorted != 0;
+  p.input = input->data;
+  p.values = values->data;
+  p.indices = indices->data;
+  RowGeometry& g = p.geometry;
+  g.n = n;
+  g.k = k;
+  if (input->ndim > 0) {
+    g.input_stride = input->strides[d];
+    g.values_stride = values->strides[d];
+    g.indices_stride = indices->strides[d];
+    collapse_batch_dims(*input, *values, *indices, d, g);
+  }
+  return p;
+}
+
+RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_params* params,
+                                  const mtk_tensor* weights, const mtk_tensor* ids) {
+  const CheckedTensor lg = check_descriptor(logits, "logits");
+  if (logits->ndim != 2) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "logits.ndim = ", logits->ndim, " must be 2 ([tokens, experts])");
+  }
+  if (logits->dtype != MTK_FLOAT32 && logits->dtype != MTK_FLOAT16 &&
+      logits->dtype != MTK_BFLOAT16) {
+    fail(MTK_ERROR_UNSUPPORTED_DTYPE, "logits.dtype = ", dtype_name(logits->dtype),
+         " is not float32, float16 or bfloat16");
+  }
+  if (params == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "params is NULL");
+  const int64_t tokens = logits->sizes[0], experts = logits->sizes[1];
+  if (experts < 1) fail(MTK_ERROR_INVALID_ARGUMENT, "logits.sizes[1] = ", experts, " has no experts");
+  if (params->k < 1 || params->k > experts) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params->k, " is out of range for ", experts,
+         " experts (expected 1 <= k <= ", experts, ")");
+  }
+  if (params->scoring != MTK_SCORING_SOFTMAX && params->scoring != MTK_SCORING_SIGMOID &&
+      params->scoring != MTK_SCORING_NONE) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "params.scoring = ", static_cast<int>(params->scoring),
+         " is not a known mtk_scoring");
+  }
+  int64_t n_group = params->n_group, topk_group = params->topk_group;
+  if (n_group < 0) fail(MTK_ERROR_INVALID_ARGUMENT, "params.n_group = ", n_group, " is negative");
+  if (n_group <= 1) {
+    n_group = 1;
+    topk_group = 1;
+  } else {
+    if (experts % n_group != 0) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "params.n_group = ", n_group, " does not divide ", experts,
+           " experts");
+    }
+    if (topk_group < 1 || topk_group > n_group) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "params.topk_group = ", topk_group,
+           " is out of range (expected 1 <= topk_group <= n_group = ", n_group, ")");
+    }
+    if (params->k > topk_group * (experts / n_group)) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params->k, " exceeds the ",
+           topk_group * (experts / n_group), " experts of the ", topk_group, " kept groups");
+    }
+  }
+  CheckedTensor bias_span;
+  if (params->bias != nullptr) {
+    bias_span = check_descriptor(params->bias, "params.bias");
+    if (params->bias->ndim != 1 || params->bias->sizes[0] != experts) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "params.bias must have shape [", experts, "]");
+    }
+    if (params->bias->dtype != MTK_FLOAT32) {
+      fail(MTK_ERROR_UNSUPPORTED_DTYPE, "params.bias.dtype = ", dtype_name(params->bias->dtype),
+           " must be float32");
+    }
+  }
+  const CheckedTensor w = check_descriptor(weights, "weights");
+  const CheckedTensor id = check_descriptor(ids, "ids");
+  const OutputShape shape{2, {tokens, params->k}};
+  check_output_shape(*weights, "weights", shape);
+  check_output_shape(*ids, "ids", shape);
+  if (weights->dtype != MTK_FLOAT32) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "weights.dtype = ", dtype_name(weights->dtype),
+         " must be float32");
+  }
+  check_index_dtype(ids->dtype, "ids", experts - 1);
+  check_no_self_overlap(*weights, "weights");
+  check_no_self_overlap(*ids, "ids");
+  check_disjoint(w.span, "weights", lg.span, "logits");
+  check_disjoint(id.span, "ids", lg.span, "logits");
+  check_disjoint(w.span, "weights", id.span, "ids");
+  check_disjoint(w.span, "weights", bias_span.span, "params.bias");
+  check_disjoint(id.span, "ids", bias_span.span, "params.bias");
+
+  RouterProblem p{};
+  p.dtype = logits->dtype;
+  p.index_dtype = ids->dtype;
+  p.tokens = tokens;
+  p.experts = experts;
+  p.k = params->k;
+  p.scoring = params->scoring;
+  p.n_group = n_group;
+  p.topk_group = topk_group;
+  p.renormalize = params->renormalize != 0;
+  p.scale = params->scale;
+  p.logits = logits->data;
+  p.logits_token_stride = logits->strides[0];
+  p.logits_expert_stride = logits->strides[1];
+  p.bias = params->bias != nullptr ? static_cast<const float*>(params->bias->data) : nullptr;
+  p.bias_stride = params->bias != nullptr ? params->bias->strides[0] : 0;
+  p.weights = static_cast<float*>(weights->data);
+  p.weights_token_stride = weights->strides[0];
+  p.weights_k_stride = weights->strides[1];
+  p.ids = ids->data;
+  p.ids_token_stride = ids->strides[0];
+  p.ids_k_stride = ids->strides[1];
+  return p;
+}
+
+}  // namespace mtk

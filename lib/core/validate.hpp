@@ -1,0 +1,34 @@
+// Checks raw ABI arguments against the contract and turns them into canonical problems. Every
+// error a caller can cause is detected here, before any backend or allocation is involved.
+#pragma once
+
+#include <cstdint>
+
+#include "metaltopk.h"
+#include "problem.hpp"
+
+namespace mtk {
+
+// The contract's output shape: the input's with size k at the (normalised) dim.
+struct OutputShape {
+  int32_t ndim;
+  int64_t sizes[MTK_MAX_NDIM];
+};
+
+// Validates the input descriptor, dim and k; returns the normalised dim (0 for a 0-d input).
+int validate_input_dim_k(const mtk_tensor* input, int64_t k, int64_t dim);
+OutputShape topk_output_shape(const mtk_tensor& input, int64_t k, int normalized_dim);
+
+// Whether the outputs' memory exists yet: descriptors built by the library before it allocates
+// (mtk_topk_alloc, workspace queries) carry no addresses to check.
+enum class OutputMemory { CallerProvided, NotYetAllocated };
+
+// Full validation of a top-k call.
+TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, int largest,
+                              int sorted, const mtk_tensor* values, const mtk_tensor* indices,
+                              OutputMemory outputs = OutputMemory::CallerProvided);
+
+RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_params* params,
+                                  const mtk_tensor* weights, const mtk_tensor* ids);
+
+}  // namespace mtk
