@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "error.hpp"
+#include "fault_injection.hpp"
 
 namespace mtk {
 
@@ -12,18 +13,24 @@ Context::Context(std::unique_ptr<Backend> backend, int device_index)
     : backend_(std::move(backend)), device_index_(device_index) {}
 
 Context::~Context() {
-  for (auto& allocation : allocations_) backend_->deallocate(allocation.first);
+  for (auto& allocation : allocations_) {
+    backend_->deallocate(allocation.first);
+    track_release();
+  }
 }
 
 void* Context::allocate(size_t bytes) {
+  fault_point(FaultSite::DeviceAllocation);
   void* ptr = backend_->allocate(bytes);
   try {
     std::lock_guard<std::mutex> lock(mutex_);
+    fault_point(FaultSite::HostAllocation);  // the map node below
     allocations_.emplace(ptr, bytes);
   } catch (...) {
     backend_->deallocate(ptr);
     throw;
   }
+  track_allocation();
   return ptr;
 }
 
@@ -38,6 +45,7 @@ void Context::deallocate(void* ptr) {
     allocations_.erase(found);
   }
   backend_->deallocate(ptr);
+  track_release();
 }
 
 size_t Context::live_allocations() const {
@@ -55,6 +63,7 @@ std::unordered_set<mtk_context>& live_contexts() {
 
 mtk_context register_context(std::unique_ptr<mtk_context_s> context) {
   std::lock_guard<std::mutex> lock(registry_mutex);
+  fault_point(FaultSite::HostAllocation);  // the set node below
   live_contexts().insert(context.get());
   return context.release();
 }

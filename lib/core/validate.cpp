@@ -83,11 +83,12 @@ CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
 }
 
 // An output must not write one element twice: sorted by |stride|, each dim must step past the
-// whole extent of the dims inside it.
+// whole extent of the dims inside it. An empty output writes nothing, whatever its strides.
 void check_no_self_overlap(const mtk_tensor& t, const char* name) {
   std::pair<int64_t, int64_t> dims[MTK_MAX_NDIM];  // (|stride|, size)
   int count = 0;
   for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] == 0) return;
     if (t.sizes[d] > 1) dims[count++] = {std::llabs(t.strides[d]), t.sizes[d]};
   }
   std::sort(dims, dims + count);
@@ -122,14 +123,16 @@ void check_output_shape(const mtk_tensor& t, const char* name, const OutputShape
   }
 }
 
-void check_index_dtype(mtk_dtype dtype, const char* name, int64_t largest_index) {
+// The contract allows int32 indices only for dimensions shorter than 2^31.
+void check_index_dtype(mtk_dtype dtype, const char* name, int64_t dim_size) {
   if (dtype != MTK_INT64 && dtype != MTK_INT32) {
     fail(MTK_ERROR_INVALID_ARGUMENT, name, ".dtype = ", dtype_name(dtype),
          " must be int64 or int32");
   }
-  if (dtype == MTK_INT32 && largest_index > std::numeric_limits<int32_t>::max()) {
+  if (dtype == MTK_INT32 && dim_size > std::numeric_limits<int32_t>::max()) {
     fail(MTK_ERROR_INVALID_ARGUMENT, name,
-         ".dtype = int32 cannot hold indices of a dimension of size ", largest_index + 1);
+         ".dtype = int32 cannot be used for a dimension of size ", dim_size,
+         " (int32 indices need fewer than 2^31 elements)");
   }
 }
 
@@ -212,7 +215,7 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
          " does not match input.dtype = ", dtype_name(input->dtype));
   }
   const int64_t n = input->ndim == 0 ? 1 : input->sizes[d];
-  check_index_dtype(indices->dtype, "indices", n - 1);
+  check_index_dtype(indices->dtype, "indices", n);
   check_no_self_overlap(*values, "values");
   check_no_self_overlap(*indices, "indices");
   if (provided) {
@@ -303,7 +306,7 @@ RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_par
     fail(MTK_ERROR_INVALID_ARGUMENT, "weights.dtype = ", dtype_name(weights->dtype),
          " must be float32");
   }
-  check_index_dtype(ids->dtype, "ids", experts - 1);
+  check_index_dtype(ids->dtype, "ids", experts);
   check_no_self_overlap(*weights, "weights");
   check_no_self_overlap(*ids, "ids");
   check_disjoint(w.span, "weights", lg.span, "logits");

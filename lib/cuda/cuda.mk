@@ -1,1 +1,23 @@
-# CUDA backend: compiled into the same library when nvcc exists. (Filled in by the CUDA work.)
+# CUDA backend: compiled into the same library when nvcc exists. The runtime is linked
+# statically, so the library still loads on machines with no driver or GPU; there the backend
+# reports itself unavailable.
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+
+ifneq ($(wildcard $(NVCC)),)
+# sm_90 machine code for Hopper, plus compute_90 PTX that newer GPUs JIT-compile.
+CUDA_ARCH_FLAGS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC,-fvisibility=hidden \
+  -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
+CUDA_SRC := $(wildcard lib/cuda/*.cu)
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
+CUDA_HEADERS := $(wildcard lib/cuda/*.hpp lib/cuda/*.cuh lib/core/*.hpp include/*.h)
+
+BACKEND_OBJ += $(CUDA_OBJ)
+BACKEND_DEFINES += -DMTK_HAVE_CUDA=1
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+
+$(BUILD)/lib/cuda/%.o: lib/cuda/%.cu $(CUDA_HEADERS) lib/cuda/cuda.mk
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib $(BACKEND_DEFINES) -c $< -o $@
+endif

@@ -1,0 +1,99 @@
+// The Metal backend's dispatch plan, in portable C++ so it is unit-tested on any machine: for
+// one TopkProblem, which kernels run in which order, their grids, threadgroup sizes and
+// threadgroup memory, the parameter blocks they receive and the workspace they need. The
+// Objective-C++ glue (lib/metal/metal_backend.mm) only turns a plan into Metal calls, and the
+// PoCL harness (tests/metal/pocl_harness.cpp) runs the same plan on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metal/topk_params.h"
+#include "problem.hpp"
+
+namespace mtk {
+
+static_assert(sizeof(MtkTopkParams) == 8 * 8 + 4 * 7 * 8 + 5 * 8 + 8 * 4, "layout shared with MSL");
+static_assert(sizeof(MtkPassParams) == 32, "layout shared with MSL");
+static_assert(sizeof(MtkRowState) == 32, "layout shared with MSL");
+static_assert(MTK_METAL_MAX_BATCH_DIMS == kMaxBatchDims, "one batch-dim limit");
+
+enum class MetalShapeClass { ShortRows, LongRows, HugeRows };
+
+// The kernels of lib/metal/topk_kernels.h; each is instantiated for every supported dtype.
+enum class MetalKernel {
+  RowsShort,
+  RowsLong,
+  RadixHistogram,
+  RadixChoose,
+  SelectCount,
+  SelectOffsets,
+  SelectScatter,
+  SortRows,
+  SortLoad,
+  BitonicTile,
+  BitonicStep,
+  SortStore,
+};
+
+const char* metal_kernel_name(MetalKernel kernel);  // "mtk_rows_short", ...
+// "f32", "bf16", ...; throws MTK_ERROR_UNSUPPORTED_DTYPE for float64 (Metal has none).
+const char* metal_dtype_suffix(mtk_dtype dtype);
+
+// Threadgroup buffers every kernel declares, in [[threadgroup(i)]] order.
+enum MetalThreadgroupBuffer {
+  kTgSelectionWords = 0,
+  kTgScanScratch = 1,
+  kTgSortKeys = 2,
+  kTgSortIndices = 3,
+  kTgKeyCache = 4,
+  kMetalThreadgroupBuffers = 5,
+};
+
+// Device limits and tuning the plan works within. The defaults describe Apple GPUs; tests
+// shrink them to reach every path with small inputs.
+struct MetalLimits {
+  size_t threadgroup_memory_bytes = 32768;  // Apple's limit for every GPU family
+  uint32_t max_threads = 1024;              // per threadgroup: 256..1024, a multiple of 32
+  int64_t short_row_max_n = 4096;           // rows up to this cache their keys in threadgroup memory
+  int64_t huge_row_min_n = int64_t(1) << 17;  // rows from this length may be split ...
+  int64_t huge_row_max_rows = 16;           // ... when there are too few rows to fill the GPU
+  uint32_t huge_block_min_elems = 16384;    // elements per threadgroup in the multi-pass kernels
+  uint32_t huge_max_blocks = 1024;          // threadgroups per row in the multi-pass kernels
+  uint32_t sort_tile_max = 4096;            // widest bitonic network sorted in threadgroup memory
+};
+
+struct MetalDispatch {
+  MetalKernel kernel;
+  std::string function;  // pipeline function name, "<kernel>_<dtype suffix>"
+  uint32_t threadgroups_x;
+  uint32_t threadgroups_y;
+  uint32_t threads;  // per threadgroup, along x
+  uint32_t threadgroup_bytes[kMetalThreadgroupBuffers];  // each a multiple of 16, at least 16
+  MtkPassParams pass;
+};
+
+struct MetalPlan {
+  MetalShapeClass shape_class;
+  MtkTopkParams params;
+  std::vector<MetalDispatch> dispatches;
+  size_t workspace_bytes;  // device scratch for the whole plan (0 if none)
+};
+
+// Plans a valid problem (rows, n, k > 0). Throws MTK_ERROR_UNSUPPORTED_DTYPE for float64 and
+// MTK_ERROR_INVALID_ARGUMENT for rows the kernels' 32-bit counters cannot address.
+MetalPlan make_metal_plan(const TopkProblem& problem, const MetalLimits& limits = MetalLimits());
+
+// Records where element 0 of the input and outputs sits in its bound buffer, given byte offsets
+// from each buffer's start. Throws MTK_ERROR_INVALID_ARGUMENT for an offset that is not a
+// multiple of its element size (the kernels index whole elements).
+void set_metal_buffer_offsets(MetalPlan& plan, mtk_dtype dtype, mtk_dtype index_dtype,
+                              size_t input_bytes, size_t values_bytes, size_t indices_bytes);
+
+// The longest row the kernels address with 32-bit positions and counts (2^32 - 1 is the sort
+// padding index).
+constexpr int64_t kMetalMaxRowLength = int64_t(UINT32_MAX) - 1;
+
+}  // namespace mtk

@@ -1,0 +1,163 @@
+// The CPU backend: host memory, a thread pool, per-worker scratch kept across calls, and the
+// top-k kernels of the best instruction set this CPU has.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "cpu/moe_route.hpp"
+#include "cpu/thread_pool.hpp"
+#include "cpu/topk_kernels.hpp"
+#include "cpu/topk_plan.hpp"
+
+namespace mtk {
+namespace {
+
+using cpu::kScratchAlign;
+
+size_t round_up(size_t bytes, size_t align) { return (bytes + align - 1) / align * align; }
+
+std::byte* align_up(std::byte* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  return p + (round_up(address, kScratchAlign) - address);
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+// A 64-byte aligned host buffer; null when empty.
+void* aligned_host_alloc(size_t bytes) {
+  // aligned_alloc wants a multiple of the alignment.
+  void* p = std::aligned_alloc(kScratchAlign, round_up(std::max<size_t>(bytes, 1), kScratchAlign));
+  if (p == nullptr) fail(MTK_ERROR_OUT_OF_MEMORY, "cpu: allocating ", bytes, " bytes failed");
+  return p;
+}
+
+// Scratch that only grows, reused by every later call.
+class ScratchBuffer {
+ public:
+  std::byte* reserve(size_t bytes) {
+    if (bytes > bytes_) {
+      data_.reset();
+      bytes_ = 0;
+      data_.reset(static_cast<std::byte*>(aligned_host_alloc(bytes)));
+      bytes_ = bytes;
+    }
+    return data_.get();
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::unique_ptr<std::byte, FreeDeleter> data_;
+  size_t bytes_ = 0;
+};
+
+using TopkKernel = void (*)(const TopkProblem&, const cpu::TopkPlan&, cpu::ThreadPool&,
+                            const cpu::ScratchView&);
+
+TopkKernel best_topk_kernel() {
+#if defined(MTK_CPU_HAVE_AVX2_KERNELS)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+      __builtin_cpu_supports("fma")) {
+    return &cpu::avx2::run_topk;
+  }
+#endif
+  return &cpu::generic::run_topk;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : pool_(std::make_unique<cpu::ThreadPool>(0)), kernel_(best_topk_kernel()) {}
+
+  mtk_backend kind() const override { return MTK_BACKEND_CPU; }
+  bool supports_dtype(mtk_dtype dtype) const override { return dtype_info(dtype) != nullptr; }
+
+  void* allocate(size_t bytes) override { return aligned_host_alloc(bytes); }
+  void deallocate(void* ptr) noexcept override { std::free(ptr); }
+  void copy(void* dst, const void* src, size_t bytes, mtk_copy_kind, void*) override {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
+  void synchronize(void*) override {}  // every CPU call has finished when it returns
+
+  size_t workspace_size(const TopkProblem& problem) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Slack to align a caller's workspace, which may start anywhere.
+    return cpu::plan_scratch_bytes(cpu::make_topk_plan(problem, pool_->num_threads())) +
+           kScratchAlign;
+  }
+
+  void topk(const TopkProblem& problem, Workspace workspace, void*) override {
+    // One call at a time: the pool and the scratch belong to the running call.
+    std::lock_guard<std::mutex> lock(mutex_);
+    const cpu::TopkPlan plan = cpu::make_topk_plan(problem, pool_->num_threads());
+    worker_scratch_.resize(static_cast<size_t>(plan.workers));
+    cpu::ScratchView view;
+    if (workspace.data != nullptr) {
+      const size_t needed = cpu::plan_scratch_bytes(plan) + kScratchAlign;
+      if (workspace.bytes < needed) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace.bytes,
+             " is less than the ", needed, " bytes this call needs");
+      }
+      std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
+      view.shared = at;
+      at += plan.shared_bytes;
+      for (int w = 0; w < plan.workers; ++w, at += plan.worker_bytes) worker_scratch_[w] = at;
+    } else {
+      view.shared = plan.shared_bytes != 0 ? shared_.reserve(plan.shared_bytes) : nullptr;
+      owned_.resize(static_cast<size_t>(plan.workers));
+      for (int w = 0; w < plan.workers; ++w) worker_scratch_[w] = owned_[w].reserve(plan.worker_bytes);
+    }
+    view.worker = worker_scratch_.data();
+    kernel_(problem, plan, *pool_, view);
+  }
+
+  void moe_route(const RouterProblem& problem, void*) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cpu::cpu_moe_route(problem, *pool_);
+  }
+
+  // Plans are a few integer operations per call, so nothing is cached.
+  CacheCounters cache_counters() const override { return CacheCounters{}; }
+
+  size_t scratch_bytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t bytes = shared_.bytes();
+    for (const ScratchBuffer& buffer : owned_) bytes += buffer.bytes();
+    return bytes;
+  }
+
+  void set_num_threads(int num_threads) override {
+    if (num_threads < 0) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "num_threads = ", num_threads, " is negative");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    pool_ = std::make_unique<cpu::ThreadPool>(num_threads);
+    const size_t workers = static_cast<size_t>(pool_->num_threads());
+    if (owned_.size() > workers) owned_.resize(workers);  // drop the scratch of retired workers
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  TopkKernel kernel_;
+  ScratchBuffer shared_;
+  std::vector<ScratchBuffer> owned_;
+  std::vector<std::byte*> worker_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int device_index) {
+  if (device_index != 0) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "device_index = ", device_index,
+         " is not valid for the CPU backend (only 0)");
+  }
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace mtk

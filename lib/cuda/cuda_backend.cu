@@ -1,0 +1,213 @@
+// The CUDA backend: device memory, copies, stream-ordered top-k with a cached plan per shape,
+// and the fused router. Every entry point makes the context's device current and restores the
+// caller's device afterwards.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "core/backend.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/moe_route.hpp"
+#include "cuda/scratch_cache.hpp"
+#include "cuda/topk_launch.hpp"
+#include "cuda/topk_plan.hpp"
+
+namespace mtk {
+namespace cuda {
+
+ScratchCache::~ScratchCache() {
+  if (blocks_.empty()) return;
+  // The blocks' streams may be gone already: wait for the device, then free directly.
+  int previous = 0;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
+                        cudaSetDevice(device_) == cudaSuccess;
+  cudaDeviceSynchronize();
+  for (auto& entry : blocks_) cudaFree(entry.second.data);
+  cudaGetLastError();
+  if (switched) cudaSetDevice(previous);
+}
+
+ScratchCache::Lease ScratchCache::acquire(cudaStream_t stream, size_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& block = blocks_[stream];
+  if (block.bytes >= bytes) return Lease(std::move(lock), block.data);
+
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "checking the stream for capture");
+  if (capture != cudaStreamCaptureStatusNone) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "this top-k needs ", bytes,
+         " bytes of scratch but the stream's scratch holds ", block.bytes,
+         " and the stream is being captured, where it cannot grow: run the same call once "
+         "before capture, or pass a workspace (mtk_topk_with_workspace)");
+  }
+  // Grow by at least half again so that slowly increasing sizes reallocate rarely.
+  const size_t grown = std::max(bytes, block.bytes + block.bytes / 2);
+  void* fresh = nullptr;
+  check_cuda(cudaMallocAsync(&fresh, grown, stream), "allocating top-k scratch");
+  if (block.data != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(block.data, stream);
+    if (freed != cudaSuccess) {
+      cudaFreeAsync(fresh, stream);
+      check_cuda(freed, "releasing the previous top-k scratch");
+    }
+  }
+  block.data = fresh;
+  block.bytes = grown;
+  return Lease(std::move(lock), block.data);
+}
+
+size_t ScratchCache::bytes_held() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t total = 0;
+  for (const auto& entry : blocks_) total += entry.second.bytes;
+  return total;
+}
+
+namespace {
+
+constexpr size_t kPlanCacheCapacity = 1024;
+
+cudaMemcpyKind to_cuda(mtk_copy_kind kind) {
+  switch (kind) {
+    case MTK_COPY_HOST_TO_DEVICE: return cudaMemcpyHostToDevice;
+    case MTK_COPY_DEVICE_TO_HOST: return cudaMemcpyDeviceToHost;
+    case MTK_COPY_DEVICE_TO_DEVICE: return cudaMemcpyDeviceToDevice;
+  }
+  fail(MTK_ERROR_INVALID_ARGUMENT, "copy kind = ", int(kind), " is not a known mtk_copy_kind");
+}
+
+int device_count_or_fail() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: ",
+         cudaGetErrorString(status));
+  }
+  if (count == 0) fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: no device");
+  return count;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device), scratch_(device) {
+    const int count = device_count_or_fail();
+    if (device >= count) {
+      fail(MTK_ERROR_BACKEND_UNAVAILABLE, "device_index = ", device, " but only ", count,
+           " CUDA device(s) are present");
+    }
+    check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device),
+               "reading the multiprocessor count");
+  }
+
+  mtk_backend kind() const override { return MTK_BACKEND_CUDA; }
+  bool supports_dtype(mtk_dtype dtype) const override { return dtype_info(dtype) != nullptr; }
+
+  void* allocate(size_t bytes) override {
+    DeviceGuard guard(device_);
+    void* ptr = nullptr;
+    check_cuda(cudaMalloc(&ptr, bytes), "allocating device memory");
+    return ptr;
+  }
+
+  void deallocate(void* ptr) noexcept override {
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess) return;
+    if (previous != device_) cudaSetDevice(device_);
+    cudaFree(ptr);
+    cudaGetLastError();
+    if (previous != device_) cudaSetDevice(previous);
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, mtk_copy_kind kind, void* stream) override {
+    DeviceGuard guard(device_);
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), static_cast<cudaStream_t>(stream)),
+               "copying memory");
+  }
+
+  void synchronize(void* stream) override {
+    DeviceGuard guard(device_);
+    check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+               "synchronizing the stream");
+  }
+
+  size_t workspace_size(const TopkProblem& problem) override {
+    return plan_for(problem).workspace_bytes;
+  }
+
+  void topk(const TopkProblem& problem, Workspace workspace, void* stream_handle) override {
+    const TopkPlan plan = plan_for(problem);
+    const auto stream = static_cast<cudaStream_t>(stream_handle);
+    DeviceGuard guard(device_);
+    if (plan.workspace_bytes == 0) {
+      launch(problem, plan, nullptr, stream);
+    } else if (workspace.data != nullptr) {
+      if (workspace.bytes < plan.workspace_bytes) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace of ", workspace.bytes,
+             " bytes is smaller than the ", plan.workspace_bytes, " bytes this problem needs");
+      }
+      launch(problem, plan, workspace.data, stream);
+    } else {
+      const ScratchCache::Lease lease = scratch_.acquire(stream, plan.workspace_bytes);
+      launch(problem, plan, lease.data(), stream);
+    }
+  }
+
+  void moe_route(const RouterProblem& problem, void* stream) override {
+    DeviceGuard guard(device_);
+    cuda_moe_route(problem, static_cast<cudaStream_t>(stream));
+  }
+
+  CacheCounters cache_counters() const override { return plans_.counters(); }
+  size_t scratch_bytes() const override { return scratch_.bytes_held(); }
+
+  void set_num_threads(int) override {
+    fail(MTK_ERROR_INVALID_ARGUMENT,
+         "num_threads applies to CPU contexts only; a CUDA context has no worker threads");
+  }
+
+ private:
+  TopkPlan plan_for(const TopkProblem& problem) {
+    const RowGeometry& g = problem.geometry;
+    const PlanKey key{problem.dtype, g.rows, g.n, g.k};
+    return plans_.get_or_create(key, [&] {
+      DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
+      return make_topk_plan(key, sm_count_);
+    });
+  }
+
+  static void launch(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
+                     cudaStream_t stream) {
+    switch (dtype_info(problem.dtype)->size) {
+      case 1: launch_topk_key8(problem, plan, scratch, stream); return;
+      case 2: launch_topk_key16(problem, plan, scratch, stream); return;
+      case 4: launch_topk_key32(problem, plan, scratch, stream); return;
+      case 8: launch_topk_key64(problem, plan, scratch, stream); return;
+    }
+    fail(MTK_ERROR_INTERNAL, "no CUDA kernels for dtype ", dtype_name(problem.dtype));
+  }
+
+  int device_;
+  int sm_count_ = 0;
+  LruCache<PlanKey, TopkPlan, PlanKeyHash> plans_{kPlanCacheCapacity};
+  ScratchCache scratch_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+bool cuda_backend_available() {
+  int count = 0;
+  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<cuda::CudaBackend>(device_index);
+}
+
+}  // namespace mtk

@@ -1,0 +1,164 @@
+// Device-side building blocks shared by the CUDA top-k kernels: composite ranking keys, row
+// addressing and block-wide scans.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ordered_key.hpp"
+#include "core/problem.hpp"
+
+namespace mtk {
+namespace cuda {
+
+// A composite ranks one element: its selection key in the high bits and the bitwise complement
+// of its index (within the row) in the low 32. Composites are unique within a row, and "larger
+// composite" is exactly the contract's "better": higher key first, then lower index. So every
+// selection below is "the k largest composites", with no tie handling left anywhere.
+// Real elements have index <= 2^32 - 2, so their low word is never 0 and a zero composite sorts
+// below every element (used as padding).
+template <class Key> struct CompositeOf { using type = uint64_t; };
+template <> struct CompositeOf<uint64_t> { using type = unsigned __int128; };
+
+template <class Key> using Composite = typename CompositeOf<Key>::type;
+template <class Key> constexpr int kCompositeBits = int(sizeof(Key)) * 8 + 32;
+
+template <class Key>
+__device__ __forceinline__ Composite<Key> make_composite(Key key, uint32_t index) {
+  return (Composite<Key>(key) << 32) | Composite<Key>(~index);
+}
+
+template <class Comp>
+__device__ __forceinline__ uint32_t composite_index(Comp c) {
+  return ~uint32_t(c);
+}
+
+// Same-size unsigned storage, for bit-exact value copies.
+template <int Bytes> struct BitsOfSize;
+template <> struct BitsOfSize<1> { using type = uint8_t; };
+template <> struct BitsOfSize<2> { using type = uint16_t; };
+template <> struct BitsOfSize<4> { using type = uint32_t; };
+template <> struct BitsOfSize<8> { using type = uint64_t; };
+template <class T> using Bits = typename BitsOfSize<int(sizeof(T))>::type;
+
+// row_offsets() of problem.hpp, on the device.
+__device__ __forceinline__ RowOffsets device_row_offsets(const RowGeometry& g, int64_t row) {
+  RowOffsets o{0, 0, 0};
+  for (int d = g.batch_ndim - 1; d >= 0; --d) {
+    const int64_t i = row % g.batch_sizes[d];
+    row /= g.batch_sizes[d];
+    o.input += i * g.input_batch_strides[d];
+    o.values += i * g.values_batch_strides[d];
+    o.indices += i * g.indices_batch_strides[d];
+  }
+  return o;
+}
+
+// Where one row lives and how to rank its elements.
+template <class T>
+struct InputRow {
+  const T* base;  // element 0 of the row
+  int64_t stride;
+  int64_t n;
+  bool largest;
+
+  __device__ __forceinline__ Composite<typename KeyTraits<T>::Key> composite(int64_t i) const {
+    return make_composite(selection_key(base[i * stride], largest), uint32_t(i));
+  }
+};
+
+// Writes one row's ranked winners: values as bit copies of the input, indices as int64/int32.
+template <class T>
+__device__ __forceinline__ void write_result(const RowGeometry& g, const T* input, void* values,
+                                             void* indices, bool index64, const RowOffsets& o,
+                                             int64_t rank, uint32_t index) {
+  const Bits<T> bits = reinterpret_cast<const Bits<T>*>(input)[o.input + int64_t(index) * g.input_stride];
+  reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] = bits;
+  const int64_t at = o.indices + rank * g.indices_stride;
+  if (index64) {
+    static_cast<int64_t*>(indices)[at] = int64_t(index);
+  } else {
+    static_cast<int32_t*>(indices)[at] = int32_t(index);
+  }
+}
+
+// Exclusive sum of `value` over all threads with a larger thread index (a suffix sum), plus the
+// block total. `scratch` holds one word per warp. Every thread of the block must call it.
+template <int Threads>
+__device__ __forceinline__ uint32_t block_suffix_sum(uint32_t value, uint32_t* scratch,
+                                                     uint32_t& total) {
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps");
+  constexpr int kWarps = Threads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == 31) scratch[warp] = inclusive;
+  __syncthreads();
+  uint32_t before = 0, sum = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const uint32_t s = scratch[w];
+    if (w < warp) before += s;
+    sum += s;
+  }
+  __syncthreads();  // scratch may be reused right after
+  total = sum;
+  return sum - (before + inclusive);
+}
+
+// Given a histogram of the next digit among the elements still in play, finds the digit whose
+// bucket holds the `needed`-th largest element: returns it with the count of elements in higher
+// buckets (`above`) and in the bucket itself. `hist` is in shared memory; all threads call.
+struct BucketChoice {
+  uint32_t digit, above, count;
+};
+
+template <int Bins, int Threads>
+__device__ BucketChoice choose_bucket(const uint32_t* hist, uint32_t needed,
+                                      uint32_t* scan_scratch, BucketChoice* result) {
+  constexpr int kPerThread = Bins >= Threads ? Bins / Threads : 1;
+  const int first = int(threadIdx.x) * kPerThread;
+  uint32_t mine = 0;
+  if (first < Bins) {
+#pragma unroll
+    for (int b = 0; b < kPerThread; ++b) mine += hist[first + b];
+  }
+  uint32_t total;
+  const uint32_t higher = block_suffix_sum<Threads>(mine, scan_scratch, total);
+  if (first < Bins && higher < needed && needed <= higher + mine) {
+    uint32_t running = higher;
+    for (int b = kPerThread - 1; b >= 0; --b) {
+      const uint32_t c = hist[first + b];
+      if (running + c >= needed) {
+        *result = BucketChoice{uint32_t(first + b), running, c};
+        break;
+      }
+      running += c;
+    }
+  }
+  __syncthreads();
+  const BucketChoice choice = *result;
+  __syncthreads();
+  return choice;
+}
+
+// Appends `take` lanes' items to `out` at an atomically claimed position, one atomic per warp.
+template <class Item>
+__device__ __forceinline__ void warp_append(bool take, const Item& item, Item* out,
+                                            uint32_t* counter) {
+  const uint32_t active = __activemask();
+  const uint32_t want = __ballot_sync(active, take);
+  if (want == 0) return;
+  const int lane = threadIdx.x & 31;
+  const int leader = __ffs(want) - 1;
+  uint32_t base = 0;
+  if (lane == leader) base = atomicAdd(counter, uint32_t(__popc(want)));
+  base = __shfl_sync(active, base, leader);
+  if (take) out[base + __popc(want & ((1u << lane) - 1))] = item;
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,13 @@
+// The fused MoE router on CUDA (softmax/sigmoid scoring, optional bias and grouping, top-k,
+// renormalisation), stream-ordered on `stream`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/problem.hpp"
+
+namespace mtk {
+
+void cuda_moe_route(const mtk::RouterProblem& problem, cudaStream_t stream);
+
+}  // namespace mtk

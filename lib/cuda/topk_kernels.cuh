@@ -1,0 +1,473 @@
+// The CUDA top-k kernels. Every kernel ranks elements by their composite (see device_utils.cuh)
+// and selects the k largest, so dtype, direction and ties never appear below the load.
+//
+// Shape classes (the host-side plan in topk_plan.hpp picks one):
+//  - warp_topk_kernel: a warp per short row (n <= 1024, k <= 32). The row sits in registers; k
+//    rounds of a warp-wide arg-max pick the winners already in rank order. One launch, no
+//    scratch: the MoE routing shapes.
+//  - block_select_kernel: a block per row, for many medium rows. Radix select over 8-bit digits
+//    of the composite on the row itself, winners gathered and sorted in shared memory.
+//  - the multi-block pipeline, for long rows and few of them: several blocks per row build an
+//    11-bit histogram of the top digit (multi_histogram_kernel), then filter the row
+//    (multi_filter_kernel): elements above the chosen bucket are winners, those inside it become
+//    candidates in scratch while their next digit is histogrammed; a second filter pass narrows
+//    the candidates again, and one block per row resolves the last bits (finish_kernel) and
+//    sorts. When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
+//    input instead, so scratch stays bounded and any input is handled.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device_utils.cuh"
+
+namespace mtk {
+namespace cuda {
+
+constexpr int kWarpRowThreads = 128;     // 4 rows per block
+constexpr int kWarpMaxK = 32;            // lane r holds rank r
+constexpr int kWarpMaxItems = 32;        // per lane: rows up to 1024
+constexpr int kBlockThreads = 512;       // block_select_kernel and finish_kernel
+constexpr int kMultiThreads = 256;       // multi-block passes
+constexpr int kMultiDigitBits = 11;
+constexpr int kMultiBins = 1 << kMultiDigitBits;
+constexpr int kBlockDigitBits = 8;
+constexpr int kBlockBins = 1 << kBlockDigitBits;
+constexpr int kSortCapacity = 2048;      // winners sorted in shared memory up to this k
+constexpr int kMultiPasses = 2;          // multi-block filter passes before the finish
+
+// ---------------------------------------------------------------------------------------------
+// Short rows: one warp per row.
+
+template <class T, int Items>
+__global__ void __launch_bounds__(kWarpRowThreads)
+    warp_topk_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                     bool largest) {
+  using Key = typename KeyTraits<T>::Key;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * (kWarpRowThreads / 32) + (threadIdx.x >> 5);
+  if (row >= g.rows) return;
+  const RowOffsets o = device_row_offsets(g, row);
+  const T* in = input + o.input;
+  const int n = int(g.n), k = int(g.k);
+
+  // Element j*32 + lane lives in lane `lane`, slot j; an absent or taken element is (0, 0),
+  // which never beats a real one because real elements have a nonzero inverted index.
+  Key key[Items];
+  uint32_t inverted[Items];
+#pragma unroll
+  for (int j = 0; j < Items; ++j) {
+    const int i = j * 32 + lane;
+    const bool present = i < n;
+    key[j] = present ? selection_key(in[int64_t(i) * g.input_stride], largest) : Key(0);
+    inverted[j] = present ? ~uint32_t(i) : 0u;
+  }
+
+  uint32_t my_rank_index = 0;  // lane r ends up holding the index of rank r
+  for (int r = 0; r < k; ++r) {
+    Key best_key = 0;
+    uint32_t best_inv = 0;
+#pragma unroll
+    for (int j = 0; j < Items; ++j) {
+      if (key[j] > best_key || (key[j] == best_key && inverted[j] > best_inv)) {
+        best_key = key[j];
+        best_inv = inverted[j];
+      }
+    }
+    uint32_t win_inv;
+    if constexpr (sizeof(Key) <= 4) {
+      const uint32_t win_key = __reduce_max_sync(0xffffffffu, uint32_t(best_key));
+      win_inv = __reduce_max_sync(0xffffffffu, uint32_t(best_key) == win_key ? best_inv : 0u);
+    } else {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const Key other_key = __shfl_xor_sync(0xffffffffu, best_key, offset);
+        const uint32_t other_inv = __shfl_xor_sync(0xffffffffu, best_inv, offset);
+        if (other_key > best_key || (other_key == best_key && other_inv > best_inv)) {
+          best_key = other_key;
+          best_inv = other_inv;
+        }
+      }
+      win_inv = best_inv;
+    }
+    if (lane == r) my_rank_index = ~win_inv;
+#pragma unroll
+    for (int j = 0; j < Items; ++j) {
+      if (inverted[j] == win_inv) {
+        key[j] = 0;
+        inverted[j] = 0;
+      }
+    }
+  }
+  if (lane < k) write_result(g, input, values, indices, index64, o, lane, my_rank_index);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block-wide radix refinement, shared by block_select_kernel and finish_kernel.
+
+// The selection so far: elements whose top `resolved` composite bits equal `prefix` are still in
+// play (`in_bucket` of them); `needed` more winners must come from them.
+template <class Comp>
+struct Selection {
+  Comp prefix;
+  int resolved;
+  uint32_t needed;
+  uint32_t in_bucket;
+};
+
+template <int Bits, class Comp>
+__device__ __forceinline__ bool has_prefix(Comp c, Comp prefix, int resolved) {
+  return resolved == 0 || (c >> (Bits - resolved)) == prefix;
+}
+
+template <class Comp>
+struct BufferSource {
+  const Comp* items;
+  int64_t n;
+  __device__ __forceinline__ Comp composite(int64_t i) const { return items[i]; }
+};
+
+template <class Comp>
+struct BlockShared {
+  uint32_t hist[kBlockBins];
+  uint32_t scan[kBlockThreads / 32];
+  BucketChoice choice;
+  uint32_t winner_count;
+  Comp winners[kSortCapacity];
+};
+
+// Narrows `sel` digit by digit over `source` (elements outside `sel`'s prefix are ignored) until
+// its bucket holds exactly the winners still needed. Every thread returns the same selection.
+template <int Bits, class Comp, class Source>
+__device__ Selection<Comp> block_refine(const Source& source, Selection<Comp> sel,
+                                        BlockShared<Comp>& sh) {
+  while (sel.in_bucket != sel.needed) {
+    const int width = min(kBlockDigitBits, Bits - sel.resolved);
+    const int shift = Bits - sel.resolved - width;
+    for (int b = threadIdx.x; b < kBlockBins; b += kBlockThreads) sh.hist[b] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < source.n; i += kBlockThreads) {
+      const Comp c = source.composite(i);
+      if (has_prefix<Bits>(c, sel.prefix, sel.resolved)) {
+        atomicAdd(&sh.hist[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+      }
+    }
+    __syncthreads();
+    const BucketChoice choice =
+        choose_bucket<kBlockBins, kBlockThreads>(sh.hist, sel.needed, sh.scan, &sh.choice);
+    sel.prefix = (sel.prefix << width) | Comp(choice.digit);
+    sel.resolved += width;
+    sel.needed -= choice.above;
+    sel.in_bucket = choice.count;
+  }
+  return sel;
+}
+
+// Elements of `source` under `start`'s prefix that rank at or above `final`'s prefix: exactly
+// start.needed of them once block_refine has produced `final`.
+template <int Bits, class Comp>
+__device__ __forceinline__ bool is_winner(Comp c, const Selection<Comp>& start,
+                                          const Selection<Comp>& final_sel) {
+  if (!has_prefix<Bits>(c, start.prefix, start.resolved)) return false;
+  return final_sel.resolved == 0 || (c >> (Bits - final_sel.resolved)) >= final_sel.prefix;
+}
+
+// Sorts `count` composites in shared memory into descending order (bitonic; zero padding sinks
+// to the end) and writes the row's outputs.
+template <class T, class Comp>
+__device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
+                               const T* input, void* values, void* indices, bool index64,
+                               const RowOffsets& o) {
+  int size = 1;
+  while (size < count) size <<= 1;
+  for (int i = count + threadIdx.x; i < size; i += kBlockThreads) sh.winners[i] = Comp(0);
+  __syncthreads();
+  for (int span = 2; span <= size; span <<= 1) {
+    for (int stride = span >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < size; i += kBlockThreads) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const Comp a = sh.winners[i], b = sh.winners[j];
+          const bool descending = (i & span) == 0;
+          if (descending ? a < b : a > b) {
+            sh.winners[i] = b;
+            sh.winners[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int r = threadIdx.x; r < count; r += kBlockThreads) {
+    write_result(g, input, values, indices, index64, o, r, composite_index(sh.winners[r]));
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                        bool largest) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ BlockShared<Comp> sh;
+  const int64_t row = blockIdx.x;
+  const RowOffsets o = device_row_offsets(g, row);
+  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+
+  const Selection<Comp> start{Comp(0), 0, uint32_t(g.k), uint32_t(g.n)};
+  const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+  if (threadIdx.x == 0) sh.winner_count = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < g.n; i += kBlockThreads) {
+    const Comp c = source.composite(i);
+    if (is_winner<kBits>(c, start, final_sel)) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+  }
+  __syncthreads();
+  sort_and_write(sh, int(g.k), g, input, values, indices, index64, o);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-block pipeline for long rows.
+
+template <class Comp>
+struct RowState {
+  Comp prefix;
+  uint32_t resolved;
+  uint32_t needed;
+  uint32_t in_bucket;
+  uint32_t winners;           // written to the row's winner list so far
+  uint32_t source_is_buffer;  // the bucket's elements are all in the current candidate buffer
+  uint32_t source_count;      // how many, when they are
+  uint32_t next_count;        // candidates written by the pass running now
+  uint32_t blocks_done;       // pass-completion ticket: the last block finalises the pass
+  uint32_t complete;          // all k winners are written
+  uint32_t hist[kMultiBins];
+};
+
+struct MultiLayout {
+  int blocks_per_row;
+  int64_t capacity;  // candidate slots per row and buffer
+};
+
+// Where segment `seg` of `count` elements starts and ends, for `blocks` segments.
+__device__ __forceinline__ void segment_bounds(int64_t count, int blocks, int seg, int64_t& begin,
+                                               int64_t& end) {
+  const int64_t chunk = (count + blocks - 1) / blocks;
+  begin = min(count, chunk * seg);
+  end = min(count, begin + chunk);
+}
+
+// Global memory fence and ticket: true in exactly one block, the last of the row to arrive,
+// which then sees every other block's writes.
+__device__ __forceinline__ bool last_block_of_row(uint32_t* ticket, int blocks, uint32_t* flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(ticket, 1u) == uint32_t(blocks - 1) ? 1u : 0u;
+  __syncthreads();
+  const bool last = *flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// Run by the last block of a pass: picks the next 11-bit digit from the row's global histogram,
+// then clears the histogram for the next pass.
+template <class Comp>
+__device__ void choose_multi_digit(RowState<Comp>* state, uint32_t* sh_hist, uint32_t* scan,
+                                   BucketChoice* choice_slot) {
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+    sh_hist[b] = __ldcg(&state->hist[b]);
+    state->hist[b] = 0;
+  }
+  __syncthreads();
+  const uint32_t needed = state->needed;
+  const BucketChoice choice =
+      choose_bucket<kMultiBins, kMultiThreads>(sh_hist, needed, scan, choice_slot);
+  if (threadIdx.x == 0) {
+    state->prefix = (state->prefix << kMultiDigitBits) | Comp(choice.digit);
+    state->resolved += kMultiDigitBits;
+    state->needed = needed - choice.above;
+    state->in_bucket = choice.count;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMultiThreads)
+    multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ uint32_t hist[kMultiBins];
+  __shared__ uint32_t scan[kMultiThreads / 32];
+  __shared__ BucketChoice choice;
+  __shared__ uint32_t last_flag;
+
+  const int64_t row = blockIdx.x / layout.blocks_per_row;
+  const int seg = int(blockIdx.x % layout.blocks_per_row);
+  RowState<Comp>* state = states + row;
+  const RowOffsets o = device_row_offsets(g, row);
+  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+  __syncthreads();
+  int64_t begin, end;
+  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) {
+    atomicAdd(&hist[uint32_t(source.composite(i) >> (kBits - kMultiDigitBits))], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+    if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+  }
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
+    if (threadIdx.x == 0) {
+      state->needed = uint32_t(g.k);
+      state->blocks_done = 0;
+    }
+    __syncthreads();
+    choose_multi_digit(state, hist, scan, &choice);
+  }
+}
+
+// Filter pass `pass`: splits the elements under the previous prefix by the digit just chosen.
+template <class T>
+__global__ void __launch_bounds__(kMultiThreads)
+    multi_filter_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
+                        RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                        Composite<typename KeyTraits<T>::Key>* winners,
+                        const Composite<typename KeyTraits<T>::Key>* candidates_in,
+                        Composite<typename KeyTraits<T>::Key>* candidates_out, int pass,
+                        bool histogram_next) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ uint32_t hist[kMultiBins];
+  __shared__ uint32_t scan[kMultiThreads / 32];
+  __shared__ BucketChoice choice;
+  __shared__ uint32_t last_flag;
+
+  const int64_t row = blockIdx.x / layout.blocks_per_row;
+  const int seg = int(blockIdx.x % layout.blocks_per_row);
+  RowState<Comp>* state = states + row;
+  if (state->complete) return;  // uniform across the row's blocks: set by an earlier kernel
+
+  const Comp prefix = state->prefix;
+  const int resolved = int(state->resolved);
+  const uint32_t needed = state->needed, in_bucket = state->in_bucket;
+  const bool from_buffer = pass > 0 && state->source_is_buffer;
+  const int64_t source_count = from_buffer ? int64_t(state->source_count) : g.n;
+  const bool take_all = in_bucket == needed;
+  const bool fits = !take_all && int64_t(in_bucket) <= layout.capacity;
+  const bool histogram = histogram_next && !take_all;
+
+  const int previous = resolved - kMultiDigitBits;
+  const Comp previous_prefix = prefix >> kMultiDigitBits;
+  const uint32_t chosen = uint32_t(prefix) & (kMultiBins - 1);
+  const int digit_shift = kBits - resolved;
+  const int next_shift = digit_shift - kMultiDigitBits;
+  Comp* row_winners = winners + row * g.k;
+  Comp* row_candidates = candidates_out + row * layout.capacity;
+
+  if (histogram) {
+    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+    __syncthreads();
+  }
+  const RowOffsets o = device_row_offsets(g, row);
+  const InputRow<T> input_row{input + o.input, g.input_stride, g.n, largest};
+  const Comp* buffer = candidates_in + row * layout.capacity;
+  int64_t begin, end;
+  segment_bounds(source_count, layout.blocks_per_row, seg, begin, end);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) {
+    const Comp c = from_buffer ? buffer[i] : input_row.composite(i);
+    bool win = false, bucket = false;
+    if (has_prefix<kBits>(c, previous_prefix, previous)) {
+      const uint32_t digit = uint32_t(c >> digit_shift) & (kMultiBins - 1);
+      win = digit > chosen || (take_all && digit == chosen);
+      bucket = !take_all && digit == chosen;
+    }
+    warp_append(win, c, row_winners, &state->winners);
+    if (fits) warp_append(bucket, c, row_candidates, &state->next_count);
+    if (histogram && bucket) atomicAdd(&hist[uint32_t(c >> next_shift) & (kMultiBins - 1)], 1u);
+  }
+  if (histogram) {
+    __syncthreads();
+    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+      if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+    }
+  }
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
+    if (threadIdx.x == 0) {
+      state->blocks_done = 0;
+      state->complete = take_all ? 1u : 0u;
+      state->source_is_buffer = fits ? 1u : 0u;
+      state->source_count = fits ? __ldcg(&state->next_count) : 0u;
+      state->next_count = 0;
+    }
+    if (histogram) {
+      __syncthreads();
+      choose_multi_digit(state, hist, scan, &choice);
+    }
+  }
+}
+
+// One block per row: resolves the remaining bits of an unfinished row from its candidates (or
+// the input, after an overflow), appends the last winners, and sorts the row when k fits.
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                  bool largest, MultiLayout layout,
+                  RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                  Composite<typename KeyTraits<T>::Key>* winners,
+                  const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ BlockShared<Comp> sh;
+  const int64_t row = blockIdx.x;
+  RowState<Comp>* state = states + row;
+  Comp* row_winners = winners + row * g.k;
+  const RowOffsets o = device_row_offsets(g, row);
+
+  if (!state->complete) {
+    const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
+                                state->in_bucket};
+    if (state->source_is_buffer) {
+      const BufferSource<Comp> source{candidates + row * layout.capacity,
+                                      int64_t(state->source_count)};
+      const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+      for (int64_t i = threadIdx.x; i < source.n; i += kBlockThreads) {
+        const Comp c = source.composite(i);
+        warp_append(is_winner<kBits>(c, start, final_sel), c, row_winners, &state->winners);
+      }
+    } else {
+      const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+      const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+      for (int64_t i = threadIdx.x; i < source.n; i += kBlockThreads) {
+        const Comp c = source.composite(i);
+        warp_append(is_winner<kBits>(c, start, final_sel), c, row_winners, &state->winners);
+      }
+    }
+  }
+  if (!sort_here) return;
+  __syncthreads();
+  for (int r = threadIdx.x; r < g.k; r += kBlockThreads) sh.winners[r] = row_winners[r];
+  __syncthreads();
+  sort_and_write(sh, int(g.k), g, input, values, indices, index64, o);
+}
+
+// Writes rows whose winners were sorted in global memory (k above kSortCapacity).
+template <class T>
+__global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
+                                    bool index64,
+                                    const Composite<typename KeyTraits<T>::Key>* winners) {
+  const int64_t total = g.rows * g.k;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = t / g.k, rank = t % g.k;
+    write_result(g, input, values, indices, index64, device_row_offsets(g, row), rank,
+                 composite_index(winners[t]));
+  }
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,108 @@
+// The launch sequence of each plan path, templated on the element type; included only by the
+// per-key-width files topk_key*.cu.
+#pragma once
+
+#include <algorithm>
+
+#include <cub/device/device_merge_sort.cuh>
+
+#include "core/error.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/topk_kernels.cuh"
+#include "cuda/topk_launch.hpp"
+
+namespace mtk {
+namespace cuda {
+
+struct DescendingComposite {
+  template <class Comp>
+  __device__ bool operator()(const Comp& a, const Comp& b) const {
+    return a > b;
+  }
+};
+
+template <class Comp>
+size_t merge_sort_temp_bytes_for(int64_t k) {
+  size_t bytes = 0;
+  check_cuda(cub::DeviceMergeSort::SortKeys(nullptr, bytes, static_cast<Comp*>(nullptr), k,
+                                            DescendingComposite{}),
+             "sizing the merge sort");
+  return bytes;
+}
+
+template <int Items, class T>
+void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
+  const RowGeometry& g = p.geometry;
+  const int64_t rows_per_block = kWarpRowThreads / 32;
+  const int64_t blocks = (g.rows + rows_per_block - 1) / rows_per_block;
+  warp_topk_kernel<T, Items><<<unsigned(blocks), kWarpRowThreads, 0, stream>>>(
+      g, static_cast<const T*>(p.input), p.values, p.indices, p.index_dtype == MTK_INT64,
+      p.largest);
+}
+
+template <class T>
+void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cudaStream_t stream) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  const RowGeometry& g = p.geometry;
+  const T* input = static_cast<const T*>(p.input);
+  const bool index64 = p.index_dtype == MTK_INT64;
+
+  switch (plan.path) {
+    case TopkPath::Warp:
+      switch (plan.warp_items) {
+        case 1: launch_warp_rows<1, T>(p, stream); break;
+        case 2: launch_warp_rows<2, T>(p, stream); break;
+        case 4: launch_warp_rows<4, T>(p, stream); break;
+        case 8: launch_warp_rows<8, T>(p, stream); break;
+        case 16: launch_warp_rows<16, T>(p, stream); break;
+        case 32: launch_warp_rows<32, T>(p, stream); break;
+        default: fail(MTK_ERROR_INTERNAL, "warp plan with ", plan.warp_items, " items per lane");
+      }
+      break;
+    case TopkPath::Block:
+      block_select_kernel<T><<<unsigned(g.rows), kBlockThreads, 0, stream>>>(
+          g, input, p.values, p.indices, index64, p.largest);
+      break;
+    case TopkPath::Multi: {
+      char* base = static_cast<char*>(scratch);
+      auto* states = reinterpret_cast<RowState<Comp>*>(base + plan.states_offset);
+      auto* winners = reinterpret_cast<Comp*>(base + plan.winners_offset);
+      auto* buffer0 = reinterpret_cast<Comp*>(base + plan.candidates_offset[0]);
+      auto* buffer1 = reinterpret_cast<Comp*>(base + plan.candidates_offset[1]);
+      const MultiLayout layout{plan.blocks_per_row, plan.capacity};
+      const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
+      check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
+                 "clearing top-k row state");
+      multi_histogram_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest, layout,
+                                                                    states);
+      static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
+      multi_filter_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
+          g, input, p.largest, layout, states, winners, buffer1, buffer0, 0, true);
+      multi_filter_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
+          g, input, p.largest, layout, states, winners, buffer0, buffer1, 1, false);
+      finish_kernel<T><<<unsigned(g.rows), kBlockThreads, 0, stream>>>(
+          g, input, p.values, p.indices, index64, p.largest, layout, states, winners, buffer1,
+          plan.sort_in_block);
+      if (!plan.sort_in_block) {
+        void* temp = base + plan.sort_temp_offset;
+        for (int64_t row = 0; row < g.rows; ++row) {
+          size_t temp_bytes = plan.sort_temp_bytes;
+          check_cuda(cub::DeviceMergeSort::SortKeys(temp, temp_bytes, winners + row * g.k, g.k,
+                                                    DescendingComposite{}, stream),
+                     "sorting the winners");
+        }
+        const int64_t total = g.rows * g.k;
+        const int threads = 256;
+        const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
+        write_sorted_kernel<T><<<unsigned(blocks), threads, 0, stream>>>(
+            g, input, p.values, p.indices, index64, winners);
+      }
+      break;
+    }
+  }
+  check_cuda(cudaGetLastError(), "launching top-k kernels");
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,30 @@
+// Entry points of the per-key-width kernel files (topk_key*.cu), one per width so the nine
+// dtypes compile in parallel and each file holds only the instantiations of its width.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/problem.hpp"
+#include "cuda/topk_plan.hpp"
+
+namespace mtk {
+namespace cuda {
+
+// Enqueues the whole top-k on `stream`; `scratch` holds plan.workspace_bytes bytes.
+void launch_topk_key8(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
+                      cudaStream_t stream);
+void launch_topk_key16(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
+                       cudaStream_t stream);
+void launch_topk_key32(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
+                       cudaStream_t stream);
+void launch_topk_key64(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
+                       cudaStream_t stream);
+
+// sizeof of the per-row pipeline state and of a composite, and CUB's merge-sort scratch for
+// `k` composites, for each key width in bytes (1, 2, 4, 8).
+size_t row_state_bytes(int key_bytes);
+size_t composite_bytes(int key_bytes);
+size_t merge_sort_temp_bytes(int key_bytes, int64_t k);
+
+}  // namespace cuda
+}  // namespace mtk

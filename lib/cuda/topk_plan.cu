@@ -1,0 +1,92 @@
+// make_topk_plan: the shape-class heuristic and the exact scratch layout (see topk_plan.hpp).
+#include <algorithm>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "cuda/topk_launch.cuh"
+#include "cuda/topk_plan.hpp"
+
+namespace mtk {
+namespace cuda {
+namespace {
+
+constexpr int64_t kTargetBlocksPerSm = 4;
+constexpr int64_t kMinElementsPerBlock = 8192;
+constexpr int64_t kMinCapacity = 16384;
+constexpr int64_t kCapacityDivisor = 32;  // candidate buffer: 1/32 of the row, at least 16384
+constexpr size_t kAlignment = 256;
+constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);  // indices fit 32 bits, see Composite
+
+size_t align_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+template <class Key>
+size_t row_state_bytes_of() { return sizeof(RowState<Composite<Key>>); }
+
+}  // namespace
+
+size_t row_state_bytes(int key_bytes) {
+  switch (key_bytes) {
+    case 1: return row_state_bytes_of<uint8_t>();
+    case 2: return row_state_bytes_of<uint16_t>();
+    case 4: return row_state_bytes_of<uint32_t>();
+    default: return row_state_bytes_of<uint64_t>();
+  }
+}
+
+size_t composite_bytes(int key_bytes) {
+  return key_bytes == 8 ? sizeof(Composite<uint64_t>) : sizeof(Composite<uint32_t>);
+}
+
+size_t merge_sort_temp_bytes(int key_bytes, int64_t k) {
+  return key_bytes == 8 ? merge_sort_temp_bytes_for<Composite<uint64_t>>(k)
+                        : merge_sort_temp_bytes_for<Composite<uint32_t>>(k);
+}
+
+TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
+  const int64_t rows = key.rows, n = key.n, k = key.k;
+  if (n > kMaxRowLength) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "rows of ", n, " elements exceed the CUDA backend's limit of ",
+         kMaxRowLength, " elements per row");
+  }
+  TopkPlan plan;
+  if (n <= int64_t(kWarpMaxItems) * 32 && k <= kWarpMaxK) {
+    plan.path = TopkPath::Warp;
+    plan.warp_items = 1;
+    while (int64_t(plan.warp_items) * 32 < n) plan.warp_items *= 2;
+    return plan;
+  }
+  const int64_t target_blocks = kTargetBlocksPerSm * std::max(sm_count, 1);
+  const int64_t by_occupancy = (target_blocks + rows - 1) / rows;
+  const int64_t by_length = (n + kMinElementsPerBlock - 1) / kMinElementsPerBlock;
+  const int64_t blocks_per_row = std::max<int64_t>(1, std::min(by_occupancy, by_length));
+  if (blocks_per_row == 1 && k <= kSortCapacity) {
+    plan.path = TopkPath::Block;
+    return plan;
+  }
+  plan.path = TopkPath::Multi;
+  plan.blocks_per_row = int(blocks_per_row);
+  plan.capacity = std::min(n, std::max(kMinCapacity, n / kCapacityDivisor));
+  plan.sort_in_block = k <= kSortCapacity;
+
+  const int key_bytes = int(dtype_info(key.dtype)->size);
+  const size_t comp = composite_bytes(key_bytes);
+  size_t offset = 0;
+  plan.states_offset = offset;
+  offset += align_up(size_t(rows) * row_state_bytes(key_bytes));
+  plan.winners_offset = offset;
+  offset += align_up(size_t(rows) * size_t(k) * comp);
+  for (size_t& buffer : plan.candidates_offset) {
+    buffer = offset;
+    offset += align_up(size_t(rows) * size_t(plan.capacity) * comp);
+  }
+  if (!plan.sort_in_block) {
+    plan.sort_temp_offset = offset;
+    plan.sort_temp_bytes = merge_sort_temp_bytes(key_bytes, k);
+    offset += align_up(plan.sort_temp_bytes);
+  }
+  plan.workspace_bytes = offset;
+  return plan;
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,60 @@
+// The host-side policy of the CUDA backend: which kernel family serves a problem, how the work
+// is split, and the exact scratch it needs. Plans depend only on (dtype, rows, n, k) and the
+// device, so the backend caches them (mtk::LruCache; hits and misses reach mtk_cache_stats).
+//
+// Heuristic:
+//  - Warp: n <= 1024 and k <= 32. A warp per row, everything in registers, no scratch. Covers
+//    MoE routing (128..1024 experts, top-1..32), any row count.
+//  - Block: otherwise, when one block per row already gives the GPU enough blocks (rows >=
+//    kTargetBlocksPerSm * SMs, or rows too short to split) and k <= kSortCapacity. No scratch.
+//  - Multi: everything else (long rows, few rows, or large k). Each row is split over
+//    blocks_per_row blocks so that rows * blocks_per_row ~ kTargetBlocksPerSm * SMs, with at
+//    least kMinElementsPerBlock elements each. Scratch: per-row state, the k winners, and two
+//    candidate buffers of `capacity` composites per row; plus CUB merge-sort temporary storage
+//    when k > kSortCapacity.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "metaltopk.h"
+
+namespace mtk {
+namespace cuda {
+
+enum class TopkPath { Warp, Block, Multi };
+
+struct TopkPlan {
+  TopkPath path = TopkPath::Warp;
+  int warp_items = 0;           // Warp: elements per lane (a power of two, 1..32)
+  int blocks_per_row = 1;       // Multi
+  int64_t capacity = 0;         // Multi: candidate slots per row and buffer
+  bool sort_in_block = true;    // Multi: k fits the finish kernel's shared-memory sort
+  size_t states_offset = 0, winners_offset = 0, candidates_offset[2] = {0, 0};
+  size_t sort_temp_offset = 0, sort_temp_bytes = 0;
+  size_t workspace_bytes = 0;   // exact scratch for the call (0 for Warp and Block)
+};
+
+struct PlanKey {
+  mtk_dtype dtype;
+  int64_t rows, n, k;
+  bool operator==(const PlanKey& o) const {
+    return dtype == o.dtype && rows == o.rows && n == o.n && k == o.k;
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    size_t h = std::hash<int64_t>()(key.rows);
+    h = h * 1000003u ^ std::hash<int64_t>()(key.n);
+    h = h * 1000003u ^ std::hash<int64_t>()(key.k);
+    return h * 1000003u ^ size_t(key.dtype);
+  }
+};
+
+// Throws MTK_ERROR_INVALID_ARGUMENT for rows longer than the backend handles (2^32 - 2).
+TopkPlan make_topk_plan(const PlanKey& key, int sm_count);
+
+}  // namespace cuda
+}  // namespace mtk

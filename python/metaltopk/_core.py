@@ -1,0 +1,383 @@
+"""The Python face of the C ABI: dtype mapping, contexts, error translation and topk."""
+
+import atexit
+import operator
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from ._ffi import ffi, lib
+
+try:
+    from ml_dtypes import bfloat16 as _bfloat16
+except ImportError:  # bfloat16 arrays cannot exist without ml_dtypes
+    _bfloat16 = None
+
+# ---- dtypes ---------------------------------------------------------------------------------
+
+# Contract dtype name -> mtk_dtype. Names are what numpy (and ml_dtypes) call them.
+DTYPE_CODES = {
+    "float32": lib.MTK_FLOAT32,
+    "float16": lib.MTK_FLOAT16,
+    "bfloat16": lib.MTK_BFLOAT16,
+    "float64": lib.MTK_FLOAT64,
+    "int8": lib.MTK_INT8,
+    "uint8": lib.MTK_UINT8,
+    "int16": lib.MTK_INT16,
+    "int32": lib.MTK_INT32,
+    "int64": lib.MTK_INT64,
+}
+
+_NUMPY_KIND_NAMES = {("f", 2): "float16", ("f", 4): "float32", ("f", 8): "float64",
+                     ("i", 1): "int8", ("i", 2): "int16", ("i", 4): "int32", ("i", 8): "int64",
+                     ("u", 1): "uint8"}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The contract name of a numpy dtype, or TypeError for any dtype the contract excludes."""
+    dtype = np.dtype(dtype)
+    if _bfloat16 is not None and dtype == _bfloat16:
+        return "bfloat16"
+    name = _NUMPY_KIND_NAMES.get((dtype.kind, dtype.itemsize))
+    if name is None or dtype.fields is not None:
+        raise TypeError(f"metaltopk.topk: dtype {dtype} is not supported (supported: "
+                        + ", ".join(DTYPE_CODES) + ")")
+    return name
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    return np.dtype(_bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+_EXCEPTIONS = {
+    lib.MTK_ERROR_INVALID_ARGUMENT: ValueError,
+    lib.MTK_ERROR_INVALID_DIM: IndexError,
+    lib.MTK_ERROR_UNSUPPORTED_DTYPE: TypeError,
+    lib.MTK_ERROR_OUT_OF_MEMORY: MemoryError,
+    lib.MTK_ERROR_BACKEND_UNAVAILABLE: RuntimeError,
+    lib.MTK_ERROR_DEVICE: RuntimeError,
+    lib.MTK_ERROR_INVALID_CONTEXT: ValueError,
+    lib.MTK_ERROR_INTERNAL: RuntimeError,
+}
+
+
+def check(status: int, backend: Optional[str] = None) -> None:
+    """Raises the contract's exception for a failed call, carrying the library's message.
+    Must run on the thread that made the call: the message is thread-local."""
+    if status == lib.MTK_SUCCESS:
+        return
+    message = ffi.string(lib.mtk_last_error_message()).decode("utf-8", "replace")
+    if not message:
+        message = ffi.string(lib.mtk_status_string(status)).decode()
+    if backend is not None and backend not in message and status in (
+            lib.MTK_ERROR_BACKEND_UNAVAILABLE, lib.MTK_ERROR_DEVICE):
+        message = f"{backend} backend: {message}"
+    raise _EXCEPTIONS.get(status, RuntimeError)(message)
+
+
+# ---- backends and contexts ------------------------------------------------------------------
+
+BACKEND_CODES = {
+    "default": lib.MTK_BACKEND_DEFAULT,
+    "cpu": lib.MTK_BACKEND_CPU,
+    "cuda": lib.MTK_BACKEND_CUDA,
+    "metal": lib.MTK_BACKEND_METAL,
+    "mpsgraph": lib.MTK_BACKEND_MPSGRAPH,
+}
+
+
+def _backend_key(backend: Optional[str]) -> str:
+    name = "default" if backend is None else backend
+    if name not in BACKEND_CODES:
+        raise ValueError(f"metaltopk: backend = {backend!r} is not one of "
+                         + ", ".join(repr(b) for b in BACKEND_CODES))
+    return name
+
+
+def backends() -> dict:
+    """{name: {"compiled": bool, "available": bool}} for every concrete backend."""
+    result = {}
+    for name, code in BACKEND_CODES.items():
+        if name == "default":
+            continue
+        compiled, available = ffi.new("int*"), ffi.new("int*")
+        check(lib.mtk_backend_query(code, compiled, available))
+        result[name] = {"compiled": bool(compiled[0]), "available": bool(available[0])}
+    return result
+
+
+class _Context:
+    """One library context; `backend` is the resolved name ("default" resolves at creation)."""
+
+    def __init__(self, requested: str, device_index: int):
+        handle = ffi.new("mtk_context*")
+        check(lib.mtk_context_create(BACKEND_CODES[requested], device_index, handle), requested)
+        self.handle = handle[0]
+        resolved = ffi.new("mtk_backend*")
+        check(lib.mtk_context_backend(self.handle, resolved))
+        self.backend = ffi.string(lib.mtk_backend_name(resolved[0])).decode()
+
+    @property
+    def on_host(self) -> bool:
+        return self.backend == "cpu"
+
+    def destroy(self) -> None:
+        if self.handle is not None:
+            lib.mtk_context_destroy(self.handle)
+            self.handle = None
+
+
+_contexts = {}
+_contexts_lock = threading.Lock()
+
+
+def context(backend: Optional[str] = None, device_index: int = 0) -> _Context:
+    """The process-wide context of a backend and device, created on first use."""
+    key = (_backend_key(backend), device_index)
+    with _contexts_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            ctx = _contexts[key] = _Context(*key)
+        return ctx
+
+
+@atexit.register
+def _destroy_contexts() -> None:
+    with _contexts_lock:
+        for ctx in _contexts.values():
+            ctx.destroy()
+        _contexts.clear()
+
+
+def cache_stats(backend: Optional[str] = None) -> dict:
+    """Plan/pipeline cache counters and scratch bytes of the backend's context."""
+    stats = ffi.new("mtk_cache_stats*")
+    check(lib.mtk_context_cache_stats(context(backend).handle, stats))
+    return {"hits": stats.hits, "misses": stats.misses, "entries": stats.entries,
+            "scratch_bytes": stats.scratch_bytes}
+
+
+# ---- tensors --------------------------------------------------------------------------------
+
+
+@dataclass
+class DeviceTensor:
+    """A tensor in a backend's device memory, as an array adapter (see register_array_adapter)
+    describes it. `owner` keeps the memory alive and is what topk returns for outputs."""
+
+    owner: object
+    data: int                 # address of element 0 (strides apply from here)
+    dtype: str                # a DTYPE_CODES name
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]  # in elements
+    backend: str              # "cuda", "metal", ...
+    device_index: int
+    stream: int               # the backend's queue handle, 0 for the default
+    # Allocates a contiguous output on the same device and returns its DeviceTensor.
+    new_empty: Callable[[Tuple[int, ...], str], "DeviceTensor"]
+
+
+# Callables obj -> DeviceTensor | None, tried in order for inputs that are not numpy arrays.
+_array_adapters = []
+
+
+def register_array_adapter(adapter: Callable[[object], Optional[DeviceTensor]]) -> None:
+    """Lets another module (e.g. DLPack support for torch/CuPy) hand device tensors to topk."""
+    _array_adapters.append(adapter)
+
+
+def _describe(data: int, dtype: str, shape, strides):
+    if len(shape) > lib.MTK_MAX_NDIM:
+        raise ValueError(f"metaltopk.topk: input.ndim = {len(shape)} exceeds MTK_MAX_NDIM = "
+                         f"{lib.MTK_MAX_NDIM}")
+    t = ffi.new("mtk_tensor*")
+    t.data = ffi.cast("void*", data)
+    t.dtype = DTYPE_CODES[dtype]
+    t.ndim = len(shape)
+    for d, (size, stride) in enumerate(zip(shape, strides)):
+        t.sizes[d] = size
+        t.strides[d] = stride
+    return t
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _normalized_dim_and_k(shape, k, dim):
+    """(dim, k) normalised, or None where the library must report the error."""
+    rank = max(len(shape), 1)
+    if not -rank <= dim < rank:
+        return None
+    dim %= rank
+    n = shape[dim] if shape else 1
+    return (dim, k) if 0 <= k <= n else None
+
+
+def _output_shape(shape, dim, k):
+    return tuple(k if d == dim else s for d, s in enumerate(shape))
+
+
+def _raise_argument_error(ctx, tensor, k, dim, largest, sorted):
+    """Lets the library itself reject k or dim so the exception carries its message."""
+    size = ffi.new("size_t*")
+    check(lib.mtk_topk_workspace_size(ctx.handle, tensor, k, dim, largest, sorted,
+                                      lib.MTK_INT64, size), ctx.backend)
+    raise AssertionError(f"metaltopk: the library accepted k = {k}, dim = {dim}")
+
+
+def _as_native_array(x) -> np.ndarray:
+    """x as a numpy array of native byte order, aligned, with strides of whole elements."""
+    array = np.asarray(x)
+    dtype_name(array.dtype)  # TypeError before any copy
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    # The library reads whole, aligned elements: anything else goes through a compact copy.
+    if not array.flags.aligned or any(s % array.itemsize for s in array.strides):
+        array = np.ascontiguousarray(array)
+    return array
+
+
+def _topk_host(ctx, array, name, k, dim, largest, sorted):
+    tensor = _describe(array.ctypes.data, name, array.shape,
+                       tuple(s // array.itemsize for s in array.strides))
+    normalized = _normalized_dim_and_k(array.shape, k, dim)
+    if normalized is None:
+        _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
+    out_shape = _output_shape(array.shape, *normalized)
+    values = np.empty(out_shape, dtype=array.dtype)
+    indices = np.empty(out_shape, dtype=np.int64)
+    strides = _contiguous_strides(out_shape)
+    values_t = _describe(values.ctypes.data, name, out_shape, strides)
+    indices_t = _describe(indices.ctypes.data, "int64", out_shape, strides)
+    check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
+                       ffi.NULL), ctx.backend)
+    return values, indices
+
+
+class _DeviceBuffers:
+    """Device allocations of one call, all freed when the call ends, successful or not."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.pointers = []
+
+    def allocate(self, nbytes: int) -> int:
+        out = ffi.new("void**")
+        check(lib.mtk_malloc(self.ctx.handle, nbytes, out), self.ctx.backend)
+        if out[0] != ffi.NULL:
+            self.pointers.append(out[0])
+        return int(ffi.cast("uintptr_t", out[0]))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        for pointer in self.pointers:
+            lib.mtk_free(self.ctx.handle, pointer)
+        self.pointers.clear()
+
+
+def _memcpy(ctx, dst: int, src: int, nbytes: int, kind) -> None:
+    if nbytes:
+        check(lib.mtk_memcpy(ctx.handle, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes,
+                             kind, ffi.NULL), ctx.backend)
+
+
+def _byte_extent(array):
+    """(lowest, highest + itemsize) byte offsets, relative to element 0, that array touches."""
+    if array.size == 0:
+        return 0, 0
+    low = high = 0
+    for size, stride in zip(array.shape, array.strides):
+        reach = (size - 1) * stride
+        if reach < 0:
+            low += reach
+        else:
+            high += reach
+    return low, high + array.itemsize
+
+
+def _topk_via_device(ctx, array, name, k, dim, largest, sorted):
+    """A numpy array on a GPU backend: the input's memory span goes up with its strides intact
+    (so device kernels see the same layout), outputs come back contiguous."""
+    strides = tuple(s // array.itemsize for s in array.strides)
+    normalized = _normalized_dim_and_k(array.shape, k, dim)
+    if normalized is None:
+        probe = _describe(array.ctypes.data, name, array.shape, strides)
+        _raise_argument_error(ctx, probe, k, dim, largest, sorted)
+    out_shape = _output_shape(array.shape, *normalized)
+    values = np.empty(out_shape, dtype=array.dtype)
+    indices = np.empty(out_shape, dtype=np.int64)
+    out_strides = _contiguous_strides(out_shape)
+    low, high = _byte_extent(array)
+    host = array.ctypes.data
+    with _DeviceBuffers(ctx) as buffers:
+        device_in = buffers.allocate(high - low)
+        device_values = buffers.allocate(values.nbytes)
+        device_indices = buffers.allocate(indices.nbytes)
+        _memcpy(ctx, device_in, host + low, high - low, lib.MTK_COPY_HOST_TO_DEVICE)
+        tensor = _describe(device_in - low if array.size else 0, name, array.shape, strides)
+        values_t = _describe(device_values, name, out_shape, out_strides)
+        indices_t = _describe(device_indices, "int64", out_shape, out_strides)
+        try:
+            check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
+                               ffi.NULL), ctx.backend)
+            _memcpy(ctx, values.ctypes.data, device_values, values.nbytes,
+                    lib.MTK_COPY_DEVICE_TO_HOST)
+            _memcpy(ctx, indices.ctypes.data, device_indices, indices.nbytes,
+                    lib.MTK_COPY_DEVICE_TO_HOST)
+        finally:
+            # Host buffers and device memory must outlive the queued work, even on failure.
+            check(lib.mtk_synchronize(ctx.handle, ffi.NULL), ctx.backend)
+    return values, indices
+
+
+def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
+    if backend not in (None, "default", view.backend):
+        raise ValueError(f"metaltopk.topk: the input lives on the {view.backend} backend but "
+                         f"backend = {backend!r} was asked for")
+    ctx = context(view.backend, view.device_index)
+    tensor = _describe(view.data, view.dtype, view.shape, view.strides)
+    normalized = _normalized_dim_and_k(view.shape, k, dim)
+    if normalized is None:
+        _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
+    out_shape = _output_shape(view.shape, *normalized)
+    values = view.new_empty(out_shape, view.dtype)
+    indices = view.new_empty(out_shape, "int64")
+    values_t = _describe(values.data, values.dtype, values.shape, values.strides)
+    indices_t = _describe(indices.data, indices.dtype, indices.shape, indices.strides)
+    check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
+                       ffi.cast("void*", view.stream)), ctx.backend)
+    return values.owner, indices.owner
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
+    """The k largest (or smallest) entries of x along dim, as (values, indices).
+
+    Follows the metaltopk contract exactly: NaN ranks above +inf, -0.0 == +0.0, ties go to the
+    lower index, values are bit-exact copies; indices are int64. numpy arrays (any strides,
+    0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy arrays on every backend.
+    """
+    k = operator.index(k)
+    dim = operator.index(dim)
+    largest = 1 if largest else 0
+    sorted = 1 if sorted else 0
+    if not isinstance(x, np.ndarray):
+        for adapter in _array_adapters:
+            view = adapter(x)
+            if view is not None:
+                return _topk_device_tensor(view, k, dim, largest, sorted, backend)
+    array = _as_native_array(x)
+    name = dtype_name(array.dtype)
+    ctx = context(backend)
+    run = _topk_host if ctx.on_host else _topk_via_device
+    return run(ctx, array, name, k, dim, largest, sorted)

@@ -1,0 +1,17 @@
+# CUDA backend conformance: the exhaustive bit-exact driver (tests/cuda/cuda_conformance.cpp).
+# It exits 2 when no CUDA device is present, which counts as skipped here (CI has no GPU; the
+# GPU runs go through tests/gpu/run_all.sh on the device machine).
+CUDA_CONFORMANCE := $(BUILD)/tests/cuda_conformance
+CUDA_CONFORMANCE_ARGS ?=
+
+$(CUDA_CONFORMANCE): tests/cuda/cuda_conformance.cpp include/metaltopk.h $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude $< -o $@ -L$(BUILD) -lmetaltopk \
+	  -Wl,-rpath,$(abspath $(BUILD))
+
+.PHONY: test-cuda
+test-cuda: $(CUDA_CONFORMANCE)
+	@$(CUDA_CONFORMANCE) $(CUDA_CONFORMANCE_ARGS); status=$$?; \
+	  if [ $$status -eq 2 ]; then echo "test-cuda: skipped (no CUDA device)"; else exit $$status; fi
+
+TEST_TARGETS += test-cuda

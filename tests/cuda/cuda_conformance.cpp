@@ -1,0 +1,560 @@
+// Exhaustive CUDA-backend conformance through the C ABI: every dtype, both directions, sorted
+// and unsorted, int64/int32 indices, strided/negative/zero-stride inputs, strided outputs, and
+// shapes straddling every switch point of the CUDA plan (warp / block / multi-block, the
+// shared-memory sort limit, candidate-buffer overflow). Each result is compared bit for bit
+// with an independent host reference (a stable sort under the contract's order, written here
+// without the library's key mapping) and with the CPU backend.
+//
+// Usage: cuda_conformance [--quick] (--quick: rows*n <= 50000 and fewer data kinds, for the
+// sanitizers). Exits 0 when every case passes, 1 on the first mismatch
+// class (all mismatches are listed), 2 when no CUDA device is available.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "metaltopk.h"
+
+namespace {
+
+int failures = 0;
+int cases = 0;
+
+#define CHECK_OK(call)                                                                   \
+  do {                                                                                   \
+    mtk_status s_ = (call);                                                              \
+    if (s_ != MTK_SUCCESS) {                                                             \
+      std::fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
+                   mtk_status_string(s_), mtk_last_error_message());                     \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+size_t dtype_size(mtk_dtype d) {
+  switch (d) {
+    case MTK_INT8: case MTK_UINT8: return 1;
+    case MTK_FLOAT16: case MTK_BFLOAT16: case MTK_INT16: return 2;
+    case MTK_FLOAT32: case MTK_INT32: return 4;
+    default: return 8;
+  }
+}
+
+const char* dtype_label(mtk_dtype d) {
+  static const char* names[] = {"f32", "f16", "bf16", "f64", "i8", "u8", "i16", "i32", "i64"};
+  return names[d];
+}
+
+// ---- the reference's own view of values: (is_nan, numeric value) ----------------------------
+
+double half_to_double(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double v;
+  if (exp == 0) v = std::ldexp(double(mant), -24);
+  else if (exp == 31) v = mant ? NAN : INFINITY;
+  else v = std::ldexp(double(mant | 0x400), exp - 25);
+  return sign ? -v : v;
+}
+
+double bf16_to_double(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Total order for ranking: NaN above everything; -0 == +0 falls out of double comparison.
+// int64 is compared as integers (doubles would merge neighbours).
+struct Value {
+  bool nan;
+  double real;
+  int64_t integer;
+  bool is_int;
+};
+
+Value value_at(const uint8_t* p, mtk_dtype d) {
+  Value v{false, 0, 0, false};
+  switch (d) {
+    case MTK_FLOAT32: { float f; std::memcpy(&f, p, 4); v.nan = std::isnan(f); v.real = f; break; }
+    case MTK_FLOAT64: { double f; std::memcpy(&f, p, 8); v.nan = std::isnan(f); v.real = f; break; }
+    case MTK_FLOAT16: { uint16_t h; std::memcpy(&h, p, 2); v.real = half_to_double(h); v.nan = std::isnan(v.real); break; }
+    case MTK_BFLOAT16: { uint16_t h; std::memcpy(&h, p, 2); v.real = bf16_to_double(h); v.nan = std::isnan(v.real); break; }
+    case MTK_INT8: v.is_int = true; v.integer = *reinterpret_cast<const int8_t*>(p); break;
+    case MTK_UINT8: v.is_int = true; v.integer = *p; break;
+    case MTK_INT16: { int16_t x; std::memcpy(&x, p, 2); v.is_int = true; v.integer = x; break; }
+    case MTK_INT32: { int32_t x; std::memcpy(&x, p, 4); v.is_int = true; v.integer = x; break; }
+    case MTK_INT64: { int64_t x; std::memcpy(&x, p, 8); v.is_int = true; v.integer = x; break; }
+  }
+  return v;
+}
+
+int compare(const Value& a, const Value& b) {
+  if (a.is_int) return a.integer < b.integer ? -1 : a.integer > b.integer ? 1 : 0;
+  if (a.nan || b.nan) return int(a.nan) - int(b.nan);
+  return a.real < b.real ? -1 : a.real > b.real ? 1 : 0;
+}
+
+// ---- random inputs that stress the contract ----------------------------------------------
+
+enum class Data { Random, Special, FewDistinct, AllEqual, Ascending };
+const char* data_label(Data d) {
+  static const char* names[] = {"random", "special", "few-distinct", "all-equal", "ascending"};
+  return names[int(d)];
+}
+
+void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std::mt19937_64& rng) {
+  const size_t size = dtype_size(d);
+  bytes.resize(count * size);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  std::uniform_int_distribution<int> small(-2, 2);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t raw = rng();
+    double x;
+    switch (kind) {
+      case Data::Random: x = normal(rng); break;
+      case Data::Special: x = normal(rng); break;
+      case Data::FewDistinct: x = small(rng); break;
+      case Data::AllEqual: x = 1; break;
+      default: x = double(i % 100000) - 500; break;
+    }
+    uint8_t* p = bytes.data() + i * size;
+    const bool special = kind == Data::Special && raw % 5 == 0;
+    const int which = int((raw >> 8) % 8);
+    switch (d) {
+      case MTK_FLOAT32: {
+        float f = float(x);
+        uint32_t b;
+        std::memcpy(&b, &f, 4);
+        if (special) {
+          const uint32_t specials[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u,
+                                       0x7f800000u, 0xff800000u, 0x80000000u, 0x00000000u};
+          b = specials[which];
+        }
+        std::memcpy(p, &b, 4);
+        break;
+      }
+      case MTK_FLOAT64: {
+        uint64_t b;
+        std::memcpy(&b, &x, 8);
+        if (special) {
+          const uint64_t specials[] = {0x7ff8000000000000ull, 0xfff8000000000000ull,
+                                       0x7ff0000000000001ull, 0xfff0000000abcdefull,
+                                       0x7ff0000000000000ull, 0xfff0000000000000ull,
+                                       0x8000000000000000ull, 0ull};
+          b = specials[which];
+        }
+        std::memcpy(p, &b, 8);
+        break;
+      }
+      case MTK_FLOAT16: case MTK_BFLOAT16: {
+        uint16_t b;
+        if (d == MTK_BFLOAT16) {
+          float f = float(x);
+          uint32_t w;
+          std::memcpy(&w, &f, 4);
+          b = uint16_t(w >> 16);
+        } else {
+          // Small integers and halves are exact in f16; the generator's reals round coarsely.
+          const double r = std::round(x * 16) / 16;
+          const bool neg = r < 0 || (r == 0 && std::signbit(r));
+          double a = std::fabs(r);
+          uint16_t bits = 0;
+          if (a != 0) {
+            int e;
+            const double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+            const int biased = e - 1 + 15;
+            const uint16_t mant = uint16_t(std::lround((m * 2 - 1) * 1024)) & 0x3ff;
+            bits = uint16_t((biased << 10) | mant);
+          }
+          b = uint16_t(bits | (neg ? 0x8000 : 0));
+        }
+        if (special) {
+          const uint16_t specials16[] = {0x7e00, 0xfe00, 0x7c01, 0xfc23, 0x7c00, 0xfc00, 0x8000, 0};
+          const uint16_t specialsbf[] = {0x7fc0, 0xffc0, 0x7f81, 0xff92, 0x7f80, 0xff80, 0x8000, 0};
+          b = d == MTK_FLOAT16 ? specials16[which] : specialsbf[which];
+        }
+        std::memcpy(p, &b, 2);
+        break;
+      }
+      default: {
+        int64_t v = int64_t(std::llround(x * (kind == Data::Random ? 1000 : 1)));
+        if (kind == Data::Special) v = int64_t(raw);  // full range, extremes included
+        if (kind == Data::Special && which == 0) v = INT64_MIN;
+        switch (d) {
+          case MTK_INT8: { int8_t t = int8_t(v); std::memcpy(p, &t, 1); break; }
+          case MTK_UINT8: { uint8_t t = uint8_t(v); std::memcpy(p, &t, 1); break; }
+          case MTK_INT16: { int16_t t = int16_t(v); std::memcpy(p, &t, 2); break; }
+          case MTK_INT32: { int32_t t = int32_t(v); std::memcpy(p, &t, 4); break; }
+          default: std::memcpy(p, &v, 8); break;
+        }
+      }
+    }
+  }
+}
+
+// ---- one case -----------------------------------------------------------------------------
+
+struct Layout {
+  const char* name;
+  int64_t dim_stride_mult;  // stride along dim, in units of the row's natural stride
+  bool reversed;            // negative stride along dim
+  bool broadcast_rows;      // zero batch stride
+  bool transposed;          // dim is 0 of a [n, rows] buffer
+  int64_t out_stride;       // outputs' stride along dim
+};
+
+struct Case {
+  mtk_dtype dtype;
+  int64_t rows, n, k;
+  Data data;
+  Layout layout;
+  bool largest, sorted, index32;
+};
+
+struct Contexts {
+  mtk_context cuda, cpu;
+};
+
+// Runs `c` on ctx; returns values (as raw bytes per [row][rank]) and indices.
+void run_case(mtk_context ctx, bool device, const Case& c, const std::vector<uint8_t>& buffer,
+              int64_t base_elem, mtk_tensor input, std::vector<uint8_t>& values_out,
+              std::vector<int64_t>& indices_out, int repeat_check) {
+  const size_t size = dtype_size(c.dtype);
+  const int64_t out_elems = c.rows * c.k * c.layout.out_stride;
+  const size_t index_size = c.index32 ? 4 : 8;
+  void* in_dev = nullptr;
+  void* val_dev = nullptr;
+  void* idx_dev = nullptr;
+  std::vector<uint8_t> host_values(out_elems * size, 0xA5), host_indices(out_elems * index_size, 0xA5);
+  if (device) {
+    CHECK_OK(mtk_malloc(ctx, buffer.size(), &in_dev));
+    CHECK_OK(mtk_malloc(ctx, host_values.size(), &val_dev));
+    CHECK_OK(mtk_malloc(ctx, host_indices.size(), &idx_dev));
+    CHECK_OK(mtk_memcpy(ctx, in_dev, buffer.data(), buffer.size(), MTK_COPY_HOST_TO_DEVICE, nullptr));
+    CHECK_OK(mtk_memcpy(ctx, val_dev, host_values.data(), host_values.size(), MTK_COPY_HOST_TO_DEVICE, nullptr));
+    CHECK_OK(mtk_memcpy(ctx, idx_dev, host_indices.data(), host_indices.size(), MTK_COPY_HOST_TO_DEVICE, nullptr));
+    input.data = static_cast<uint8_t*>(in_dev) + base_elem * size;
+  } else {
+    input.data = const_cast<uint8_t*>(buffer.data()) + base_elem * size;
+    val_dev = host_values.data();
+    idx_dev = host_indices.data();
+  }
+  mtk_tensor values{}, indices{};
+  values.dtype = c.dtype;
+  indices.dtype = c.index32 ? MTK_INT32 : MTK_INT64;
+  values.ndim = indices.ndim = 2;
+  values.sizes[0] = indices.sizes[0] = c.rows;
+  values.sizes[1] = indices.sizes[1] = c.k;
+  values.strides[0] = indices.strides[0] = c.k * c.layout.out_stride;
+  values.strides[1] = indices.strides[1] = c.layout.out_stride;
+  values.data = val_dev;
+  indices.data = idx_dev;
+  std::vector<uint8_t> first_values;
+  std::vector<uint8_t> first_indices;
+  for (int rep = 0; rep < repeat_check; ++rep) {
+    CHECK_OK(mtk_topk(ctx, &input, c.k, 1, c.largest, c.sorted, &values, &indices, nullptr));
+    if (device) {
+      CHECK_OK(mtk_memcpy(ctx, host_values.data(), val_dev, host_values.size(), MTK_COPY_DEVICE_TO_HOST, nullptr));
+      CHECK_OK(mtk_memcpy(ctx, host_indices.data(), idx_dev, host_indices.size(), MTK_COPY_DEVICE_TO_HOST, nullptr));
+      CHECK_OK(mtk_synchronize(ctx, nullptr));
+    }
+    if (rep == 0) {
+      first_values = host_values;
+      first_indices = host_indices;
+    } else if (first_values != host_values || first_indices != host_indices) {
+      std::fprintf(stderr, "  nondeterministic result on repeat %d\n", rep);
+      ++failures;
+    }
+  }
+  if (device) {
+    CHECK_OK(mtk_free(ctx, in_dev));
+    CHECK_OK(mtk_free(ctx, val_dev));
+    CHECK_OK(mtk_free(ctx, idx_dev));
+  }
+  values_out.assign(c.rows * c.k * size, 0);
+  indices_out.assign(c.rows * c.k, 0);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t j = 0; j < c.k; ++j) {
+      const int64_t at = (r * c.k + j) * c.layout.out_stride;
+      std::memcpy(&values_out[(r * c.k + j) * size], &host_values[at * size], size);
+      if (c.index32) {
+        int32_t v;
+        std::memcpy(&v, &host_indices[at * 4], 4);
+        indices_out[r * c.k + j] = v;
+      } else {
+        std::memcpy(&indices_out[r * c.k + j], &host_indices[at * 8], 8);
+      }
+    }
+    // Strided outputs: the gaps must stay untouched.
+    if (c.layout.out_stride > 1) {
+      for (int64_t j = 0; j < c.k * c.layout.out_stride; ++j) {
+        if (j % c.layout.out_stride == 0) continue;
+        const int64_t at = r * c.k * c.layout.out_stride + j;
+        if (host_values[at * size] != 0xA5 || host_indices[at * index_size] != 0xA5) {
+          std::fprintf(stderr, "  output gap at %lld was written\n", (long long)at);
+          ++failures;
+          return;
+        }
+      }
+    }
+  }
+}
+
+bool check_case(const Contexts& ctx, const Case& c, std::mt19937_64& rng, bool verbose) {
+  ++cases;
+  const size_t size = dtype_size(c.dtype);
+  // Logical element (row r, position i) of the input.
+  const int64_t rows_stored = c.layout.broadcast_rows ? 1 : c.rows;
+  std::vector<uint8_t> logical;
+  fill(logical, size_t(rows_stored * c.n), c.dtype, c.data, rng);
+
+  // Physical buffer and strides.
+  const int64_t step = c.layout.dim_stride_mult;
+  int64_t row_stride, dim_stride;
+  if (c.layout.transposed) {
+    dim_stride = rows_stored * step;
+    row_stride = c.layout.broadcast_rows ? 0 : 1;
+  } else {
+    dim_stride = step;
+    row_stride = c.layout.broadcast_rows ? 0 : c.n * step;
+  }
+  const int64_t extent = (rows_stored - 1) * (c.layout.broadcast_rows ? 0 : (c.layout.transposed ? 1 : c.n * step)) +
+                         (c.n - 1) * dim_stride + 1;
+  std::vector<uint8_t> buffer(size_t(extent) * size);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = uint8_t(rng());  // garbage in the gaps
+  int64_t base = 0;
+  int64_t signed_dim_stride = dim_stride;
+  if (c.layout.reversed) {
+    base = (c.n - 1) * dim_stride;
+    signed_dim_stride = -dim_stride;
+  }
+  for (int64_t r = 0; r < rows_stored; ++r) {
+    for (int64_t i = 0; i < c.n; ++i) {
+      const int64_t at = base + r * row_stride + i * signed_dim_stride;
+      std::memcpy(&buffer[at * size], &logical[(r * c.n + i) * size], size);
+    }
+  }
+  mtk_tensor input{};
+  input.dtype = c.dtype;
+  input.ndim = 2;
+  input.sizes[0] = c.rows;
+  input.sizes[1] = c.n;
+  input.strides[0] = row_stride;
+  input.strides[1] = signed_dim_stride;
+
+  // Independent reference.
+  std::vector<uint8_t> ref_values(c.rows * c.k * size);
+  std::vector<int64_t> ref_indices(c.rows * c.k);
+  std::vector<int64_t> order(c.n);
+  std::vector<Value> vals(c.n);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const int64_t src_row = c.layout.broadcast_rows ? 0 : r;
+    for (int64_t i = 0; i < c.n; ++i) vals[i] = value_at(&logical[(src_row * c.n + i) * size], c.dtype);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const int cmp = compare(vals[a], vals[b]);
+      return c.largest ? cmp > 0 : cmp < 0;
+    });
+    for (int64_t j = 0; j < c.k; ++j) {
+      ref_indices[r * c.k + j] = order[j];
+      std::memcpy(&ref_values[(r * c.k + j) * size], &logical[(src_row * c.n + order[j]) * size], size);
+    }
+  }
+
+  bool ok = true;
+  auto compare_with = [&](const char* who, const std::vector<uint8_t>& v, const std::vector<int64_t>& idx) {
+    for (int64_t r = 0; r < c.rows && ok; ++r) {
+      if (c.sorted) {
+        for (int64_t j = 0; j < c.k; ++j) {
+          const int64_t at = r * c.k + j;
+          if (idx[at] != ref_indices[at] || std::memcmp(&v[at * size], &ref_values[at * size], size) != 0) {
+            std::fprintf(stderr, "  %s row %lld rank %lld: index %lld (reference %lld)\n", who,
+                         (long long)r, (long long)j, (long long)idx[at], (long long)ref_indices[at]);
+            ok = false;
+            break;
+          }
+        }
+      } else {
+        // Same index set; each value the bit copy of its element.
+        std::vector<int64_t> got(idx.begin() + r * c.k, idx.begin() + (r + 1) * c.k);
+        std::vector<int64_t> want(ref_indices.begin() + r * c.k, ref_indices.begin() + (r + 1) * c.k);
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        if (got != want) {
+          std::fprintf(stderr, "  %s row %lld: unsorted index set differs\n", who, (long long)r);
+          ok = false;
+        }
+        const int64_t src_row = c.layout.broadcast_rows ? 0 : r;
+        for (int64_t j = 0; j < c.k && ok; ++j) {
+          const int64_t at = r * c.k + j;
+          if (idx[at] < 0 || idx[at] >= c.n ||
+              std::memcmp(&v[at * size], &logical[(src_row * c.n + idx[at]) * size], size) != 0) {
+            std::fprintf(stderr, "  %s row %lld rank %lld: value is not the element's bits\n", who,
+                         (long long)r, (long long)j);
+            ok = false;
+          }
+        }
+      }
+    }
+  };
+  std::vector<uint8_t> got_values;
+  std::vector<int64_t> got_indices;
+  run_case(ctx.cuda, true, c, buffer, base, input, got_values, got_indices, 2);
+  compare_with("cuda", got_values, got_indices);
+  if (ok && ctx.cpu != nullptr && c.rows * c.n <= (1 << 22)) {
+    run_case(ctx.cpu, false, c, buffer, base, input, got_values, got_indices, 1);
+    compare_with("cpu", got_values, got_indices);
+  }
+  if (!ok || verbose) {
+    std::fprintf(ok ? stdout : stderr, "%s %s rows=%lld n=%lld k=%lld data=%s layout=%s largest=%d sorted=%d idx32=%d\n",
+                 ok ? "ok  " : "FAIL", dtype_label(c.dtype), (long long)c.rows, (long long)c.n,
+                 (long long)c.k, data_label(c.data), c.layout.name, c.largest, c.sorted, c.index32);
+  }
+  if (!ok) ++failures;
+  return ok;
+}
+
+// mtk_topk_with_workspace at exactly the reported size, and mtk_topk_alloc, on a multi-block shape.
+void check_workspace_and_alloc(mtk_context cuda) {
+  const int64_t n = 300000, k = 3000;
+  std::vector<float> host(n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (auto& x : host) x = normal(rng);
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return host[a] > host[b]; });
+
+  mtk_tensor input{};
+  input.dtype = MTK_FLOAT32;
+  input.ndim = 1;
+  input.sizes[0] = n;
+  input.strides[0] = 1;
+  CHECK_OK(mtk_malloc(cuda, n * 4, &input.data));
+  CHECK_OK(mtk_memcpy(cuda, input.data, host.data(), n * 4, MTK_COPY_HOST_TO_DEVICE, nullptr));
+  size_t bytes = 0;
+  CHECK_OK(mtk_topk_workspace_size(cuda, &input, k, 0, 1, 1, MTK_INT64, &bytes));
+  void* workspace = nullptr;
+  CHECK_OK(mtk_malloc(cuda, bytes, &workspace));
+  mtk_tensor values = input, indices = input;
+  values.sizes[0] = indices.sizes[0] = k;
+  indices.dtype = MTK_INT64;
+  CHECK_OK(mtk_malloc(cuda, k * 4, &values.data));
+  CHECK_OK(mtk_malloc(cuda, k * 8, &indices.data));
+  CHECK_OK(mtk_topk_with_workspace(cuda, &input, k, 0, 1, 1, &values, &indices, workspace, bytes, nullptr));
+  std::vector<int64_t> got(k);
+  CHECK_OK(mtk_memcpy(cuda, got.data(), indices.data, k * 8, MTK_COPY_DEVICE_TO_HOST, nullptr));
+  CHECK_OK(mtk_synchronize(cuda, nullptr));
+  ++cases;
+  if (!std::equal(got.begin(), got.end(), order.begin())) {
+    std::fprintf(stderr, "FAIL workspace path (workspace %zu bytes)\n", bytes);
+    ++failures;
+  }
+  const mtk_status small = mtk_topk_with_workspace(cuda, &input, k, 0, 1, 1, &values, &indices, workspace, bytes - 1, nullptr);
+  ++cases;
+  if (bytes > 0 && small != MTK_ERROR_INVALID_ARGUMENT) {
+    std::fprintf(stderr, "FAIL a workspace one byte short was accepted (%s)\n", mtk_status_string(small));
+    ++failures;
+  }
+  mtk_tensor v_out{}, i_out{};
+  CHECK_OK(mtk_topk_alloc(cuda, &input, k, 0, 1, 1, MTK_INT32, &v_out, &i_out, nullptr));
+  std::vector<int32_t> got32(k);
+  CHECK_OK(mtk_memcpy(cuda, got32.data(), i_out.data, k * 4, MTK_COPY_DEVICE_TO_HOST, nullptr));
+  CHECK_OK(mtk_synchronize(cuda, nullptr));
+  ++cases;
+  if (!std::equal(got32.begin(), got32.end(), order.begin())) {
+    std::fprintf(stderr, "FAIL mtk_topk_alloc int32 result\n");
+    ++failures;
+  }
+  CHECK_OK(mtk_tensor_free(cuda, &v_out));
+  CHECK_OK(mtk_tensor_free(cuda, &i_out));
+  for (void* p : {input.data, workspace, values.data, indices.data}) CHECK_OK(mtk_free(cuda, p));
+  mtk_cache_stats stats{};
+  CHECK_OK(mtk_context_cache_stats(cuda, &stats));
+  std::printf("cache: hits %llu misses %llu entries %llu scratch %llu bytes\n",
+              (unsigned long long)stats.hits, (unsigned long long)stats.misses,
+              (unsigned long long)stats.entries, (unsigned long long)stats.scratch_bytes);
+  ++cases;
+  if (stats.misses == 0 || stats.hits == 0) {
+    std::fprintf(stderr, "FAIL cache counters did not move\n");
+    ++failures;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  int compiled = 0, available = 0;
+  CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
+  if (!compiled || !available) {
+    std::printf("CUDA backend compiled=%d available=%d: nothing to test here\n", compiled, available);
+    return 2;
+  }
+  Contexts ctx{};
+  CHECK_OK(mtk_context_create(MTK_BACKEND_CUDA, 0, &ctx.cuda));
+  CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &ctx.cpu));
+  std::mt19937_64 rng(20261130);
+
+  const mtk_dtype dtypes[] = {MTK_FLOAT32, MTK_FLOAT16, MTK_BFLOAT16, MTK_FLOAT64, MTK_INT8,
+                              MTK_UINT8, MTK_INT16, MTK_INT32, MTK_INT64};
+  const Layout contiguous{"contiguous", 1, false, false, false, 1};
+  const Layout layouts[] = {
+      contiguous,
+      {"step3", 3, false, false, false, 1},
+      {"reversed", 1, true, false, false, 1},
+      {"broadcast-rows", 1, false, true, false, 1},
+      {"transposed", 1, false, false, true, 1},
+      {"strided-out", 1, false, false, false, 2},
+  };
+  // (rows, n, k) straddling: warp (n <= 1024, k <= 32), block (one block per row, k <= 2048),
+  // multi-block (few long rows), the shared sort limit (k 2048/2049), candidate capacity (16384).
+  struct Shape { int64_t rows, n, k; };
+  const Shape shapes[] = {
+      {1, 1, 1}, {3, 2, 2}, {5, 31, 7}, {4, 32, 32}, {7, 33, 1}, {64, 256, 8}, {9, 257, 31},
+      {3, 1000, 32}, {2, 1024, 17}, {2, 1025, 8}, {600, 300, 33}, {700, 5000, 100},
+      {2, 4095, 4095}, {3, 8193, 50}, {1, 20000, 2048}, {2, 20000, 2049}, {1, 70000, 1},
+      {2, 150000, 1024}, {1, 300000, 5000},
+  };
+  const Data datas[] = {Data::Random, Data::Special, Data::FewDistinct, Data::AllEqual, Data::Ascending};
+
+  for (const Shape& s : shapes) {
+    if (quick && s.rows * s.n > 50000) continue;  // quick: the small set for the sanitizers
+    for (mtk_dtype d : dtypes) {
+      for (Data data : datas) {
+        if (quick && data != Data::Special && data != Data::FewDistinct) continue;
+        const uint64_t pick = rng();
+        Case c{d, s.rows, s.n, s.k, data, contiguous, (pick & 1) != 0, (pick & 2) != 0, (pick & 4) != 0};
+        if (!c.index32 || s.n < (int64_t(1) << 31)) check_case(ctx, c, rng, false);
+      }
+    }
+    // Every layout, both directions, on two dtypes per shape.
+    for (const Layout& layout : layouts) {
+      for (mtk_dtype d : {MTK_BFLOAT16, MTK_FLOAT64}) {
+        for (int largest = 0; largest < 2; ++largest) {
+          Case c{d, s.rows, s.n, s.k, Data::Special, layout, largest != 0, true, false};
+          check_case(ctx, c, rng, false);
+          if (quick) break;
+        }
+      }
+    }
+  }
+  // Candidate-buffer overflow with one long row of ties (the bucket exceeds capacity twice).
+  for (mtk_dtype d : {MTK_FLOAT32, MTK_INT8, MTK_INT64}) {
+    Case c{d, 1, quick ? 40000 : 200000, 777, Data::FewDistinct, contiguous, true, true, false};
+    check_case(ctx, c, rng, true);
+    c.data = Data::AllEqual;
+    c.largest = false;
+    check_case(ctx, c, rng, true);
+  }
+  check_workspace_and_alloc(ctx.cuda);
+
+  CHECK_OK(mtk_context_destroy(ctx.cuda));
+  CHECK_OK(mtk_context_destroy(ctx.cpu));
+  std::printf("%d cases, %d failures\n", cases, failures);
+  return failures == 0 ? 0 : 1;
+}

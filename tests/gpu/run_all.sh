@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
+#   build for sm_90 -> exhaustive CUDA conformance -> pytest (CUDA params + torch/CuPy interop)
+#   -> compute-sanitizer memcheck and racecheck on the small set -> benchmark.
+# Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance pytest sanitize bench
+#        (default: all). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+STEPS=${*:-build conformance pytest sanitize bench}
+export PYTHONUNBUFFERED=1
+
+if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import cffi" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export METALTOPK_LIBRARY=$PWD/$BUILD/libmetaltopk.so
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# step NAME SECONDS COMMAND...: runs with a time limit, logs to $OUT/NAME.log, records status.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local status=$?
+  note "$name: exit $status in $((SECONDS - start)) s"
+  tail -n 15 "$OUT/$name.log"
+  return $status
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$SUMMARY"
+for s in $STEPS; do
+  case $s in
+    build)
+      step build 300 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" || exit 1 ;;
+    conformance)
+      step conformance 240 "$BUILD/tests/cuda_conformance" ;;
+    pytest)
+      step pytest 240 python3 -m pytest -q -rs -x -p no:cacheprovider tests/test_conformance.py \
+        tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;
+    sanitize)
+      step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_conformance" --quick
+      step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_conformance" --quick ;;
+    bench)
+      step bench 300 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" ;;
+    *) note "unknown step $s" ;;
+  esac
+done
+cat "$SUMMARY"

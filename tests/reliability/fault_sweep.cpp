@@ -1,0 +1,471 @@
+// Fault-injection sweep: for every backend available, every entry point that allocates or runs
+// work, and every kind of failure point, make the 1st, 2nd, ... failure point fail until the
+// call runs clean. Each injected failure must surface as its documented status and message,
+// leave caller-provided outputs byte-for-byte untouched, leave the allocating variant's outputs
+// NULL, and leak nothing (the library's live-allocation counter, and LeakSanitizer when built
+// with it). The clean run at the end of each sweep must give the correct result.
+//
+// Every sweep runs twice: on a fresh context (scratch not yet allocated, so its allocation
+// points are reached; the counter is checked after the context is destroyed) and on a warmed
+// context (scratch cached; the counter must not move across the failed call, which catches
+// caller-visible memory a failed call forgot in the context).
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "metaltopk.h"
+#include "metaltopk_testing.h"
+
+namespace {
+
+int failures = 0;
+
+void report(const std::string& where, const std::string& what) {
+  ++failures;
+  std::fprintf(stderr, "FAIL %s: %s\n", where.c_str(), what.c_str());
+}
+
+constexpr unsigned char kSentinel = 0x5A;
+
+struct SiteKind {
+  unsigned mask;
+  const char* name;
+  mtk_status status;
+  const char* message_part;
+};
+
+const SiteKind kSiteKinds[] = {
+    {MTK_FAULT_HOST_ALLOCATION, "host-alloc", MTK_ERROR_OUT_OF_MEMORY, "host allocation failed"},
+    {MTK_FAULT_DEVICE_ALLOCATION, "device-alloc", MTK_ERROR_OUT_OF_MEMORY, "injected fault"},
+    {MTK_FAULT_DEVICE_CALL, "device-call", MTK_ERROR_DEVICE, "injected fault"},
+    {MTK_FAULT_ENCODE_STEP, "encode", MTK_ERROR_DEVICE, "injected fault"},
+};
+
+// Device memory from the context under test, freed on scope exit; filled and read through
+// mtk_memcpy so the same code serves every backend.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(mtk_context ctx, size_t bytes) : ctx_(ctx), bytes_(bytes) {
+    if (mtk_malloc(ctx, bytes, &ptr_) != MTK_SUCCESS) {
+      std::fprintf(stderr, "mtk_malloc(%zu) failed: %s\n", bytes, mtk_last_error_message());
+      std::abort();
+    }
+  }
+  ~DeviceBuffer() { mtk_free(ctx_, ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host) const { copy(ptr_, host, MTK_COPY_HOST_TO_DEVICE); }
+  void fill_sentinel() const {
+    const std::vector<unsigned char> pattern(bytes_, kSentinel);
+    upload(pattern.data());
+  }
+  std::vector<unsigned char> download() const {
+    std::vector<unsigned char> host(bytes_);
+    copy(host.data(), ptr_, MTK_COPY_DEVICE_TO_HOST);
+    return host;
+  }
+
+ private:
+  void copy(void* dst, const void* src, mtk_copy_kind kind) const {
+    if (mtk_memcpy(ctx_, dst, src, bytes_, kind, nullptr) != MTK_SUCCESS ||
+        mtk_synchronize(ctx_, nullptr) != MTK_SUCCESS) {
+      std::fprintf(stderr, "copy failed: %s\n", mtk_last_error_message());
+      std::abort();
+    }
+  }
+
+  mtk_context ctx_;
+  size_t bytes_;
+  void* ptr_ = nullptr;
+};
+
+bool all_sentinel(const std::vector<unsigned char>& bytes) {
+  return std::all_of(bytes.begin(), bytes.end(), [](unsigned char b) { return b == kSentinel; });
+}
+
+mtk_tensor matrix(void* data, mtk_dtype dtype, int64_t rows, int64_t cols) {
+  mtk_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = cols;
+  t.strides[0] = cols;
+  t.strides[1] = 1;
+  return t;
+}
+
+// The outcome of one call as the sweep sees it.
+struct Outcome {
+  mtk_status status;
+  std::string message;
+  bool outputs_untouched;   // every caller-provided output byte still the sentinel
+  bool alloc_outputs_null;  // mtk_topk_alloc's outputs NULL (true for other variants)
+  bool result_correct;      // only meaningful on success
+};
+
+// Arms the failure points around exactly the call under test (setup and checks run unarmed) and
+// records what the call did meanwhile. A mask of 0 runs the call clean.
+class Injector {
+ public:
+  Injector(unsigned mask, uint64_t n) : mask_(mask), n_(n) {}
+  void arm() {
+    live_before_ = mtk_testing_live_allocations();
+    if (mask_ != 0) mtk_testing_fail_at(mask_, n_);
+  }
+  void disarm() {
+    points_seen_ = mask_ != 0 ? mtk_testing_failure_points_seen() : 0;
+    mtk_testing_reset();
+    live_after_ = mtk_testing_live_allocations();
+  }
+  // Whether the n-th failure point was reached (and so failed).
+  bool injected() const { return mask_ != 0 && points_seen_ >= n_; }
+  int64_t live_before() const { return live_before_; }
+  int64_t live_after() const { return live_after_; }
+
+ private:
+  unsigned mask_;
+  uint64_t n_;
+  uint64_t points_seen_ = 0;
+  int64_t live_before_ = 0, live_after_ = 0;
+};
+
+// One entry point on one problem: sets up its buffers on `ctx`, runs the call between
+// injector.arm() and injector.disarm(), and checks what it can.
+using Scenario = std::function<Outcome(mtk_context ctx, Injector& injector)>;
+
+// ---- top-k ---------------------------------------------------------------------------------
+
+struct TopkShape {
+  int64_t a, b;  // input [a, b]
+  int64_t k, dim;
+  int largest;
+};
+
+enum class TopkVariant { Plain, WithWorkspace, Alloc };
+
+// Distinct values per row: a permutation of 0..n-1 along dim, so the expected result is exact.
+std::vector<float> topk_input(const TopkShape& s) {
+  std::vector<float> x(static_cast<size_t>(s.a * s.b));
+  const int64_t n = s.dim == 0 ? s.a : s.b;
+  for (int64_t i = 0; i < s.a; ++i)
+    for (int64_t j = 0; j < s.b; ++j) {
+      const int64_t along = s.dim == 0 ? i : j, across = s.dim == 0 ? j : i;
+      x[i * s.b + j] = static_cast<float>((along * 7919 + across * 13) % n);
+    }
+  return x;
+}
+
+bool topk_result_correct(const TopkShape& s, const std::vector<float>& x, const float* values,
+                         const int64_t* indices) {
+  const int64_t n = s.dim == 0 ? s.a : s.b, rows = s.dim == 0 ? s.b : s.a;
+  const int64_t out_cols = s.dim == 0 ? s.b : s.k;
+  for (int64_t r = 0; r < rows; ++r) {
+    auto at = [&](int64_t along) { return s.dim == 0 ? x[along * s.b + r] : x[r * s.b + along]; };
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+      return s.largest ? at(p) > at(q) : at(p) < at(q);
+    });
+    for (int64_t j = 0; j < s.k; ++j) {
+      const int64_t out = s.dim == 0 ? j * out_cols + r : r * out_cols + j;
+      if (indices[out] != order[j] || values[out] != at(order[j])) return false;
+    }
+  }
+  return true;
+}
+
+Scenario topk_scenario(TopkShape s, TopkVariant variant) {
+  return [s, variant](mtk_context ctx, Injector& injector) {
+    const std::vector<float> x = topk_input(s);
+    const int64_t out_a = s.dim == 0 ? s.k : s.a, out_b = s.dim == 0 ? s.b : s.k;
+    const size_t out_count = static_cast<size_t>(out_a * out_b);
+    DeviceBuffer input(ctx, x.size() * sizeof(float));
+    input.upload(x.data());
+    const mtk_tensor in = matrix(input.get(), MTK_FLOAT32, s.a, s.b);
+    Outcome o{MTK_SUCCESS, "", true, true, false};
+    std::vector<unsigned char> values_bytes, indices_bytes;
+
+    if (variant == TopkVariant::Alloc) {
+      mtk_tensor values{}, indices{};
+      injector.arm();
+      o.status = mtk_topk_alloc(ctx, &in, s.k, s.dim, s.largest, 1, MTK_INT64, &values, &indices,
+                                nullptr);
+      injector.disarm();
+      o.message = mtk_last_error_message();
+      o.alloc_outputs_null = values.data == nullptr && indices.data == nullptr;
+      if (o.status == MTK_SUCCESS) {
+        std::vector<float> v(out_count);
+        std::vector<int64_t> idx(out_count);
+        mtk_memcpy(ctx, v.data(), values.data, out_count * sizeof(float), MTK_COPY_DEVICE_TO_HOST,
+                   nullptr);
+        mtk_memcpy(ctx, idx.data(), indices.data, out_count * 8, MTK_COPY_DEVICE_TO_HOST, nullptr);
+        mtk_synchronize(ctx, nullptr);
+        o.result_correct = topk_result_correct(s, x, v.data(), idx.data());
+        mtk_tensor_free(ctx, &values);
+        mtk_tensor_free(ctx, &indices);
+      }
+      return o;
+    }
+
+    DeviceBuffer values(ctx, out_count * sizeof(float)), indices(ctx, out_count * 8);
+    values.fill_sentinel();
+    indices.fill_sentinel();
+    const mtk_tensor v = matrix(values.get(), MTK_FLOAT32, out_a, out_b);
+    const mtk_tensor i = matrix(indices.get(), MTK_INT64, out_a, out_b);
+    if (variant == TopkVariant::Plain) {
+      injector.arm();
+      o.status = mtk_topk(ctx, &in, s.k, s.dim, s.largest, 1, &v, &i, nullptr);
+    } else {
+      size_t bytes = 0;
+      mtk_topk_workspace_size(ctx, &in, s.k, s.dim, s.largest, 1, MTK_INT64, &bytes);
+      DeviceBuffer workspace(ctx, bytes);
+      injector.arm();
+      o.status = mtk_topk_with_workspace(ctx, &in, s.k, s.dim, s.largest, 1, &v, &i,
+                                         workspace.get(), bytes, nullptr);
+    }
+    injector.disarm();
+    o.message = mtk_last_error_message();
+    mtk_synchronize(ctx, nullptr);
+    values_bytes = values.download();
+    indices_bytes = indices.download();
+    o.outputs_untouched = all_sentinel(values_bytes) && all_sentinel(indices_bytes);
+    if (o.status == MTK_SUCCESS) {
+      o.result_correct =
+          topk_result_correct(s, x, reinterpret_cast<const float*>(values_bytes.data()),
+                              reinterpret_cast<const int64_t*>(indices_bytes.data()));
+    }
+    return o;
+  };
+}
+
+// ---- MoE router ----------------------------------------------------------------------------
+
+struct RouteShape {
+  int64_t tokens, experts, k;
+  mtk_scoring scoring;
+  int64_t n_group, topk_group;
+  bool bias;
+};
+
+// Router results are compared with the same library's unfaulted run: the router's numerics are
+// the conformance suite's business; here what matters is that a faulted call changes nothing and
+// that the clean run after a sweep is the same as one that never saw a fault.
+struct RouteResult {
+  std::vector<unsigned char> weights, ids;
+};
+
+Scenario route_scenario(RouteShape s, std::shared_ptr<RouteResult> expected) {
+  return [s, expected](mtk_context ctx, Injector& injector) {
+    std::vector<float> logits(static_cast<size_t>(s.tokens * s.experts));
+    for (size_t i = 0; i < logits.size(); ++i) {
+      logits[i] = static_cast<float>((i * 2654435761u) % 1000) / 250.0f - 2.0f;
+    }
+    std::vector<float> bias_host(static_cast<size_t>(s.experts));
+    for (size_t e = 0; e < bias_host.size(); ++e) bias_host[e] = static_cast<float>(e % 7) * 0.01f;
+    DeviceBuffer logits_dev(ctx, logits.size() * sizeof(float));
+    DeviceBuffer bias_dev(ctx, bias_host.size() * sizeof(float));
+    DeviceBuffer weights(ctx, static_cast<size_t>(s.tokens * s.k) * sizeof(float));
+    DeviceBuffer ids(ctx, static_cast<size_t>(s.tokens * s.k) * sizeof(int32_t));
+    logits_dev.upload(logits.data());
+    bias_dev.upload(bias_host.data());
+    weights.fill_sentinel();
+    ids.fill_sentinel();
+    mtk_tensor bias{};
+    bias.data = bias_dev.get();
+    bias.dtype = MTK_FLOAT32;
+    bias.ndim = 1;
+    bias.sizes[0] = s.experts;
+    bias.strides[0] = 1;
+    const mtk_router_params params{s.k,          s.scoring, s.bias ? &bias : nullptr, s.n_group,
+                                   s.topk_group, 1,         2.5f};
+    const mtk_tensor l = matrix(logits_dev.get(), MTK_FLOAT32, s.tokens, s.experts);
+    const mtk_tensor w = matrix(weights.get(), MTK_FLOAT32, s.tokens, s.k);
+    const mtk_tensor i = matrix(ids.get(), MTK_INT32, s.tokens, s.k);
+    Outcome o{MTK_SUCCESS, "", true, true, false};
+    injector.arm();
+    o.status = mtk_moe_route(ctx, &l, &params, &w, &i, nullptr);
+    injector.disarm();
+    o.message = mtk_last_error_message();
+    mtk_synchronize(ctx, nullptr);
+    RouteResult got{weights.download(), ids.download()};
+    o.outputs_untouched = all_sentinel(got.weights) && all_sentinel(got.ids);
+    if (o.status == MTK_SUCCESS) {
+      if (expected->ids.empty()) *expected = got;  // the first clean run defines the result
+      o.result_correct = got.weights == expected->weights && got.ids == expected->ids;
+      const int32_t* id = reinterpret_cast<const int32_t*>(got.ids.data());
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        std::vector<int32_t> row(id + t * s.k, id + (t + 1) * s.k);
+        std::sort(row.begin(), row.end());
+        if (std::adjacent_find(row.begin(), row.end()) != row.end() || row.front() < 0 ||
+            row.back() >= s.experts) {
+          o.result_correct = false;
+        }
+      }
+    }
+    return o;
+  };
+}
+
+// ---- contexts ------------------------------------------------------------------------------
+
+Scenario context_create_scenario(mtk_backend backend) {
+  return [backend](mtk_context, Injector& injector) {
+    static int not_a_context;
+    mtk_context created = reinterpret_cast<mtk_context>(&not_a_context);  // must be overwritten
+    injector.arm();
+    Outcome o{mtk_context_create(backend, 0, &created), "", true, true, true};
+    injector.disarm();
+    o.message = mtk_last_error_message();
+    o.alloc_outputs_null = o.status == MTK_SUCCESS || created == nullptr;
+    if (o.status == MTK_SUCCESS) o.result_correct = mtk_context_destroy(created) == MTK_SUCCESS;
+    return o;
+  };
+}
+
+// ---- the sweep -----------------------------------------------------------------------------
+
+// Sweeps one scenario over one kind of failure point; returns how many points it made fail.
+uint64_t sweep(const std::string& where, mtk_backend backend, const Scenario& scenario,
+               const SiteKind& kind, bool warm) {
+  const uint64_t kMaxPoints = 10000;  // a runaway guard, far above any real call
+  for (uint64_t n = 1; n <= kMaxPoints; ++n) {
+    const std::string at = where + (warm ? " warm " : " cold ") + kind.name + " #" +
+                           std::to_string(n);
+    const int64_t live_at_start = mtk_testing_live_allocations();
+    mtk_context ctx = nullptr;
+    if (mtk_context_create(backend, 0, &ctx) != MTK_SUCCESS) {
+      report(at, std::string("context creation failed: ") + mtk_last_error_message());
+      return n - 1;
+    }
+    if (warm) {
+      Injector clean(0, 0);
+      scenario(ctx, clean);  // caches scratch, plans, pipelines
+    }
+    Injector injector(kind.mask, n);
+    const Outcome o = scenario(ctx, injector);
+    if (!injector.injected()) {
+      if (o.status != MTK_SUCCESS) {
+        report(at, "the clean run failed: " + o.message);
+      } else if (!o.result_correct) {
+        report(at, "the clean run gave a wrong result");
+      }
+    } else {
+      if (o.status != kind.status || o.message.find(kind.message_part) == std::string::npos) {
+        report(at, "status " + std::to_string(o.status) + " message \"" + o.message +
+                       "\", expected status " + std::to_string(kind.status) + " and \"" +
+                       kind.message_part + "\"");
+      }
+      if (!o.outputs_untouched) report(at, "a failed call wrote to its outputs");
+      if (!o.alloc_outputs_null) report(at, "a failed call left an allocated output non-NULL");
+      if (warm && injector.live_after() != injector.live_before()) {
+        report(at, "live allocations went from " + std::to_string(injector.live_before()) +
+                       " to " + std::to_string(injector.live_after()) + " across the failed call");
+      }
+    }
+    mtk_context_destroy(ctx);
+    const int64_t live_at_end = mtk_testing_live_allocations();
+    if (live_at_end != live_at_start) {
+      report(at, "live allocations went from " + std::to_string(live_at_start) + " to " +
+                     std::to_string(live_at_end) + " after destroying the context");
+    }
+    if (!injector.injected()) return n - 1;
+  }
+  report(where, "more than 10000 failure points: runaway sweep");
+  return kMaxPoints;
+}
+
+struct Entry {
+  std::string variant;
+  Scenario scenario;
+  bool warm_too;  // also sweep on a context that already ran the call
+};
+
+std::vector<Entry> entries(mtk_backend backend) {
+  std::vector<Entry> list;
+  // Shapes that reach different plans: one short row, many rows, one long row with a large k,
+  // k == n, and the reduction along dim 0.
+  const TopkShape shapes[] = {
+      {1, 256, 8, -1, 1}, {512, 1024, 50, -1, 1}, {1, 1 << 18, 1000, -1, 0},
+      {300, 64, 64, -1, 1}, {4096, 256, 8, 0, 1},
+  };
+  const std::pair<TopkVariant, const char*> variants[] = {
+      {TopkVariant::Plain, "mtk_topk"},
+      {TopkVariant::WithWorkspace, "mtk_topk_with_workspace"},
+      {TopkVariant::Alloc, "mtk_topk_alloc"},
+  };
+  for (const auto& [variant, name] : variants) {
+    for (const TopkShape& s : shapes) {
+      const std::string label = std::string(name) + " [" + std::to_string(s.a) + "x" +
+                                std::to_string(s.b) + " k=" + std::to_string(s.k) +
+                                " dim=" + std::to_string(s.dim) + "]";
+      list.push_back({label, topk_scenario(s, variant), true});
+    }
+  }
+  const RouteShape routes[] = {
+      {1, 256, 8, MTK_SCORING_SOFTMAX, 0, 0, false},
+      {512, 256, 8, MTK_SCORING_SIGMOID, 8, 4, true},
+      {300, 128, 6, MTK_SCORING_NONE, 0, 0, true},
+  };
+  for (const RouteShape& r : routes) {
+    const std::string label = "mtk_moe_route [" + std::to_string(r.tokens) + "x" +
+                              std::to_string(r.experts) + " k=" + std::to_string(r.k) +
+                              (r.n_group > 1 ? " grouped" : "") + (r.bias ? " bias" : "") + "]";
+    list.push_back({label, route_scenario(r, std::make_shared<RouteResult>()), true});
+  }
+  list.push_back({"mtk_context_create", context_create_scenario(backend), false});
+  return list;
+}
+
+}  // namespace
+
+int main() {
+  const int64_t live_at_start = mtk_testing_live_allocations();
+  const mtk_backend backends[] = {MTK_BACKEND_CPU, MTK_BACKEND_CUDA, MTK_BACKEND_METAL,
+                                  MTK_BACKEND_MPSGRAPH};
+  uint64_t total = 0;
+  for (mtk_backend backend : backends) {
+    int available = 0;
+    mtk_backend_query(backend, nullptr, &available);
+    if (!available) {
+      std::printf("%-8s not available here: skipped\n", mtk_backend_name(backend));
+      continue;
+    }
+    uint64_t backend_total = 0;
+    for (const Entry& entry : entries(backend)) {
+      const std::string where = std::string(mtk_backend_name(backend)) + " " + entry.variant;
+      std::string counts;
+      uint64_t entry_total = 0;
+      for (bool warm : {false, true}) {
+        if (warm && !entry.warm_too) continue;
+        counts += warm ? "  warm:" : "  cold:";
+        for (const SiteKind& kind : kSiteKinds) {
+          const uint64_t points = sweep(where, backend, entry.scenario, kind, warm);
+          counts += std::string(" ") + kind.name + "=" + std::to_string(points);
+          entry_total += points;
+        }
+      }
+      std::printf("%-8s %-52s %4" PRIu64 " failure points%s\n", mtk_backend_name(backend),
+                  entry.variant.c_str(), entry_total, counts.c_str());
+      std::fflush(stdout);
+      backend_total += entry_total;
+    }
+    std::printf("%-8s total: %" PRIu64 " failure points exercised\n", mtk_backend_name(backend),
+                backend_total);
+    total += backend_total;
+  }
+  if (mtk_testing_live_allocations() != live_at_start) {
+    report("process", "live allocations did not return to their starting value");
+  }
+  std::printf("fault sweep: %" PRIu64 " failure points exercised, %d failures\n", total, failures);
+  return failures == 0 ? 0 : 1;
+}

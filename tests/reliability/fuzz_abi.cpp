@@ -1,0 +1,657 @@
+// libFuzzer target over the C ABI's descriptors on the CPU backend: mtk_topk, mtk_topk_alloc
+// and mtk_moe_route with random ranks, sizes, strides, dims, k, dtypes (including unknown enum
+// values), output shapes and placements (including overlaps). An oracle of its own decides
+// whether each call is valid by the contract:
+//  - invalid calls must fail with a caller-error status and a message, write nothing, and leave
+//    allocating outputs NULL (their descriptors may point anywhere: they must not be read);
+//  - valid calls whose every element lies inside the fuzzer's own buffers must succeed and equal
+//    a brute-force reference (bit-exact values, exact indices; index sets when unsorted), and
+//    must write nothing outside their output elements;
+//  - valid calls that would reach outside those buffers are skipped (the library cannot know
+//    where the caller's memory ends).
+// The one deliberate leniency: an output the library's conservative self-overlap rule rejects
+// although no two elements coincide may fail with that message.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "metaltopk.h"
+
+namespace {
+
+constexpr size_t kArenaBytes = 1 << 15;
+constexpr unsigned char kSentinel = 0xC3;
+constexpr int64_t kMaxWork = 1 << 14;  // elements a valid call may touch, to keep runs fast
+
+alignas(64) unsigned char input_arena[kArenaBytes];
+alignas(64) unsigned char values_arena[kArenaBytes];
+alignas(64) unsigned char indices_arena[kArenaBytes];
+alignas(64) unsigned char bias_arena[4096];
+
+[[noreturn]] void crash(const std::string& what) {
+  std::fprintf(stderr, "fuzz_abi: %s\n", what.c_str());
+  std::abort();
+}
+
+struct DtypeInfo {
+  bool known;
+  size_t size;
+};
+
+DtypeInfo dtype_info(int raw) {
+  static const size_t sizes[] = {4, 2, 2, 8, 1, 1, 2, 4, 8};
+  if (raw < 0 || raw > 8) return {false, 0};
+  return {true, sizes[raw]};
+}
+
+mtk_dtype to_dtype(int raw) {
+  mtk_dtype d;
+  std::memcpy(&d, &raw, sizeof d);  // unknown values included, without a conversion
+  return d;
+}
+
+int raw_dtype(const mtk_tensor& t) {
+  int raw;
+  std::memcpy(&raw, &t.dtype, sizeof raw);
+  return raw;
+}
+
+// ---- the oracle ------------------------------------------------------------------------------
+
+struct Extent {
+  bool ok = true;           // sizes and extents fit int64
+  int64_t numel = 0;
+  int64_t low = 0, high = 0;  // element offsets reached (valid when numel > 0)
+};
+
+Extent extent_of(const mtk_tensor& t) {
+  Extent e;
+  if (t.ndim < 0 || t.ndim > MTK_MAX_NDIM) {
+    e.ok = false;
+    return e;
+  }
+  int64_t numel = 1;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] < 0 || __builtin_mul_overflow(numel, t.sizes[d], &numel)) {
+      e.ok = false;
+      return e;
+    }
+  }
+  e.numel = numel;
+  if (numel == 0) return e;
+  for (int d = 0; d < t.ndim; ++d) {
+    int64_t reach;
+    if (__builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &reach) ||
+        __builtin_add_overflow(reach < 0 ? e.low : e.high, reach, reach < 0 ? &e.low : &e.high)) {
+      e.ok = false;
+      return e;
+    }
+  }
+  return e;
+}
+
+// Byte interval of a non-empty tensor, or false when it overflows.
+bool byte_span(const mtk_tensor& t, const Extent& e, size_t item, intptr_t* first,
+               intptr_t* last) {
+  int64_t lo, hi;
+  if (__builtin_mul_overflow(e.low, static_cast<int64_t>(item), &lo) ||
+      __builtin_mul_overflow(e.high, static_cast<int64_t>(item), &hi) ||
+      __builtin_add_overflow(hi, static_cast<int64_t>(item) - 1, &hi)) {
+    return false;
+  }
+  const intptr_t base = reinterpret_cast<intptr_t>(t.data);
+  return !__builtin_add_overflow(base, lo, first) && !__builtin_add_overflow(base, hi, last);
+}
+
+bool inside(const mtk_tensor& t, const Extent& e, size_t item, const unsigned char* arena,
+            size_t arena_bytes) {
+  if (e.numel == 0) return true;
+  intptr_t first, last;
+  if (!byte_span(t, e, item, &first, &last)) return false;
+  const intptr_t begin = reinterpret_cast<intptr_t>(arena);
+  return first >= begin && last < begin + static_cast<intptr_t>(arena_bytes);
+}
+
+bool spans_overlap(const mtk_tensor& a, const Extent& ea, size_t ia, const mtk_tensor& b,
+                   const Extent& eb, size_t ib) {
+  if (ea.numel == 0 || eb.numel == 0) return false;
+  intptr_t a0, a1, b0, b1;
+  if (!byte_span(a, ea, ia, &a0, &a1) || !byte_span(b, eb, ib, &b0, &b1)) return true;
+  return a0 <= b1 && b0 <= a1;
+}
+
+// Element offsets of every element, row-major over the sizes.
+std::vector<int64_t> element_offsets(const mtk_tensor& t) {
+  std::vector<int64_t> out{0};
+  for (int d = 0; d < t.ndim; ++d) {
+    std::vector<int64_t> next;
+    next.reserve(out.size() * static_cast<size_t>(t.sizes[d]));
+    for (int64_t base : out)
+      for (int64_t i = 0; i < t.sizes[d]; ++i) next.push_back(base + i * t.strides[d]);
+    out.swap(next);
+  }
+  return out;
+}
+
+bool has_duplicate_elements(const mtk_tensor& t) {
+  std::vector<int64_t> offsets = element_offsets(t);
+  std::sort(offsets.begin(), offsets.end());
+  return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
+}
+
+// ---- reference ranking ---------------------------------------------------------------------
+
+double half_to_double(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0x1f) return mantissa ? NAN : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+// (NaN, value as long double): exact for every supported dtype, -0.0 == +0.0.
+struct Rank {
+  bool nan;
+  long double value;
+};
+
+Rank rank_of(int dtype, const unsigned char* p) {
+  switch (dtype) {
+    case MTK_FLOAT32: { float v; std::memcpy(&v, p, 4); return {std::isnan(v), v}; }
+    case MTK_FLOAT16: { uint16_t b; std::memcpy(&b, p, 2); const double v = half_to_double(b); return {std::isnan(v), v}; }
+    case MTK_BFLOAT16: {
+      uint16_t b; std::memcpy(&b, p, 2);
+      const uint32_t wide = static_cast<uint32_t>(b) << 16;
+      float v; std::memcpy(&v, &wide, 4);
+      return {std::isnan(v), v};
+    }
+    case MTK_FLOAT64: { double v; std::memcpy(&v, p, 8); return {std::isnan(v), v}; }
+    case MTK_INT8: return {false, static_cast<long double>(static_cast<int8_t>(*p))};
+    case MTK_UINT8: return {false, static_cast<long double>(*p)};
+    case MTK_INT16: { int16_t v; std::memcpy(&v, p, 2); return {false, static_cast<long double>(v)}; }
+    case MTK_INT32: { int32_t v; std::memcpy(&v, p, 4); return {false, static_cast<long double>(v)}; }
+    case MTK_INT64: { int64_t v; std::memcpy(&v, p, 8); return {false, static_cast<long double>(v)}; }
+  }
+  crash("rank_of: unknown dtype");
+}
+
+// Indices along a row of the first k of a stable sort in the contract's order.
+std::vector<int64_t> reference_row(int dtype, size_t item, const unsigned char* row0,
+                                   int64_t stride, int64_t n, int64_t k, bool largest) {
+  std::vector<Rank> ranks(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) ranks[j] = rank_of(dtype, row0 + j * stride * static_cast<int64_t>(item));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+    const Rank &a = ranks[p], &b = ranks[q];
+    if (a.nan != b.nan) return largest ? a.nan : b.nan;
+    if (a.nan) return false;
+    return largest ? a.value > b.value : a.value < b.value;
+  });
+  order.resize(static_cast<size_t>(k));
+  return order;
+}
+
+// ---- random descriptors --------------------------------------------------------------------
+
+int64_t pick_size(FuzzedDataProvider& fdp) {
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) != 0) return fdp.ConsumeIntegralInRange<int64_t>(0, 7);
+  static const int64_t odd[] = {-1, -5, INT64_MIN, INT64_MAX, int64_t{1} << 31,
+                                (int64_t{1} << 31) - 1, int64_t{1} << 32, int64_t{1} << 40,
+                                int64_t{1} << 62, 3000, 40000};
+  return odd[fdp.ConsumeIntegralInRange<size_t>(0, sizeof odd / sizeof odd[0] - 1)];
+}
+
+int64_t pick_stride(FuzzedDataProvider& fdp) {
+  const int mode = fdp.ConsumeIntegralInRange<int>(0, 15);
+  if (mode < 13) return fdp.ConsumeIntegralInRange<int64_t>(-9, 9);
+  static const int64_t odd[] = {INT64_MIN, INT64_MAX, INT64_MAX / 2, INT64_MIN / 3,
+                                int64_t{1} << 40, -(int64_t{1} << 33), 1 << 20};
+  return odd[fdp.ConsumeIntegralInRange<size_t>(0, sizeof odd / sizeof odd[0] - 1)];
+}
+
+int pick_dtype(FuzzedDataProvider& fdp) {
+  if (fdp.ConsumeIntegralInRange<int>(0, 31) != 0) return fdp.ConsumeIntegralInRange<int>(0, 8);
+  return fdp.ConsumeIntegral<int>();
+}
+
+void contiguous_strides(mtk_tensor& t, const int* order /* outermost first */) {
+  int64_t stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    const int d = order[i];
+    t.strides[d] = stride;
+    stride *= std::max<int64_t>(t.sizes[d], 1);
+  }
+}
+
+// Strides for `t`: contiguous in a random dim order, or random (with random sign flips).
+void pick_strides(FuzzedDataProvider& fdp, mtk_tensor& t) {
+  if (t.ndim < 0 || t.ndim > MTK_MAX_NDIM) return;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] < 0 || t.sizes[d] > 64) {  // odd sizes: any strides, nothing is reached
+      for (int e = 0; e < t.ndim; ++e) t.strides[e] = pick_stride(fdp);
+      return;
+    }
+  }
+  if (fdp.ConsumeBool()) {
+    for (int d = 0; d < t.ndim; ++d) t.strides[d] = pick_stride(fdp);
+    return;
+  }
+  int order[MTK_MAX_NDIM];
+  std::iota(order, order + t.ndim, 0);
+  for (int i = t.ndim - 1; i > 0; --i) std::swap(order[i], order[fdp.ConsumeIntegralInRange<int>(0, i)]);
+  contiguous_strides(t, order);
+  for (int d = 0; d < t.ndim; ++d) {
+    if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) t.strides[d] = -t.strides[d];
+  }
+}
+
+// Places `t` at a random element offset inside `arena` (aligned for its dtype), far enough in
+// for negative strides to stay inside when the extent is small.
+void place(FuzzedDataProvider& fdp, mtk_tensor& t, unsigned char* arena, size_t item) {
+  item = std::max<size_t>(item, 1);
+  const Extent e = extent_of(t);
+  int64_t start = fdp.ConsumeIntegralInRange<int64_t>(0, 64);
+  if (e.ok && e.numel > 0 && e.low < 0 && e.low > -kMaxWork) start -= e.low;
+  const int64_t last = static_cast<int64_t>(kArenaBytes / item) - 1;
+  t.data = arena + std::min(start, last) * static_cast<int64_t>(item);
+  if (fdp.ConsumeIntegralInRange<int>(0, 63) == 0) t.data = nullptr;
+}
+
+// Marks the bytes of one output element as allowed to change.
+void allow(std::vector<bool>& allowed, const unsigned char* arena, const unsigned char* element,
+           size_t item) {
+  const size_t at = static_cast<size_t>(element - arena);
+  for (size_t b = 0; b < item; ++b) allowed.at(at + b) = true;
+}
+
+void expect_only_allowed_changes(const unsigned char* arena, const std::vector<bool>& allowed) {
+  for (size_t b = 0; b < kArenaBytes; ++b) {
+    if (arena[b] != kSentinel && !allowed[b]) crash("a call wrote outside its output elements");
+  }
+}
+
+// ---- top-k ---------------------------------------------------------------------------------
+
+void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
+  mtk_tensor in{};
+  in.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegralInRange<int>(-2, 10)
+                                                         : fdp.ConsumeIntegralInRange<int>(0, 4);
+  in.dtype = to_dtype(pick_dtype(fdp));
+  for (int d = 0; d < std::clamp(in.ndim, 0, MTK_MAX_NDIM); ++d) in.sizes[d] = pick_size(fdp);
+  pick_strides(fdp, in);
+  const DtypeInfo in_type = dtype_info(raw_dtype(in));
+  place(fdp, in, input_arena, in_type.size);
+
+  const int rank = in.ndim == 0 ? 1 : in.ndim;
+  const int64_t dim = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
+                          ? fdp.ConsumeIntegral<int64_t>()
+                          : fdp.ConsumeIntegralInRange<int64_t>(-rank - 1, rank);
+  const bool dim_ok = in.ndim >= 0 && in.ndim <= MTK_MAX_NDIM && dim >= -rank && dim < rank;
+  const int d = dim_ok ? static_cast<int>(dim < 0 ? dim + rank : dim) : 0;
+  const int64_t n = !dim_ok ? 0 : in.ndim == 0 ? 1 : in.sizes[d];
+  const int64_t k = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
+                        ? fdp.ConsumeIntegral<int64_t>()
+                        : fdp.ConsumeIntegralInRange<int64_t>(-1, std::clamp<int64_t>(n, 0, 70) + 1);
+  const int largest = fdp.ConsumeBool(), sorted = fdp.ConsumeBool();
+  const int index_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0
+                            ? pick_dtype(fdp)
+                            : (fdp.ConsumeBool() ? MTK_INT64 : MTK_INT32);
+
+  // Outputs: the right shape and dtypes, unless perturbed.
+  mtk_tensor val = in, idx = in;
+  if (dim_ok && in.ndim > 0) val.sizes[d] = idx.sizes[d] = k;
+  val.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? to_dtype(pick_dtype(fdp)) : in.dtype;
+  idx.dtype = to_dtype(index_raw);
+  for (mtk_tensor* t : {&val, &idx}) {
+    if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) {
+      const int which = fdp.ConsumeIntegralInRange<int>(0, 2);
+      if (which == 0) t->ndim = fdp.ConsumeIntegralInRange<int>(-1, 9);
+      else if (t->ndim > 0) t->sizes[fdp.ConsumeIntegralInRange<int>(0, std::min(t->ndim, MTK_MAX_NDIM) - 1)] = pick_size(fdp);
+    }
+    pick_strides(fdp, *t);
+  }
+  const DtypeInfo val_type = dtype_info(raw_dtype(val)), idx_type = dtype_info(raw_dtype(idx));
+  // Mostly their own arenas; sometimes the input's or each other's.
+  const int placement = fdp.ConsumeIntegralInRange<int>(0, 15);
+  place(fdp, val, placement == 0 ? input_arena : values_arena, val_type.size);
+  place(fdp, idx, placement == 1 ? input_arena : placement == 2 ? values_arena : indices_arena,
+        idx_type.size);
+
+  for (size_t i = 0; i < kArenaBytes; ++i) input_arena[i] = static_cast<unsigned char>(i * 131 + 7);
+  const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
+  std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
+  std::memset(values_arena, kSentinel, kArenaBytes);
+  std::memset(indices_arena, kSentinel, kArenaBytes);
+  const std::vector<unsigned char> input_before(input_arena, input_arena + kArenaBytes);
+
+  // The oracle. Allocating calls build their outputs themselves: only the input and the index
+  // dtype are the caller's.
+  const Extent ein = extent_of(in), eval = extent_of(val), eidx = extent_of(idx);
+  bool valid = in_type.known && ein.ok && (ein.numel == 0 || in.data != nullptr) && dim_ok &&
+               k >= 0 && k <= n && (index_raw == MTK_INT64 || index_raw == MTK_INT32) &&
+               !(index_raw == MTK_INT32 && n > INT32_MAX);
+  if (valid && in_type.known) {  // the input's byte extent must fit int64 too
+    intptr_t a, b;
+    valid = ein.numel == 0 || byte_span(in, ein, in_type.size, &a, &b);
+  }
+  bool lenient_overlap = false;
+  if (!allocating) {
+    bool shapes = val.ndim == in.ndim && idx.ndim == in.ndim;
+    for (int e = 0; shapes && e < in.ndim; ++e) {
+      const int64_t want = e == d ? k : in.sizes[e];
+      shapes = val.sizes[e] == want && idx.sizes[e] == want;
+    }
+    valid = valid && shapes && eval.ok && eidx.ok && val_type.known && idx_type.known &&
+            raw_dtype(val) == raw_dtype(in) && (eval.numel == 0 || val.data != nullptr) &&
+            (eidx.numel == 0 || idx.data != nullptr);
+    if (valid) {
+      intptr_t a, b;
+      valid = (eval.numel == 0 || byte_span(val, eval, val_type.size, &a, &b)) &&
+              (eidx.numel == 0 || byte_span(idx, eidx, idx_type.size, &a, &b)) &&
+              !spans_overlap(val, eval, val_type.size, in, ein, in_type.size) &&
+              !spans_overlap(idx, eidx, idx_type.size, in, ein, in_type.size) &&
+              !spans_overlap(val, eval, val_type.size, idx, eidx, idx_type.size);
+    }
+    // Self-overlap: exact by enumeration (outputs are small whenever everything else is valid).
+    if (valid && eval.numel <= kMaxWork && eidx.numel <= kMaxWork) {
+      if (has_duplicate_elements(val) || has_duplicate_elements(idx)) valid = false;
+      else lenient_overlap = true;
+    }
+  }
+  const bool small = ein.numel <= kMaxWork && eval.numel <= kMaxWork && eidx.numel <= kMaxWork;
+  const bool reachable = inside(in, ein, in_type.size, input_arena, kArenaBytes) &&
+                         (allocating || (inside(val, eval, val_type.size, values_arena, kArenaBytes) &&
+                                         inside(idx, eidx, idx_type.size, indices_arena, kArenaBytes)));
+  if (valid && !(small && reachable)) return;  // would touch memory the fuzzer does not own
+
+  mtk_status status;
+  mtk_tensor vo{}, io{};
+  if (allocating) {
+    vo.data = values_arena;  // must come back NULL on failure
+    io.data = indices_arena;
+    status = mtk_topk_alloc(ctx, &in, k, dim, largest, sorted, to_dtype(index_raw), &vo, &io,
+                            nullptr);
+  } else {
+    status = mtk_topk(ctx, &in, k, dim, largest, sorted, &val, &idx, nullptr);
+  }
+  const std::string message = mtk_last_error_message();
+  if (std::memcmp(input_before.data(), input_arena, kArenaBytes) != 0) crash("the input changed");
+
+  if (status != MTK_SUCCESS) {
+    if (status != MTK_ERROR_INVALID_ARGUMENT && status != MTK_ERROR_INVALID_DIM &&
+        status != MTK_ERROR_UNSUPPORTED_DTYPE) {
+      crash("unexpected status " + std::to_string(status) + ": " + message);
+    }
+    if (message.empty()) crash("an error without a message");
+    if (valid && !(lenient_overlap && message.find("overlapping elements") != std::string::npos)) {
+      crash("a valid call failed: " + message);
+    }
+    if (allocating && (vo.data != nullptr || io.data != nullptr)) crash("failed alloc left outputs");
+    for (size_t i = 0; i < kArenaBytes; ++i) {
+      if (values_arena[i] != kSentinel || indices_arena[i] != kSentinel) {
+        crash("a failed call wrote to an output");
+      }
+    }
+    return;
+  }
+  if (!valid) crash("an invalid call succeeded");
+
+  // Check every output element against the reference, row by row.
+  const mtk_tensor& vt = allocating ? vo : val;
+  const mtk_tensor& it = allocating ? io : idx;
+  if (allocating) {
+    if (vt.ndim != in.ndim || it.ndim != in.ndim || raw_dtype(vt) != raw_dtype(in) ||
+        raw_dtype(it) != index_raw) {
+      crash("mtk_topk_alloc returned wrong descriptors");
+    }
+  }
+  const size_t item = in_type.size;
+  const int64_t in_stride = in.ndim == 0 ? 1 : in.strides[d];
+  const int64_t v_stride = in.ndim == 0 ? 1 : vt.strides[d], i_stride = in.ndim == 0 ? 1 : it.strides[d];
+  const size_t index_item = index_raw == MTK_INT32 ? 4 : 8;
+  std::vector<bool> allowed_values(kArenaBytes), allowed_indices(kArenaBytes);
+  // Rows: every multi-index over the batch dims.
+  int64_t counter[MTK_MAX_NDIM] = {};
+  const int64_t rows = n == 0 ? 0 : ein.numel / n;
+  for (int64_t r = 0; r < rows && k > 0; ++r) {
+    int64_t in_off = 0, v_off = 0, i_off = 0;
+    for (int e = 0; e < in.ndim; ++e) {
+      if (e == d) continue;
+      in_off += counter[e] * in.strides[e];
+      v_off += counter[e] * vt.strides[e];
+      i_off += counter[e] * it.strides[e];
+    }
+    const unsigned char* row0 = static_cast<const unsigned char*>(in.data) + in_off * static_cast<int64_t>(item);
+    const std::vector<int64_t> expect = reference_row(raw_dtype(in), item, row0, in_stride, n, k, largest);
+    std::vector<int64_t> got(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) {
+      const unsigned char* vp = static_cast<const unsigned char*>(vt.data) + (v_off + j * v_stride) * static_cast<int64_t>(item);
+      const unsigned char* ip = static_cast<const unsigned char*>(it.data) + (i_off + j * i_stride) * static_cast<int64_t>(index_item);
+      int64_t index = 0;
+      if (index_raw == MTK_INT32) { int32_t v32; std::memcpy(&v32, ip, 4); index = v32; }
+      else std::memcpy(&index, ip, 8);
+      if (index < 0 || index >= n) crash("index out of range");
+      if (std::memcmp(vp, row0 + index * in_stride * static_cast<int64_t>(item), item) != 0) {
+        crash("a value is not a bit copy of the input at its index");
+      }
+      got[j] = index;
+      if (!allocating) {
+        allow(allowed_values, values_arena, vp, item);
+        allow(allowed_indices, indices_arena, ip, index_item);
+      }
+    }
+    if (sorted) {
+      if (got != expect) crash("sorted result differs from the reference at row " + std::to_string(r));
+    } else {
+      std::vector<int64_t> a = got, b = expect;
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      if (a != b) crash("unsorted result selects other indices than the reference");
+    }
+    for (int e = in.ndim - 1; e >= 0; --e) {  // next row
+      if (e == d) continue;
+      if (++counter[e] < in.sizes[e]) break;
+      counter[e] = 0;
+    }
+  }
+  if (allocating) {
+    mtk_tensor_free(ctx, &vo);
+    mtk_tensor_free(ctx, &io);
+    return;
+  }
+  expect_only_allowed_changes(values_arena, allowed_values);
+  expect_only_allowed_changes(indices_arena, allowed_indices);
+}
+
+// ---- MoE router ----------------------------------------------------------------------------
+
+void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
+  mtk_tensor logits{};
+  logits.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegralInRange<int>(-1, 9) : 2;
+  logits.dtype = to_dtype(fdp.ConsumeIntegralInRange<int>(0, 7) == 0 ? pick_dtype(fdp)
+                                                                     : fdp.ConsumeIntegralInRange<int>(0, 2));
+  const bool odd_sizes = fdp.ConsumeIntegralInRange<int>(0, 15) == 0;
+  for (int d = 0; d < std::clamp(logits.ndim, 0, MTK_MAX_NDIM); ++d) {
+    logits.sizes[d] = odd_sizes ? pick_size(fdp) : fdp.ConsumeIntegralInRange<int64_t>(d == 0 ? 0 : 1, d == 0 ? 9 : 40);
+  }
+  pick_strides(fdp, logits);
+  const int logits_raw = raw_dtype(logits);
+  const DtypeInfo lt = dtype_info(logits_raw);
+  place(fdp, logits, input_arena, lt.size);
+  const int64_t tokens = logits.sizes[0], experts = logits.sizes[1];
+
+  mtk_router_params params{};
+  params.k = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
+                 ? fdp.ConsumeIntegral<int64_t>()
+                 : fdp.ConsumeIntegralInRange<int64_t>(0, std::clamp<int64_t>(experts, 0, 40) + 1);
+  int scoring_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegral<int>()
+                                                                : fdp.ConsumeIntegralInRange<int>(0, 2);
+  std::memcpy(&params.scoring, &scoring_raw, sizeof scoring_raw);
+  params.n_group = fdp.ConsumeBool() ? 0 : fdp.ConsumeIntegralInRange<int64_t>(-1, 9);
+  params.topk_group = fdp.ConsumeIntegralInRange<int64_t>(-1, 9);
+  params.renormalize = fdp.ConsumeBool();
+  static const float scales[] = {1.0f, 2.5f, 0.0f, -1.0f};
+  params.scale = scales[fdp.ConsumeIntegralInRange<int>(0, 3)];
+  mtk_tensor bias{};
+  if (fdp.ConsumeBool()) {
+    bias.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? 2 : 1;
+    bias.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? MTK_FLOAT16 : MTK_FLOAT32;
+    bias.sizes[0] = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? experts + 1 : experts;
+    bias.sizes[1] = 1;
+    bias.strides[0] = fdp.ConsumeIntegralInRange<int64_t>(-2, 2);
+    bias.strides[1] = 1;
+    place(fdp, bias, bias_arena, 4);
+    if (bias.data != nullptr) {
+      // The bias arena is smaller: keep the tensor inside when it can be.
+      bias.data = bias_arena + 4 * std::min<int64_t>(std::max<int64_t>(experts, 0) * 2 + 2, 900);
+    }
+    params.bias = &bias;
+  }
+
+  mtk_tensor w{}, ids{};
+  w.ndim = ids.ndim = 2;
+  w.sizes[0] = ids.sizes[0] = tokens;
+  w.sizes[1] = ids.sizes[1] = params.k;
+  w.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? to_dtype(pick_dtype(fdp)) : MTK_FLOAT32;
+  const int ids_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp)
+                                                                  : (fdp.ConsumeBool() ? MTK_INT32 : MTK_INT64);
+  ids.dtype = to_dtype(ids_raw);
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) w.sizes[1] = pick_size(fdp);
+  pick_strides(fdp, w);
+  pick_strides(fdp, ids);
+  const DtypeInfo wt = dtype_info(raw_dtype(w)), it = dtype_info(ids_raw);
+  const int placement = fdp.ConsumeIntegralInRange<int>(0, 15);
+  place(fdp, w, placement == 0 ? input_arena : values_arena, wt.size);
+  place(fdp, ids, placement == 1 ? values_arena : placement == 2 ? bias_arena : indices_arena, it.size);
+
+  const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
+  std::memset(input_arena, 0, kArenaBytes);
+  std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
+  for (size_t i = 0; i < sizeof bias_arena; ++i) bias_arena[i] = static_cast<unsigned char>(i % 5 ? 0 : 0x3c);
+  std::memset(values_arena, kSentinel, kArenaBytes);
+  std::memset(indices_arena, kSentinel, kArenaBytes);
+
+  // The oracle.
+  const Extent el = extent_of(logits), ew = extent_of(w), eid = extent_of(ids);
+  const bool grouped = params.n_group > 1;
+  bool valid = logits.ndim == 2 && el.ok && lt.known && logits_raw <= MTK_BFLOAT16 &&
+               (el.numel == 0 || logits.data != nullptr) && experts >= 1 && params.k >= 1 &&
+               params.k <= experts && scoring_raw >= 0 && scoring_raw <= 2 && params.n_group >= 0;
+  if (valid && grouped) {
+    valid = experts % params.n_group == 0 && params.topk_group >= 1 &&
+            params.topk_group <= params.n_group &&
+            params.k <= params.topk_group * (experts / params.n_group);
+  }
+  Extent eb;
+  if (valid && params.bias != nullptr) {
+    eb = extent_of(bias);
+    valid = bias.ndim == 1 && bias.sizes[0] == experts && bias.dtype == MTK_FLOAT32 && eb.ok &&
+            (eb.numel == 0 || bias.data != nullptr);
+  }
+  if (valid) {
+    intptr_t a, b;
+    valid = ew.ok && eid.ok && w.sizes[1] == params.k && raw_dtype(w) == MTK_FLOAT32 &&
+            (ids_raw == MTK_INT32 || ids_raw == MTK_INT64) &&
+            (ew.numel == 0 || w.data != nullptr) && (eid.numel == 0 || ids.data != nullptr) &&
+            (el.numel == 0 || byte_span(logits, el, lt.size, &a, &b)) &&
+            (ew.numel == 0 || byte_span(w, ew, 4, &a, &b)) &&
+            (eid.numel == 0 || byte_span(ids, eid, it.size, &a, &b)) &&
+            !spans_overlap(w, ew, 4, logits, el, lt.size) &&
+            !spans_overlap(ids, eid, it.size, logits, el, lt.size) &&
+            !spans_overlap(w, ew, 4, ids, eid, it.size) &&
+            (params.bias == nullptr || (!spans_overlap(w, ew, 4, bias, eb, 4) &&
+                                        !spans_overlap(ids, eid, it.size, bias, eb, 4)));
+  }
+  bool lenient_overlap = false;
+  if (valid && ew.numel <= kMaxWork && eid.numel <= kMaxWork) {
+    if (has_duplicate_elements(w) || has_duplicate_elements(ids)) valid = false;
+    else lenient_overlap = true;
+  }
+  const bool small = el.numel <= kMaxWork && ew.numel <= kMaxWork && eid.numel <= kMaxWork;
+  const bool reachable = inside(logits, el, lt.size, input_arena, kArenaBytes) &&
+                         inside(w, ew, 4, values_arena, kArenaBytes) &&
+                         inside(ids, eid, it.size, indices_arena, kArenaBytes) &&
+                         (params.bias == nullptr || inside(bias, eb, 4, bias_arena, sizeof bias_arena));
+  if (valid && !(small && reachable)) return;
+
+  const mtk_status status = mtk_moe_route(ctx, &logits, &params, &w, &ids, nullptr);
+  const std::string message = mtk_last_error_message();
+  if (status != MTK_SUCCESS) {
+    if (status != MTK_ERROR_INVALID_ARGUMENT && status != MTK_ERROR_UNSUPPORTED_DTYPE) {
+      crash("moe_route: unexpected status " + std::to_string(status) + ": " + message);
+    }
+    if (message.empty()) crash("moe_route: an error without a message");
+    if (valid && !(lenient_overlap && message.find("overlapping elements") != std::string::npos)) {
+      crash("moe_route: a valid call failed: " + message);
+    }
+    for (size_t i = 0; i < kArenaBytes; ++i) {
+      if (values_arena[i] != kSentinel || indices_arena[i] != kSentinel) {
+        crash("moe_route: a failed call wrote to an output");
+      }
+    }
+    return;
+  }
+  if (!valid) crash("moe_route: an invalid call succeeded");
+
+  std::vector<bool> allowed_w(kArenaBytes), allowed_ids(kArenaBytes);
+  const std::vector<unsigned char> first_weights(values_arena, values_arena + kArenaBytes);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<int64_t> got(static_cast<size_t>(params.k));
+    for (int64_t j = 0; j < params.k; ++j) {
+      const unsigned char* wp = static_cast<const unsigned char*>(w.data) + (t * w.strides[0] + j * w.strides[1]) * 4;
+      const unsigned char* ip = static_cast<const unsigned char*>(ids.data) + (t * ids.strides[0] + j * ids.strides[1]) * static_cast<int64_t>(it.size);
+      allow(allowed_w, values_arena, wp, 4);
+      allow(allowed_ids, indices_arena, ip, it.size);
+      if (ids_raw == MTK_INT32) { int32_t v; std::memcpy(&v, ip, 4); got[j] = v; }
+      else std::memcpy(&got[j], ip, 8);
+      if (got[j] < 0 || got[j] >= experts) crash("moe_route: expert id out of range");
+    }
+    std::vector<int64_t> sorted_ids = got;
+    std::sort(sorted_ids.begin(), sorted_ids.end());
+    if (std::adjacent_find(sorted_ids.begin(), sorted_ids.end()) != sorted_ids.end()) {
+      crash("moe_route: an expert selected twice");
+    }
+    if (params.bias == nullptr && !grouped) {  // plain path: exactly top-k of the logits
+      const unsigned char* row0 = static_cast<const unsigned char*>(logits.data) + t * logits.strides[0] * static_cast<int64_t>(lt.size);
+      if (got != reference_row(logits_raw, lt.size, row0, logits.strides[1], experts, params.k, true)) {
+        crash("moe_route: plain-path ids differ from the top-k of the logits");
+      }
+    }
+  }
+  expect_only_allowed_changes(values_arena, allowed_w);
+  expect_only_allowed_changes(indices_arena, allowed_ids);
+  // Deterministic: the same call again gives the same bits.
+  const std::vector<unsigned char> first_ids(indices_arena, indices_arena + kArenaBytes);
+  if (mtk_moe_route(ctx, &logits, &params, &w, &ids, nullptr) != MTK_SUCCESS ||
+      std::memcmp(first_weights.data(), values_arena, kArenaBytes) != 0 ||
+      std::memcmp(first_ids.data(), indices_arena, kArenaBytes) != 0) {
+    crash("moe_route: a repeated call gave different results");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static mtk_context ctx = [] {
+    mtk_context c = nullptr;
+    if (mtk_context_create(MTK_BACKEND_CPU, 0, &c) != MTK_SUCCESS) crash("no CPU context");
+    return c;
+  }();
+  FuzzedDataProvider fdp(data, size);
+  switch (fdp.ConsumeIntegralInRange<int>(0, 2)) {
+    case 0: fuzz_topk(fdp, ctx, false); break;
+    case 1: fuzz_topk(fdp, ctx, true); break;
+    case 2: fuzz_route(fdp, ctx); break;
+  }
+  return 0;
+}

@@ -1,0 +1,323 @@
+// Threading stress for ThreadSanitizer: many threads share one context (its locks, scratch and
+// caches under contention, and a thread resizing its pool meanwhile), then every thread owns a
+// context. Calls mix shapes, dims, dtypes, k, both directions, the allocating and workspace
+// variants, the router, and calls that fail on purpose (each thread must see its own error
+// message). Every result is checked against a brute-force reference.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "metaltopk.h"
+
+namespace {
+
+std::atomic<int> failures{0};
+std::atomic<long> calls{0};
+
+void report(const std::string& what) {
+  if (failures.fetch_add(1) < 20) std::fprintf(stderr, "FAIL %s\n", what.c_str());
+}
+
+struct DtypeCase {
+  mtk_dtype dtype;
+  size_t size;
+  bool is_float;
+};
+
+const DtypeCase kDtypes[] = {
+    {MTK_FLOAT32, 4, true}, {MTK_FLOAT64, 8, true}, {MTK_FLOAT16, 2, true},
+    {MTK_BFLOAT16, 2, true}, {MTK_INT8, 1, false}, {MTK_UINT8, 1, false},
+    {MTK_INT16, 2, false}, {MTK_INT32, 4, false}, {MTK_INT64, 8, false},
+};
+
+double half_to_double(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0x1f) return mantissa ? NAN : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+// (is NaN, numeric value): the contract's order, with -0.0 == +0.0 for free.
+struct Rank {
+  bool nan;
+  double value;
+};
+
+Rank rank_of(const DtypeCase& t, const unsigned char* p) {
+  switch (t.dtype) {
+    case MTK_FLOAT32: { float v; std::memcpy(&v, p, 4); return {std::isnan(v), v}; }
+    case MTK_FLOAT64: { double v; std::memcpy(&v, p, 8); return {std::isnan(v), v}; }
+    case MTK_FLOAT16: { uint16_t b; std::memcpy(&b, p, 2); double v = half_to_double(b); return {std::isnan(v), v}; }
+    case MTK_BFLOAT16: {
+      uint16_t b; std::memcpy(&b, p, 2);
+      const uint32_t wide = static_cast<uint32_t>(b) << 16;
+      float v; std::memcpy(&v, &wide, 4);
+      return {std::isnan(v), v};
+    }
+    case MTK_INT8: return {false, static_cast<double>(static_cast<int8_t>(*p))};
+    case MTK_UINT8: return {false, static_cast<double>(*p)};
+    case MTK_INT16: { int16_t v; std::memcpy(&v, p, 2); return {false, static_cast<double>(v)}; }
+    case MTK_INT32: { int32_t v; std::memcpy(&v, p, 4); return {false, static_cast<double>(v)}; }
+    case MTK_INT64: { int64_t v; std::memcpy(&v, p, 8); return {false, static_cast<double>(v)}; }
+  }
+  return {false, 0.0};
+}
+
+// Tie-heavy data with NaNs of both signs, infinities and signed zeros for the float types.
+// Integers stay small, so the double ranks are exact.
+std::vector<unsigned char> random_data(const DtypeCase& t, size_t count, std::mt19937_64& rng) {
+  std::vector<unsigned char> bytes(count * t.size);
+  for (size_t i = 0; i < count; ++i) {
+    const int pick = static_cast<int>(rng() % 100);
+    const int small = static_cast<int>(rng() % 41) - 20;
+    unsigned char* p = bytes.data() + i * t.size;
+    switch (t.dtype) {
+      case MTK_FLOAT32: {
+        float v = pick < 3 ? NAN : pick < 5 ? -NAN : pick < 7 ? INFINITY : pick < 9 ? -0.0f
+                                                                                    : small * 0.5f;
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case MTK_FLOAT64: {
+        double v = pick < 3 ? NAN : pick < 5 ? -INFINITY : pick < 7 ? -0.0 : small * 0.25;
+        std::memcpy(p, &v, 8);
+        break;
+      }
+      case MTK_FLOAT16: {  // NaN with a payload, -inf, -0, or small exact values
+        uint16_t v = pick < 3 ? 0x7e01 : pick < 5 ? 0xfc00 : pick < 7 ? 0x8000
+                   : static_cast<uint16_t>(0x3c00 + (small & 0xf) * 0x40);
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case MTK_BFLOAT16: {
+        uint16_t v = pick < 3 ? 0xffc1 : pick < 5 ? 0x7f80 : pick < 7 ? 0x8000
+                   : static_cast<uint16_t>(0x3f80 + (small & 0xf) * 0x10);
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      default: {
+        const int64_t v = t.dtype == MTK_UINT8 ? small + 20 : small;
+        std::memcpy(p, &v, t.size);  // little-endian: the low bytes hold the value
+        break;
+      }
+    }
+  }
+  return bytes;
+}
+
+mtk_tensor matrix(void* data, mtk_dtype dtype, int64_t rows, int64_t cols) {
+  mtk_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = cols;
+  t.strides[0] = cols;
+  t.strides[1] = 1;
+  return t;
+}
+
+// One random top-k call on `ctx`, checked. `label` names the thread in failure messages.
+void random_topk(mtk_context ctx, std::mt19937_64& rng, const std::string& label) {
+  const DtypeCase& t = kDtypes[rng() % (sizeof kDtypes / sizeof kDtypes[0])];
+  const bool long_rows = rng() % 8 == 0;
+  const int64_t a = long_rows ? 1 + rng() % 3 : 1 + rng() % 48;
+  const int64_t b = long_rows ? 20000 + rng() % 60000 : 1 + rng() % 700;
+  const int dim = static_cast<int>(rng() % 2);
+  const int64_t n = dim == 0 ? a : b;
+  const int64_t k = rng() % 4 == 0 ? n : static_cast<int64_t>(rng() % (std::min<int64_t>(n, 64) + 1));
+  const int largest = static_cast<int>(rng() % 2);
+  const int variant = static_cast<int>(rng() % 3);  // plain, workspace, alloc
+  const std::vector<unsigned char> x = random_data(t, static_cast<size_t>(a * b), rng);
+  const int64_t out_a = dim == 0 ? k : a, out_b = dim == 0 ? b : k;
+  const size_t out_count = static_cast<size_t>(out_a * out_b);
+  std::vector<unsigned char> values(out_count * t.size);
+  std::vector<int64_t> indices(out_count);
+  const mtk_tensor in = matrix(const_cast<unsigned char*>(x.data()), t.dtype, a, b);
+  const mtk_tensor v = matrix(values.data(), t.dtype, out_a, out_b);
+  const mtk_tensor i = matrix(indices.data(), MTK_INT64, out_a, out_b);
+  mtk_status status;
+  if (variant == 0) {
+    status = mtk_topk(ctx, &in, k, dim, largest, 1, &v, &i, nullptr);
+  } else if (variant == 1) {
+    size_t bytes = 0;
+    status = mtk_topk_workspace_size(ctx, &in, k, dim, largest, 1, MTK_INT64, &bytes);
+    std::vector<unsigned char> workspace(bytes);
+    if (status == MTK_SUCCESS) {
+      status = mtk_topk_with_workspace(ctx, &in, k, dim, largest, 1, &v, &i, workspace.data(),
+                                       bytes, nullptr);
+    }
+  } else {
+    mtk_tensor vo{}, io{};
+    status = mtk_topk_alloc(ctx, &in, k, dim, largest, 1, MTK_INT64, &vo, &io, nullptr);
+    if (status == MTK_SUCCESS) {
+      if (out_count > 0) {
+        std::memcpy(values.data(), vo.data, values.size());
+        std::memcpy(indices.data(), io.data, indices.size() * 8);
+      }
+      mtk_tensor_free(ctx, &vo);
+      mtk_tensor_free(ctx, &io);
+    }
+  }
+  calls.fetch_add(1, std::memory_order_relaxed);
+  const std::string what = label + " dtype " + std::to_string(t.dtype) + " [" +
+                           std::to_string(a) + "x" + std::to_string(b) + "] dim " +
+                           std::to_string(dim) + " k " + std::to_string(k) + " variant " +
+                           std::to_string(variant);
+  if (status != MTK_SUCCESS) {
+    report(what + ": " + mtk_last_error_message());
+    return;
+  }
+  const int64_t rows = dim == 0 ? b : a;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    auto offset = [&](int64_t along) { return dim == 0 ? along * b + r : r * b + along; };
+    auto rank = [&](int64_t along) { return rank_of(t, x.data() + offset(along) * t.size); };
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+      const Rank rp = rank(p), rq = rank(q);
+      if (rp.nan != rq.nan) return largest ? rp.nan : rq.nan;
+      if (rp.nan) return false;
+      return largest ? rp.value > rq.value : rp.value < rq.value;
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t out = dim == 0 ? j * out_b + r : r * out_b + j;
+      if (indices[out] != order[j] ||
+          std::memcmp(values.data() + out * t.size, x.data() + offset(order[j]) * t.size,
+                      t.size) != 0) {
+        report(what + ": wrong result at row " + std::to_string(r) + " position " +
+               std::to_string(j));
+        return;
+      }
+    }
+  }
+}
+
+// A call that must fail, and the thread's own message for it.
+void failing_call(mtk_context ctx, std::mt19937_64& rng, const std::string& label) {
+  const int64_t k = 1000 + static_cast<int64_t>(rng() % 1000);
+  float x[4] = {1, 2, 3, 4}, v[4];
+  int64_t i[4];
+  const mtk_tensor in = matrix(x, MTK_FLOAT32, 1, 4), vo = matrix(v, MTK_FLOAT32, 1, 4),
+                   io = matrix(i, MTK_INT64, 1, 4);
+  const mtk_status status = mtk_topk(ctx, &in, k, 1, 1, 1, &vo, &io, nullptr);
+  const std::string expected = "k = " + std::to_string(k) + " is out of range";
+  if (status != MTK_ERROR_INVALID_ARGUMENT ||
+      std::string(mtk_last_error_message()).find(expected) == std::string::npos) {
+    report(label + ": expected its own message \"" + expected + "\", got \"" +
+           mtk_last_error_message() + "\"");
+  }
+}
+
+// The router, compared bit for bit with a result computed before the threads started.
+struct RouteCase {
+  int64_t tokens, experts, k;
+  std::vector<float> logits;
+  std::vector<float> weights;
+  std::vector<int32_t> ids;
+};
+
+mtk_status run_route(mtk_context ctx, RouteCase& c, std::vector<float>& weights,
+                     std::vector<int32_t>& ids) {
+  weights.assign(static_cast<size_t>(c.tokens * c.k), 0.0f);
+  ids.assign(static_cast<size_t>(c.tokens * c.k), -1);
+  const mtk_tensor l = matrix(c.logits.data(), MTK_FLOAT32, c.tokens, c.experts);
+  const mtk_tensor w = matrix(weights.data(), MTK_FLOAT32, c.tokens, c.k);
+  const mtk_tensor i = matrix(ids.data(), MTK_INT32, c.tokens, c.k);
+  const mtk_router_params params{c.k, MTK_SCORING_SOFTMAX, nullptr, 0, 0, 1, 1.0f};
+  return mtk_moe_route(ctx, &l, &params, &w, &i, nullptr);
+}
+
+std::vector<RouteCase> route_cases;
+
+void random_route(mtk_context ctx, std::mt19937_64& rng, const std::string& label) {
+  RouteCase& c = route_cases[rng() % route_cases.size()];
+  std::vector<float> weights;
+  std::vector<int32_t> ids;
+  calls.fetch_add(1, std::memory_order_relaxed);
+  if (run_route(ctx, c, weights, ids) != MTK_SUCCESS) {
+    report(label + " moe_route: " + mtk_last_error_message());
+  } else if (weights != c.weights || ids != c.ids) {
+    report(label + " moe_route: result differs from the single-threaded run");
+  }
+}
+
+void worker(mtk_context shared, int id, int iterations, bool own_context) {
+  std::mt19937_64 rng(0x5eed + static_cast<uint64_t>(id) * 7919 + (own_context ? 1 : 0));
+  mtk_context ctx = shared;
+  if (own_context && mtk_context_create(MTK_BACKEND_CPU, 0, &ctx) != MTK_SUCCESS) {
+    report("context creation: " + std::string(mtk_last_error_message()));
+    return;
+  }
+  const std::string label = std::string(own_context ? "own" : "shared") + " thread " +
+                            std::to_string(id);
+  for (int it = 0; it < iterations; ++it) {
+    const int pick = static_cast<int>(rng() % 10);
+    if (pick < 7) {
+      random_topk(ctx, rng, label);
+    } else if (pick < 9) {
+      random_route(ctx, rng, label);
+    } else {
+      failing_call(ctx, rng, label);
+      mtk_cache_stats stats;
+      mtk_context_cache_stats(ctx, &stats);
+    }
+  }
+  if (own_context) mtk_context_destroy(ctx);
+}
+
+}  // namespace
+
+int main() {
+  const int kThreads = 6, kIterations = 60;
+  mtk_context shared;
+  if (mtk_context_create(MTK_BACKEND_CPU, 0, &shared) != MTK_SUCCESS) {
+    std::fprintf(stderr, "cannot create a CPU context: %s\n", mtk_last_error_message());
+    return 1;
+  }
+  std::mt19937_64 rng(42);
+  for (auto [tokens, experts, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 8},
+                                    {64, 128, 8}, {300, 512, 10}}) {
+    RouteCase c{tokens, experts, k, std::vector<float>(static_cast<size_t>(tokens * experts)), {}, {}};
+    for (float& l : c.logits) l = static_cast<float>(rng() % 2000) / 500.0f - 2.0f;
+    if (run_route(shared, c, c.weights, c.ids) != MTK_SUCCESS) {
+      std::fprintf(stderr, "reference moe_route failed: %s\n", mtk_last_error_message());
+      return 1;
+    }
+    route_cases.push_back(std::move(c));
+  }
+
+  // Phase 1: one context shared by every thread, one of them resizing its pool meanwhile.
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, shared, t, kIterations, false);
+    threads.emplace_back([shared] {
+      for (int r = 0; r < 20; ++r) {
+        if (mtk_context_set_num_threads(shared, 1 + r % 3) != MTK_SUCCESS) {
+          report(std::string("set_num_threads: ") + mtk_last_error_message());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+    for (std::thread& t : threads) t.join();
+  }
+  // Phase 2: a context per thread, created and destroyed concurrently.
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, nullptr, t, kIterations, true);
+    for (std::thread& t : threads) t.join();
+  }
+  mtk_context_destroy(shared);
+  std::printf("thread stress: %ld calls on %d threads, %d failures\n", calls.load(), kThreads,
+              failures.load());
+  return failures.load() == 0 ? 0 : 1;
+}
