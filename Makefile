@@ -53,6 +53,7 @@ demo: $(LIBRARY) python-deps
 	$(PYTHON) python/demo.py
 
 include tests/tests.mk
+include bench/bench.mk
 
 clean:
 	rm -rf $(BUILD) python/metaltopk/libmetaltopk.* python/build python/*.egg-info

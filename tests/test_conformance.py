@@ -203,12 +203,14 @@ def test_size_sweep(backend, dtype, kind):
 LARGE_CASES = [
     # (n, rows, dtypes, kinds, ks)
     (2**17 + 3, 2, ref.ALL_DTYPES, ("spread", "specials"), (1, 8, 100, 1024, 4097, 2**17 + 3)),
+    (2**17 + 3, 1, [np.dtype(np.float32), np.dtype(np.int64)], ("ties",), (1, 17, 1024, 40000)),
     (2**21, 1, [np.dtype(np.float32), ref.BFLOAT16, np.dtype(np.int8)], ("spread", "specials"),
      (1, 50, 2048, 70000)),
 ]
 
 
-@pytest.mark.parametrize("n,rows,dtypes,kinds,ks", LARGE_CASES, ids=["2^17+3", "2^21"])
+@pytest.mark.parametrize("n,rows,dtypes,kinds,ks", LARGE_CASES,
+                         ids=["2^17+3", "2^17+3-one-row", "2^21"])
 def test_large_rows(backend, n, rows, dtypes, kinds, ks):
     rng = np.random.default_rng(n)
     for dtype in dtypes:
@@ -313,6 +315,23 @@ def test_strided_views_match_contiguous_copies(backend, dtype):
                     np.testing.assert_array_equal(got[1], want[1], name)
 
 
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), ref.BFLOAT16, np.dtype(np.int8),
+                                   np.dtype(np.float64)], ids=lambda d: d.name)
+def test_strided_rows_of_every_length(backend, dtype):
+    """Rows read across other rows (dim 0 of a matrix) and rows with a step, at lengths around
+    the points where strided rows are read in pieces or tiles of several rows."""
+    require_dtype(backend, dtype)
+    rng = np.random.default_rng(13)
+    for n in (31, 32, 33, 2047, 2048, 2049, 4097, 40000):
+        columns = ref.random_values(rng, (n, 6), dtype, "specials")
+        stepped = ref.random_values(rng, (3, 2 * n), dtype, "specials")[:, ::2]
+        for x, dim in ((columns, 0), (columns[:, ::-2], 0), (stepped, 1)):
+            for largest in (True, False):
+                order = ref.stable_order(x, dim, largest)
+                for k in sorted({1, 16, 17, 100, 1024, n} & set(range(n + 1))):
+                    assert_topk(x, k, dim, largest, backend, order)
+
+
 def test_device_transfer_path_on_cpu_context():
     """The GPU path of the package (input span uploaded with its strides, outputs downloaded)
     is checked here against a CPU context, whose device memory is host memory."""
@@ -347,7 +366,7 @@ def test_empty_inputs(backend):
 
 
 def test_default_backend_is_an_available_backend():
-    default = _core.context(None).backend
+    default = metaltopk.default_backend()
     assert metaltopk.backends()[default]["available"]
     x = ref.random_values(np.random.default_rng(1), (6, 300), np.float32, "specials")
     got = metaltopk.topk(x, 17)

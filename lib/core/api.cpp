@@ -46,9 +46,27 @@ mtk_tensor contiguous_output(const mtk_tensor& input, int64_t k, int dim, mtk_dt
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.sizes[d] = shape.sizes[d];
     t.strides[d] = stride;
-    stride *= t.sizes[d];
+    // Only an empty output's sizes can overflow this product (the input checks bound them up to
+    // its first 0 only); its strides are never used, so 0 serves.
+    if (__builtin_mul_overflow(stride, t.sizes[d], &stride)) stride = 0;
   }
   return t;
+}
+
+// An enum argument of a C caller may hold any int; it is checked as one before C++ reads it as
+// its enum type (see mtk::abi_enum_value).
+void require_known_dtype_argument(const mtk_dtype& dtype, const char* name) {
+  const int raw = mtk::abi_enum_value(dtype);
+  if (raw < MTK_FLOAT32 || raw > MTK_INT64) {
+    fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, " = ", raw, " is not a known mtk_dtype");
+  }
+}
+
+void require_known_backend(const mtk_backend& backend) {
+  const int raw = mtk::abi_enum_value(backend);
+  if (raw < MTK_BACKEND_DEFAULT || raw > MTK_BACKEND_MPSGRAPH) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", raw, " is not a known mtk_backend");
+  }
 }
 
 int64_t element_count(const mtk_tensor& t) {
@@ -64,7 +82,7 @@ extern "C" {
 MTK_API int mtk_version(void) { return MTK_VERSION; }
 
 MTK_API const char* mtk_status_string(mtk_status status) {
-  switch (status) {
+  switch (mtk::abi_enum_value(status)) {
     case MTK_SUCCESS: return "success";
     case MTK_ERROR_INVALID_ARGUMENT: return "invalid argument";
     case MTK_ERROR_INVALID_DIM: return "dim out of range";
@@ -81,7 +99,7 @@ MTK_API const char* mtk_status_string(mtk_status status) {
 MTK_API const char* mtk_last_error_message(void) { return mtk::last_error(); }
 
 MTK_API const char* mtk_backend_name(mtk_backend backend) {
-  switch (backend) {
+  switch (mtk::abi_enum_value(backend)) {
     case MTK_BACKEND_DEFAULT: return "default";
     case MTK_BACKEND_CPU: return "cpu";
     case MTK_BACKEND_CUDA: return "cuda";
@@ -93,10 +111,7 @@ MTK_API const char* mtk_backend_name(mtk_backend backend) {
 
 MTK_API mtk_status mtk_backend_query(mtk_backend backend, int* compiled, int* available) {
   return guarded([&] {
-    if (mtk_backend_name(backend) == nullptr) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", static_cast<int>(backend),
-           " is not a known mtk_backend");
-    }
+    require_known_backend(backend);
     if (compiled != nullptr) *compiled = mtk::backend_compiled(backend) ? 1 : 0;
     if (available != nullptr) *available = mtk::backend_available(backend) ? 1 : 0;
   });
@@ -106,10 +121,7 @@ MTK_API mtk_status mtk_context_create(mtk_backend backend, int device_index, mtk
   if (out != nullptr) *out = nullptr;
   return guarded([&] {
     require_out(out, "out");
-    if (mtk_backend_name(backend) == nullptr) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", static_cast<int>(backend),
-           " is not a known mtk_backend");
-    }
+    require_known_backend(backend);
     auto context =
         std::make_unique<mtk_context_s>(mtk::create_backend(backend, device_index), device_index);
     *out = mtk::register_context(std::move(context));
@@ -169,10 +181,10 @@ MTK_API mtk_status mtk_memcpy(mtk_context ctx, void* dst, const void* src, size_
                               mtk_copy_kind kind, void* stream) {
   return guarded([&] {
     Context& context = mtk::checked_context(ctx);
-    if (kind != MTK_COPY_HOST_TO_DEVICE && kind != MTK_COPY_DEVICE_TO_HOST &&
-        kind != MTK_COPY_DEVICE_TO_DEVICE) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "kind = ", static_cast<int>(kind),
-           " is not a known mtk_copy_kind");
+    const int raw_kind = mtk::abi_enum_value(kind);
+    if (raw_kind != MTK_COPY_HOST_TO_DEVICE && raw_kind != MTK_COPY_DEVICE_TO_HOST &&
+        raw_kind != MTK_COPY_DEVICE_TO_DEVICE) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "kind = ", raw_kind, " is not a known mtk_copy_kind");
     }
     if (bytes == 0) return;
     if (dst == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "dst is NULL for ", bytes, " bytes");
@@ -204,6 +216,7 @@ MTK_API mtk_status mtk_topk_workspace_size(mtk_context ctx, const mtk_tensor* in
     Context& context = mtk::checked_context(ctx);
     require_out(bytes, "bytes");
     const int d = mtk::validate_input_dim_k(input, k, dim);
+    require_known_dtype_argument(index_dtype, "indices.dtype");
     const mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
     const mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
     mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
@@ -244,6 +257,7 @@ MTK_API mtk_status mtk_topk_alloc(mtk_context ctx, const mtk_tensor* input, int6
     require_out(values_out, "values_out");
     require_out(indices_out, "indices_out");
     const int d = mtk::validate_input_dim_k(input, k, dim);
+    require_known_dtype_argument(index_dtype, "indices.dtype");
     require_backend_dtype(context, input->dtype);
     mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
     mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);

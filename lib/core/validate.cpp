@@ -48,6 +48,10 @@ CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
            "] = ", t->sizes[d]);
     }
   }
+  const int raw_dtype = abi_enum_value(t->dtype);
+  if (raw_dtype < MTK_FLOAT32 || raw_dtype > MTK_INT64) {
+    fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, ".dtype = ", raw_dtype, " is not a known mtk_dtype");
+  }
   out.dtype = &require_dtype(t->dtype, (std::string(name) + ".dtype").c_str());
   out.numel = numel;
   if (numel == 0) return out;
@@ -141,6 +145,13 @@ struct BatchDim {
   int64_t size, in, val, idx;
 };
 
+// Whether `outer` == `inner` * `count`; false where the product overflows (strides of empty
+// tensors are not bounded by the descriptor checks, and stride * size may exceed the extent).
+bool steps_over(int64_t outer, int64_t inner, int64_t count) {
+  int64_t product;
+  return !multiply_overflows(inner, count, &product) && outer == product;
+}
+
 void collapse_batch_dims(const mtk_tensor& in, const mtk_tensor& val, const mtk_tensor& idx,
                          int dim, RowGeometry& g) {
   BatchDim dims[MTK_MAX_NDIM];
@@ -150,9 +161,11 @@ void collapse_batch_dims(const mtk_tensor& in, const mtk_tensor& val, const mtk_
     BatchDim next{in.sizes[d], in.strides[d], val.strides[d], idx.strides[d]};
     if (count > 0) {
       BatchDim& outer = dims[count - 1];
-      if (outer.in == next.in * next.size && outer.val == next.val * next.size &&
-          outer.idx == next.idx * next.size) {
-        outer = BatchDim{outer.size * next.size, next.in, next.val, next.idx};
+      int64_t merged_size;
+      if (steps_over(outer.in, next.in, next.size) && steps_over(outer.val, next.val, next.size) &&
+          steps_over(outer.idx, next.idx, next.size) &&
+          !multiply_overflows(outer.size, next.size, &merged_size)) {
+        outer = BatchDim{merged_size, next.in, next.val, next.idx};
         continue;
       }
     }
@@ -165,7 +178,11 @@ void collapse_batch_dims(const mtk_tensor& in, const mtk_tensor& val, const mtk_
     g.input_batch_strides[i] = dims[i].in;
     g.values_batch_strides[i] = dims[i].val;
     g.indices_batch_strides[i] = dims[i].idx;
-    g.rows *= dims[i].size;
+    // Only an empty input can overflow here (its sizes are unbounded once one is 0): 0 rows.
+    if (multiply_overflows(g.rows, dims[i].size, &g.rows)) g.rows = 0;
+  }
+  for (int i = 0; i < count; ++i) {
+    if (dims[i].size == 0) g.rows = 0;
   }
 }
 
@@ -262,10 +279,10 @@ RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_par
     fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params->k, " is out of range for ", experts,
          " experts (expected 1 <= k <= ", experts, ")");
   }
-  if (params->scoring != MTK_SCORING_SOFTMAX && params->scoring != MTK_SCORING_SIGMOID &&
-      params->scoring != MTK_SCORING_NONE) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "params.scoring = ", static_cast<int>(params->scoring),
-         " is not a known mtk_scoring");
+  const int scoring = abi_enum_value(params->scoring);
+  if (scoring != MTK_SCORING_SOFTMAX && scoring != MTK_SCORING_SIGMOID &&
+      scoring != MTK_SCORING_NONE) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "params.scoring = ", scoring, " is not a known mtk_scoring");
   }
   int64_t n_group = params->n_group, topk_group = params->topk_group;
   if (n_group < 0) fail(MTK_ERROR_INVALID_ARGUMENT, "params.n_group = ", n_group, " is negative");

@@ -3,11 +3,22 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "metaltopk.h"
 #include "problem.hpp"
 
 namespace mtk {
+
+// C callers may store any int in an enum-typed field; in C++ loading an enum outside its
+// enumeration's range is undefined behaviour, so ABI enums are read as ints until checked.
+template <class Enum>
+int abi_enum_value(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int), "ABI enums are int-sized");
+  int raw;
+  std::memcpy(&raw, &field, sizeof raw);
+  return raw;
+}
 
 // The contract's output shape: the input's with size k at the (normalised) dim.
 struct OutputShape {

@@ -32,42 +32,74 @@ inline KeyOf<T> key_of(T value, KeyOf<T> flip) {
   return static_cast<KeyOf<T>>(KeyTraits<T>::key(value) ^ flip);
 }
 
+// Bit j set where element j of the block beats the threshold. Built from a plain loop the
+// compiler turns into vector compares; the caller then visits only the set bits, so a block
+// costs about the same whether none or a few of its elements get through.
 template <class T>
-inline KeyOf<T> block_max_key(const T* x, KeyOf<T> flip) {
-  KeyOf<T> best = 0;
-  for (int64_t j = 0; j < kScanBlock; ++j) {
-    const KeyOf<T> key = key_of(x[j], flip);
-    best = key > best ? key : best;
-  }
-  return best;
+inline uint32_t block_mask(const T* x, KeyOf<T> flip, KeyOf<T> threshold) {
+  static_assert(kScanBlock == 32, "one bit per element of a block");
+  uint32_t mask = 0;
+  for (int64_t j = 0; j < kScanBlock; ++j)
+    mask |= static_cast<uint32_t>(key_of(x[j], flip) > threshold) << j;
+  return mask;
 }
 
-// Short rows with small k (MoE routing: 8 of 128..512). Keys are computed once into `keys`.
-// Element i belongs to group i mod k; the smallest of the k group maxima is a key that at least
-// k distinct elements reach (the maxima), and on typical data only a few more. Only elements
-// reaching it are packed into `words`, and the best k of those are kept by insertion.
+// Which of `count` distinct words (count <= 4 * kInsertionMaxK) are the best k, placed sorted
+// at out[0, k): each word's rank is the number of words better than it, counted without
+// branches (a few dozen words, so the quadratic count beats a sort's mispredicted branches).
+// `out` may not overlap `words` and has room for k + 1 words (slot k takes the losers).
+template <class Word>
+void place_best_by_rank(const Word* words, int64_t count, int64_t k, Word* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rank = 0;
+    for (int64_t j = 0; j < count; ++j) rank += words[j] > words[i];
+    out[rank < k ? rank : k] = words[i];
+  }
+}
+
+// Short rows with small k (MoE routing: 8 of 128..512). Keys are computed once into `keys`,
+// keeping the maximum of each of `Lanes` interleaved lanes (element i in lane i mod Lanes) in
+// registers. The k-th largest lane maximum is a key that at least k distinct elements reach,
+// and on typical data only a few more; only elements reaching it become candidate words.
 // `keys` holds n keys and `words` n words. Returns k, with the best k words at words[0, k),
 // sorted best first.
-template <class T, class Word>
+template <int Lanes, class T, class Word>
 int64_t select_short_row(const T* x, int64_t n, int64_t k, KeyOf<T> flip, KeyOf<T>* keys,
                          Word* words) {
   using Key = KeyOf<T>;
   using P = Packing<Key, Word>;
-  Key maxima[kInsertionMaxK] = {};
-  const int64_t whole = n / k * k;
-  for (int64_t at = 0; at < whole; at += k) {
-    for (int64_t g = 0; g < k; ++g) {
-      const Key key = key_of(x[at + g], flip);
-      keys[at + g] = key;
-      maxima[g] = std::max(maxima[g], key);
+  static_assert(4 * kInsertionMaxK >= 2 * Lanes, "candidate room for a full set of lanes");
+  Key lane[Lanes] = {};
+  int64_t i = 0;
+  for (; i + Lanes <= n; i += Lanes) {
+    for (int g = 0; g < Lanes; ++g) {
+      const Key key = key_of(x[i + g], flip);
+      keys[i + g] = key;
+      lane[g] = std::max(lane[g], key);
     }
   }
-  for (int64_t i = whole; i < n; ++i) keys[i] = key_of(x[i], flip);
-  Key floor = maxima[0];
-  for (int64_t g = 1; g < k; ++g) floor = std::min(floor, maxima[g]);
+  for (; i < n; ++i) keys[i] = key_of(x[i], flip);
+  // The k-th largest lane maximum: the one with exactly k - 1 lanes ranked above it (ties
+  // ranked by lane number, so ranks are distinct). Lanes that saw no element hold 0, which is
+  // still a valid (if useless) floor.
+  Key floor = 0;
+  for (int g = 0; g < Lanes; ++g) {
+    int64_t above = 0;
+    for (int h = 0; h < Lanes; ++h) above += lane[h] > lane[g] || (lane[h] == lane[g] && h < g);
+    floor = above == k - 1 ? lane[g] : floor;
+  }
 
   int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (i = 0; i + kScanBlock <= n; i += kScanBlock) {
+    uint32_t mask = 0;
+    for (int64_t j = 0; j < kScanBlock; ++j)
+      mask |= static_cast<uint32_t>(keys[i + j] >= floor) << j;
+    for (; mask != 0; mask &= mask - 1) {
+      const int64_t j = i + __builtin_ctz(mask);
+      words[count++] = P::make(keys[j], j);
+    }
+  }
+  for (; i < n; ++i) {
     words[count] = P::make(keys[i], i);
     count += keys[i] >= floor;
   }
@@ -75,22 +107,9 @@ int64_t select_short_row(const T* x, int64_t n, int64_t k, KeyOf<T> flip, KeyOf<
     std::nth_element(words, words + k - 1, words + count, std::greater<Word>());
     count = k;
   }
-  // Insertion of each candidate into the sorted best k at words[0, k). Candidate i is read before
-  // any shift can reach it: while fewer than k are held, the held ones are exactly words[0, i).
-  int64_t held = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const Word word = words[i];
-    int64_t j;
-    if (held < k) {
-      j = held++;
-    } else if (word > words[k - 1]) {
-      j = k - 1;
-    } else {
-      continue;
-    }
-    for (; j > 0 && words[j - 1] < word; --j) words[j] = words[j - 1];
-    words[j] = word;
-  }
+  Word candidates[4 * kInsertionMaxK + 1];
+  std::copy(words, words + count, candidates);
+  place_best_by_rank(candidates, count, k, words);
   return k;
 }
 
@@ -128,10 +147,10 @@ class InsertionSelector {
       threshold = P::key(top[k - 1]);
     };
     for (; i + kScanBlock <= len; i += kScanBlock) {
-      if (block_max_key(x + i, flip) <= threshold) continue;
-      for (int64_t j = 0; j < kScanBlock; ++j) {
+      for (uint32_t mask = block_mask(x + i, flip, threshold); mask != 0; mask &= mask - 1) {
+        const int64_t j = __builtin_ctz(mask);
         const Key key = key_of(x[i + j], flip);
-        if (key > threshold) place(key, base + i + j);
+        if (key > threshold) place(key, base + i + j);  // the threshold may have risen since
       }
     }
     for (; i < len; ++i) {
@@ -159,8 +178,15 @@ class BufferedSelector {
 
  public:
   // `buffer` holds capacity + kScanBlock words: a block is appended without bounds checks.
-  BufferedSelector(Word* buffer, int64_t k, int64_t capacity, Key flip)
-      : buffer_(buffer), k_(k), capacity_(capacity), flip_(flip) {}
+  // A nonzero `floor` admits only keys >= floor until the first prune; the caller must check
+  // that at least k elements reached it (finish() returns k).
+  BufferedSelector(Word* buffer, int64_t k, int64_t capacity, Key flip, Key floor = 0)
+      : buffer_(buffer), k_(k), capacity_(capacity), flip_(flip) {
+    if (floor != 0) {
+      threshold_ = static_cast<Key>(floor - 1);
+      pruned_ = true;
+    }
+  }
 
   void feed(const T* x, int64_t len, int64_t base) {
     Word* const buffer = buffer_;
@@ -176,11 +202,9 @@ class BufferedSelector {
     int64_t size = size_;
     Key threshold = threshold_;
     for (; i + kScanBlock <= len; i += kScanBlock) {
-      if (block_max_key(x + i, flip) <= threshold) continue;
-      for (int64_t j = 0; j < kScanBlock; ++j) {
-        const Key key = key_of(x[i + j], flip);
-        buffer[size] = P::make(key, base + i + j);
-        size += key > threshold;
+      for (uint32_t mask = block_mask(x + i, flip, threshold); mask != 0; mask &= mask - 1) {
+        const int64_t j = __builtin_ctz(mask);
+        buffer[size++] = P::make(key_of(x[i + j], flip), base + i + j);
       }
       if (size >= capacity_) {
         size_ = size;
@@ -252,7 +276,7 @@ class RowKernel {
         for (int64_t row = begin; row < end; ++row) {
           const RowOffsets at = row_offsets(g_, row);
           const T* x = input_ + at.input;
-          const int64_t count = search(x, 0, g_.n, scratch.worker[worker]);
+          const int64_t count = search(x, g_.input_stride, 0, g_.n, scratch.worker[worker]);
           write_row(at, x, reinterpret_cast<const Word*>(scratch.worker[worker]), count);
         }
       });
@@ -260,53 +284,65 @@ class RowKernel {
   }
 
  private:
-  // The best min(k, n) words of a whole contiguous row, sorted best first, at the start of the
-  // worker's scratch; returns their count.
-  int64_t select_row(const T* x, std::byte* worker_scratch) {
+  // The best min(k, end - begin) words of elements [begin, end) of the row at `x`, whose
+  // elements lie `stride` apart, sorted best first, at the start of the worker's scratch.
+  // Returns their count.
+  int64_t search(const T* x, int64_t stride, int64_t begin, int64_t end,
+                 std::byte* worker_scratch) {
     Word* words = reinterpret_cast<Word*>(worker_scratch);
+    T* gathered = reinterpret_cast<T*>(worker_scratch + plan_.selector_bytes);
     switch (plan_.selector) {
-      case RowSelector::ShortRow: {
+      case RowSelector::ShortRow: {  // whole rows only: short rows are never split
+        if (stride != 1) {
+          for (int64_t i = 0; i < g_.n; ++i) gathered[i] = x[i * stride];
+          x = gathered;
+        }
         Key* keys = reinterpret_cast<Key*>(worker_scratch + g_.n * int64_t{sizeof(Word)});
-        return select_short_row(x, g_.n, g_.k, flip_, keys, words);
+        return g_.k <= 8 ? select_short_row<8>(x, g_.n, g_.k, flip_, keys, words)
+                         : select_short_row<16>(x, g_.n, g_.k, flip_, keys, words);
       }
       case RowSelector::Insertion: {
         InsertionSelector<T, Word> selector(words, g_.k, flip_);
-        selector.feed(x, g_.n, 0);
+        feed(selector, x, stride, begin, end, gathered);
         return selector.finish();
       }
-      case RowSelector::Buffered: break;
+      case RowSelector::Buffered:
+        break;
+    }
+    const Key floor = sampled_floor(x, stride, begin, end, reinterpret_cast<Key*>(words));
+    if (floor != 0) {
+      BufferedSelector<T, Word> selector(words, g_.k, plan_.candidate_capacity, flip_, floor);
+      feed(selector, x, stride, begin, end, gathered);
+      const int64_t count = selector.finish();
+      if (count == std::min(g_.k, end - begin)) return count;
+      // The sample misled: fewer than k elements reach the floor. Scan again without one.
     }
     BufferedSelector<T, Word> selector(words, g_.k, plan_.candidate_capacity, flip_);
-    selector.feed(x, g_.n, 0);
+    feed(selector, x, stride, begin, end, gathered);
     return selector.finish();
   }
 
-  // The best min(k, end - begin) words of elements [begin, end) of the row at `x` (any
-  // stride), sorted best first, at the start of the worker's scratch; returns their count.
-  int64_t search(const T* x, int64_t begin, int64_t end, std::byte* worker_scratch) {
-    T* gathered = reinterpret_cast<T*>(worker_scratch + plan_.selector_bytes);
-    if (g_.input_stride == 1 && begin == 0 && end == g_.n) return select_row(x, worker_scratch);
-    Word* words = reinterpret_cast<Word*>(worker_scratch);
-    switch (plan_.selector) {
-      case RowSelector::ShortRow: {  // a short row is gathered whole (never split)
-        for (int64_t i = 0; i < g_.n; ++i) gathered[i] = x[i * g_.input_stride];
-        return select_row(gathered, worker_scratch);
-      }
-      case RowSelector::Insertion: {
-        InsertionSelector<T, Word> selector(words, g_.k, flip_);
-        feed(selector, x, begin, end, gathered);
-        return selector.finish();
-      }
-      case RowSelector::Buffered: break;
-    }
-    BufferedSelector<T, Word> selector(words, g_.k, plan_.candidate_capacity, flip_);
-    feed(selector, x, begin, end, gathered);
-    return selector.finish();
+  // For a large k and a segment much longer than the candidate buffer: a key that, judging from
+  // an evenly strided sample, about 2k elements (plus a margin for sampling noise) reach, so the
+  // scan starts at a high threshold instead of growing one through many prunes; 0 when not worth
+  // it (for small k the prunes are cheaper than the sample's cache misses). `samples` has room
+  // for kFloorSamples keys.
+  Key sampled_floor(const T* x, int64_t stride, int64_t begin, int64_t end, Key* samples) const {
+    const int64_t m = end - begin;
+    if (g_.k < kFloorMinK || m < 16 * plan_.candidate_capacity) return 0;
+    const int64_t step = m / kFloorSamples;
+    for (int64_t i = 0; i < kFloorSamples; ++i)
+      samples[i] = key_of(x[(begin + i * step) * stride], flip_);
+    // The sample of rank r stands for about r * m / kFloorSamples elements.
+    const int64_t rank = 2 * g_.k * kFloorSamples / m + 16;
+    if (rank > kFloorSamples / 4) return 0;
+    std::nth_element(samples, samples + rank - 1, samples + kFloorSamples, std::greater<Key>());
+    return samples[rank - 1];
   }
 
   template <class Selector>
-  void feed(Selector& selector, const T* x, int64_t begin, int64_t end, T* gathered) {
-    const int64_t stride = g_.input_stride;
+  void feed(Selector& selector, const T* x, int64_t stride, int64_t begin, int64_t end,
+            T* gathered) {
     if (stride == 1) {
       selector.feed(x + begin, end - begin, begin);
       return;
@@ -336,7 +372,7 @@ class RowKernel {
         const T* x = input_ + row_offsets(g_, first).input;
         transpose_tile(x, rows, tile);
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t count = select_row(tile + r * g_.n, worker_scratch);
+          const int64_t count = search(tile + r * g_.n, 1, 0, g_.n, worker_scratch);
           const RowOffsets at = row_offsets(g_, first + r);
           write_row(at, input_ + at.input, storage, count);
         }
@@ -367,7 +403,7 @@ class RowKernel {
         const int64_t first = chunk * plan_.chunk_len;
         const int64_t last = std::min(g_.n, first + plan_.chunk_len);
         const T* x = input_ + row_offsets(g_, row).input;
-        const int64_t count = search(x, first, last, scratch.worker[worker]);
+        const int64_t count = search(x, g_.input_stride, first, last, scratch.worker[worker]);
         const Word* words = reinterpret_cast<const Word*>(scratch.worker[worker]);
         Word* slot = slots + task * k;
         std::copy(words, words + count, slot);

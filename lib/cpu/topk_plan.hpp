@@ -9,8 +9,8 @@
 
 namespace mtk::cpu {
 
-// Elements are scanned in blocks of this many: a block whose largest key cannot beat the running
-// threshold is skipped after one vectorised pass, which is the fate of most blocks.
+// Elements are scanned in blocks of this many: one vectorised pass compares a block with the
+// running threshold, and only the few elements that beat it are visited one by one.
 constexpr int64_t kScanBlock = 32;
 // Strided rows are copied to contiguous scratch this many elements at a time before scanning.
 constexpr int64_t kGatherPiece = 2048;
@@ -19,6 +19,11 @@ constexpr int64_t kGatherPiece = 2048;
 constexpr int64_t kInsertionMaxK = 16;
 // Rows up to this long (their keys stay in L1) with k <= kInsertionMaxK take the short-row path.
 constexpr int64_t kShortRowMax = 4096;
+
+// Keys sampled from a long row to start the buffered selector at a high threshold, for k of at
+// least kFloorMinK.
+constexpr int64_t kFloorSamples = 1024;
+constexpr int64_t kFloorMinK = 256;
 
 enum class RowSelector {
   ShortRow,   // keys of the whole row at once, a cheap floor, then sort the few that reach it

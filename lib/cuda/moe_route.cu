@@ -31,13 +31,29 @@ __device__ __forceinline__ int64_t warp_token() {
   return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
 }
 
-template <class Logit, int kItems>
+// The plain routine gets its own kernel: it needs far fewer registers than the general one,
+// and it is what most models run.
+template <class Logit, int kItems, bool kPlain>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     route_in_registers(const RouterProblem p, bool vector_loads) {
   const int64_t token = warp_token();
   if (token >= p.tokens) return;  // whole warps leave together
   WarpLanes lanes;
-  route_token<Logit, kItems>(p, token, vector_loads, lanes);
+  if constexpr (kPlain) {
+    route_plain<Logit, kItems>(p, token, vector_loads, lanes);
+  } else {
+    route_general<Logit, kItems>(p, token, vector_loads, lanes);
+  }
+}
+
+template <class Logit, int kItems>
+void launch_in_registers(const RouterProblem& p, dim3 grid, dim3 block, bool vectors,
+                         cudaStream_t stream) {
+  if (p.bias == nullptr && p.n_group == 1) {
+    route_in_registers<Logit, kItems, true><<<grid, block, 0, stream>>>(p, vectors);
+  } else {
+    route_in_registers<Logit, kItems, false><<<grid, block, 0, stream>>>(p, vectors);
+  }
 }
 
 template <class Logit>
@@ -60,11 +76,11 @@ void launch(const RouterProblem& p, cudaStream_t stream) {
   const int items = items_per_lane(p.experts);
   const bool vectors = items > 0 && can_load_vectors(p, items, sizeof(typename Logit::Storage));
   switch (items) {
-    case 1: route_in_registers<Logit, 1><<<grid, block, 0, stream>>>(p, vectors); break;
-    case 2: route_in_registers<Logit, 2><<<grid, block, 0, stream>>>(p, vectors); break;
-    case 4: route_in_registers<Logit, 4><<<grid, block, 0, stream>>>(p, vectors); break;
-    case 8: route_in_registers<Logit, 8><<<grid, block, 0, stream>>>(p, vectors); break;
-    case 16: route_in_registers<Logit, 16><<<grid, block, 0, stream>>>(p, vectors); break;
+    case 1: launch_in_registers<Logit, 1>(p, grid, block, vectors, stream); break;
+    case 2: launch_in_registers<Logit, 2>(p, grid, block, vectors, stream); break;
+    case 4: launch_in_registers<Logit, 4>(p, grid, block, vectors, stream); break;
+    case 8: launch_in_registers<Logit, 8>(p, grid, block, vectors, stream); break;
+    case 16: launch_in_registers<Logit, 16>(p, grid, block, vectors, stream); break;
     default: route_streamed<Logit><<<grid, block, 0, stream>>>(p); break;
   }
   cuda::check_cuda(cudaGetLastError(), "launching the MoE router");

@@ -96,11 +96,16 @@ MTK_ROUTER_HD float exp_f32(float x) {
 }
 
 // Expert and rank key in one word: integer order is the router's order (key descending, then
-// expert ascending). 0 ranks below every real expert (no float has key 0).
+// expert ascending). Both ends stay free as sentinels: 0 ranks below every real expert (no float
+// has key 0) and ~0 above all (the low word of a real rank is at most 0xfffffffe, even for a NaN
+// at index 0), so "below ~0" means "any".
+constexpr uint32_t kIndexComplement = 0xfffffffeu;
 MTK_ROUTER_HD uint64_t rank_of(uint32_t key, int64_t index) {
-  return uint64_t{key} << 32 | uint32_t(~uint32_t(index));
+  return uint64_t{key} << 32 | (kIndexComplement - uint32_t(index));
 }
-MTK_ROUTER_HD int64_t index_of(uint64_t rank) { return int64_t(uint32_t(~uint32_t(rank))); }
+MTK_ROUTER_HD int64_t index_of(uint64_t rank) {
+  return int64_t(kIndexComplement - uint32_t(rank));
+}
 
 template <class Logit, int kItems>
 MTK_ROUTER_HD void load_items(const RouterProblem& p, int64_t token, int lane, bool vector_loads,
@@ -108,9 +113,11 @@ MTK_ROUTER_HD void load_items(const RouterProblem& p, int64_t token, int lane, b
   using Storage = typename Logit::Storage;
   const Storage* row = static_cast<const Storage*>(p.logits) + token * p.logits_token_stride;
   const int64_t first = int64_t{lane} * kItems;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) x[i] = 0.0f;  // lanes past the last expert keep zeros
   if (vector_loads) {
     if (first >= p.experts) return;
-    Storage chunk[kItems];
+    alignas(16) Storage chunk[kItems];
 #if defined(__CUDA_ARCH__)
     // Whole 16-, 8- or 4-byte words; the caller checked the alignment.
     constexpr int kBytes = kItems * int(sizeof(Storage));

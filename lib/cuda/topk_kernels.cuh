@@ -38,67 +38,93 @@ constexpr int kMultiPasses = 2;          // multi-block filter passes before the
 // ---------------------------------------------------------------------------------------------
 // Short rows: one warp per row.
 
+// A row position packed under its key so that one unsigned max picks the better element: the
+// key in the high bits, the complemented position below it (n <= 1024, so 16 bits are enough
+// and the packed word is never 0 for a real element; 0 marks "absent or already taken").
+template <class Key> struct PackedOf { using type = uint32_t; };             // 8/16-bit keys
+template <> struct PackedOf<uint32_t> { using type = uint64_t; };
+template <> struct PackedOf<uint64_t> { using type = unsigned __int128; };
+template <class Key> constexpr int kPackedIndexBits = sizeof(Key) <= 2 ? 16 : 32;
+
+template <class Packed>
+__device__ __forceinline__ Packed warp_max(Packed mine) {
+  constexpr unsigned kAll = 0xffffffffu;
+  if constexpr (sizeof(Packed) == 4) {
+    return __reduce_max_sync(kAll, mine);
+  } else if constexpr (sizeof(Packed) == 8) {
+    const uint32_t high = __reduce_max_sync(kAll, uint32_t(mine >> 32));
+    const uint32_t low = __reduce_max_sync(kAll, uint32_t(mine >> 32) == high ? uint32_t(mine) : 0u);
+    return (Packed(high) << 32) | low;
+  } else {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const uint64_t high = __shfl_xor_sync(kAll, uint64_t(mine >> 64), offset);
+      const uint64_t low = __shfl_xor_sync(kAll, uint64_t(mine), offset);
+      const Packed other = (Packed(high) << 64) | low;
+      mine = other > mine ? other : mine;
+    }
+    return mine;
+  }
+}
+
+// Element j*32 + lane of the row lives in lane `lane`, slot j, as its packed rank and its raw
+// bits. Each of k rounds takes the warp-wide maximum; the lane that owns it writes rank r
+// straight from its registers (values stay bit-exact, no second read) and retires the slot.
 template <class T, int Items>
 __global__ void __launch_bounds__(kWarpRowThreads)
     warp_topk_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                      bool largest) {
   using Key = typename KeyTraits<T>::Key;
+  using Packed = typename PackedOf<Key>::type;
+  constexpr int kIndexBits = kPackedIndexBits<Key>;
+  constexpr uint32_t kIndexMask = uint32_t((uint64_t(1) << kIndexBits) - 1);
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * (kWarpRowThreads / 32) + (threadIdx.x >> 5);
   if (row >= g.rows) return;
   const RowOffsets o = device_row_offsets(g, row);
-  const T* in = input + o.input;
+  const Bits<T>* in = reinterpret_cast<const Bits<T>*>(input) + o.input;
   const int n = int(g.n), k = int(g.k);
 
-  // Element j*32 + lane lives in lane `lane`, slot j; an absent or taken element is (0, 0),
-  // which never beats a real one because real elements have a nonzero inverted index.
-  Key key[Items];
-  uint32_t inverted[Items];
+  Packed packed[Items];
+  Bits<T> raw[Items];
 #pragma unroll
   for (int j = 0; j < Items; ++j) {
     const int i = j * 32 + lane;
-    const bool present = i < n;
-    key[j] = present ? selection_key(in[int64_t(i) * g.input_stride], largest) : Key(0);
-    inverted[j] = present ? ~uint32_t(i) : 0u;
+    raw[j] = i < n ? in[int64_t(i) * g.input_stride] : Bits<T>(0);
+  }
+#pragma unroll
+  for (int j = 0; j < Items; ++j) {
+    const int i = j * 32 + lane;
+    T value;
+    memcpy(&value, &raw[j], sizeof(T));
+    packed[j] = i < n ? (Packed(selection_key(value, largest)) << kIndexBits) |
+                            Packed(~uint32_t(i) & kIndexMask)
+                      : Packed(0);
   }
 
-  uint32_t my_rank_index = 0;  // lane r ends up holding the index of rank r
+  Bits<T>* out_values = reinterpret_cast<Bits<T>*>(values) + o.values;
   for (int r = 0; r < k; ++r) {
-    Key best_key = 0;
-    uint32_t best_inv = 0;
+    Packed best = packed[0];
 #pragma unroll
-    for (int j = 0; j < Items; ++j) {
-      if (key[j] > best_key || (key[j] == best_key && inverted[j] > best_inv)) {
-        best_key = key[j];
-        best_inv = inverted[j];
-      }
-    }
-    uint32_t win_inv;
-    if constexpr (sizeof(Key) <= 4) {
-      const uint32_t win_key = __reduce_max_sync(0xffffffffu, uint32_t(best_key));
-      win_inv = __reduce_max_sync(0xffffffffu, uint32_t(best_key) == win_key ? best_inv : 0u);
-    } else {
+    for (int j = 1; j < Items; ++j) best = packed[j] > best ? packed[j] : best;
+    const Packed winner = warp_max(best);
+    if (best == winner) {
 #pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        const Key other_key = __shfl_xor_sync(0xffffffffu, best_key, offset);
-        const uint32_t other_inv = __shfl_xor_sync(0xffffffffu, best_inv, offset);
-        if (other_key > best_key || (other_key == best_key && other_inv > best_inv)) {
-          best_key = other_key;
-          best_inv = other_inv;
+      for (int j = 0; j < Items; ++j) {
+        if (packed[j] == winner) {
+          const int64_t i = j * 32 + lane;
+          out_values[r * g.values_stride] = raw[j];
+          const int64_t at = o.indices + r * g.indices_stride;
+          if (index64) {
+            static_cast<int64_t*>(indices)[at] = i;
+          } else {
+            static_cast<int32_t*>(indices)[at] = int32_t(i);
+          }
+          packed[j] = 0;
         }
-      }
-      win_inv = best_inv;
-    }
-    if (lane == r) my_rank_index = ~win_inv;
-#pragma unroll
-    for (int j = 0; j < Items; ++j) {
-      if (inverted[j] == win_inv) {
-        key[j] = 0;
-        inverted[j] = 0;
       }
     }
   }
-  if (lane < k) write_result(g, input, values, indices, index64, o, lane, my_rank_index);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,7 +166,9 @@ struct BlockShared {
 template <int Bits, class Comp, class Source>
 __device__ Selection<Comp> block_refine(const Source& source, Selection<Comp> sel,
                                         BlockShared<Comp>& sh) {
-  while (sel.in_bucket != sel.needed) {
+  // A full-width prefix names one element (composites are unique), so the loop always ends
+  // there at the latest; the bound only keeps a broken invariant from spinning.
+  while (sel.in_bucket != sel.needed && sel.resolved < Bits) {
     const int width = min(kBlockDigitBits, Bits - sel.resolved);
     const int shift = Bits - sel.resolved - width;
     for (int b = threadIdx.x; b < kBlockBins; b += kBlockThreads) sh.hist[b] = 0;
@@ -250,11 +278,53 @@ struct MultiLayout {
 };
 
 // Where segment `seg` of `count` elements starts and ends, for `blocks` segments.
+// Chunks are whole multiples of 64 elements so that vector loads stay aligned per segment.
 __device__ __forceinline__ void segment_bounds(int64_t count, int blocks, int seg, int64_t& begin,
                                                int64_t& end) {
-  const int64_t chunk = (count + blocks - 1) / blocks;
+  const int64_t chunk = ((count + blocks - 1) / blocks + 63) / 64 * 64;
   begin = min(count, chunk * seg);
   end = min(count, begin + chunk);
+}
+
+// Calls visit(composite) for every element in [begin, end) of `row`, spread over the block's
+// threads. Contiguous, 16-byte aligned rows are read 16 bytes per load, two loads in flight per
+// thread, which is what it takes to stream at full memory bandwidth; others element by element.
+template <int Threads, class T, class Visit>
+__device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_t begin,
+                                                  int64_t end, Visit&& visit) {
+  constexpr int kPerVector = 16 / int(sizeof(T));
+  const bool vectorizable =
+      row.stride == 1 && (reinterpret_cast<uintptr_t>(row.base) & 15) == 0;
+  if (!vectorizable) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += Threads) visit(row.composite(i));
+    return;
+  }
+  const int64_t first_vector = (begin + kPerVector - 1) / kPerVector;
+  const int64_t end_vector = max(first_vector, end / kPerVector);
+  // The unaligned head and tail: fewer than kPerVector elements each.
+  const int64_t head_end = min(end, first_vector * kPerVector);
+  const int64_t tail_begin = max(head_end, end_vector * kPerVector);
+  for (int64_t i = begin + threadIdx.x; i < head_end; i += Threads) visit(row.composite(i));
+  for (int64_t i = tail_begin + threadIdx.x; i < end; i += Threads) visit(row.composite(i));
+
+  const uint4* vectors = reinterpret_cast<const uint4*>(row.base);
+  auto visit_vector = [&](const uint4& data, int64_t vector_index) {
+    T elements[kPerVector];
+    memcpy(elements, &data, 16);
+    const uint32_t first = uint32_t(vector_index * kPerVector);
+#pragma unroll
+    for (int e = 0; e < kPerVector; ++e) {
+      visit(make_composite(selection_key(elements[e], row.largest), first + uint32_t(e)));
+    }
+  };
+  int64_t v = first_vector + threadIdx.x;
+  for (; v + Threads < end_vector; v += 2 * Threads) {
+    const uint4 a = __ldg(vectors + v);
+    const uint4 b = __ldg(vectors + v + Threads);
+    visit_vector(a, v);
+    visit_vector(b, v + Threads);
+  }
+  if (v < end_vector) visit_vector(__ldg(vectors + v), v);
 }
 
 // Global memory fence and ticket: true in exactly one block, the last of the row to arrive,
@@ -312,9 +382,9 @@ __global__ void __launch_bounds__(kMultiThreads)
   __syncthreads();
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) {
-    atomicAdd(&hist[uint32_t(source.composite(i) >> (kBits - kMultiDigitBits))], 1u);
-  }
+  visit_row_segment<kMultiThreads>(source, begin, end, [&](Comp c) {
+    atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
+  });
   __syncthreads();
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
     if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
@@ -377,17 +447,24 @@ __global__ void __launch_bounds__(kMultiThreads)
   const Comp* buffer = candidates_in + row * layout.capacity;
   int64_t begin, end;
   segment_bounds(source_count, layout.blocks_per_row, seg, begin, end);
-  for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) {
-    const Comp c = from_buffer ? buffer[i] : input_row.composite(i);
+  auto consider = [&](Comp c) {
     bool win = false, bucket = false;
     if (has_prefix<kBits>(c, previous_prefix, previous)) {
       const uint32_t digit = uint32_t(c >> digit_shift) & (kMultiBins - 1);
       win = digit > chosen || (take_all && digit == chosen);
       bucket = !take_all && digit == chosen;
     }
-    warp_append(win, c, row_winners, &state->winners);
-    if (fits) warp_append(bucket, c, row_candidates, &state->next_count);
+    // Most elements are neither: one vote lets the warp skip the appends.
+    if (__any_sync(__activemask(), win || bucket)) {
+      warp_append(win, c, row_winners, &state->winners);
+      if (fits) warp_append(bucket, c, row_candidates, &state->next_count);
+    }
     if (histogram && bucket) atomicAdd(&hist[uint32_t(c >> next_shift) & (kMultiBins - 1)], 1u);
+  };
+  if (from_buffer) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) consider(buffer[i]);
+  } else {
+    visit_row_segment<kMultiThreads>(input_row, begin, end, consider);
   }
   if (histogram) {
     __syncthreads();

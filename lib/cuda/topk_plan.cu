@@ -10,8 +10,8 @@ namespace mtk {
 namespace cuda {
 namespace {
 
-constexpr int64_t kTargetBlocksPerSm = 4;
-constexpr int64_t kMinElementsPerBlock = 8192;
+constexpr int64_t kTargetBlocksPerSm = 8;
+constexpr int64_t kMinElementsPerBlock = 2048;
 constexpr int64_t kMinCapacity = 16384;
 constexpr int64_t kCapacityDivisor = 32;  // candidate buffer: 1/32 of the row, at least 16384
 constexpr size_t kAlignment = 256;

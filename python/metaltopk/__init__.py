@@ -6,8 +6,8 @@
 from importlib.util import find_spec as _find_spec
 
 from ._ffi import lib as _lib, library_path
-from ._core import (DeviceTensor, backends, cache_stats, dtype_name, register_array_adapter,
-                    topk)
+from ._core import (DeviceTensor, backends, cache_stats, default_backend, dtype_name,
+                    register_array_adapter, topk)
 
 
 def _version() -> str:
@@ -31,7 +31,7 @@ if _find_spec(f"{__name__}._gpu_arrays") is not None:
 if _find_spec(f"{__name__}.router") is not None:
     from .router import moe_route  # noqa: F401
 
-__all__ = ["topk", "backends", "cache_stats", "register_array_adapter", "DeviceTensor",
-           "dtype_name", "library_path", "__version__"]
+__all__ = ["topk", "backends", "default_backend", "cache_stats", "register_array_adapter",
+           "DeviceTensor", "dtype_name", "library_path", "__version__"]
 if "moe_route" in globals():
     __all__.append("moe_route")

@@ -153,6 +153,11 @@ def _destroy_contexts() -> None:
         _contexts.clear()
 
 
+def default_backend() -> str:
+    """The backend that backend=None resolves to: CUDA, then Metal, then the CPU."""
+    return context(None).backend
+
+
 def cache_stats(backend: Optional[str] = None) -> dict:
     """Plan/pipeline cache counters and scratch bytes of the backend's context."""
     stats = ffi.new("mtk_cache_stats*")

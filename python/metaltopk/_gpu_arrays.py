@@ -16,7 +16,7 @@ import sys
 
 from ._core import DeviceTensor, register_array_adapter
 
-# torch dtype attribute name -> contract dtype name (same names; listed to reject the rest).
+# Contract dtype names; torch and CuPy call these dtypes the same.
 _SUPPORTED = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32",
               "int64")
 
@@ -26,25 +26,42 @@ def _unsupported(dtype) -> TypeError:
                      + ", ".join(_SUPPORTED) + ")")
 
 
-def _torch_view(tensor, torch) -> DeviceTensor:
-    name = str(tensor.dtype).replace("torch.", "")
-    if name not in _SUPPORTED:
+_torch_names = {}  # torch.dtype -> contract name, filled on first use
+
+
+def _torch_stream(torch, device_index):
+    """The raw handle of torch's current stream on the device (the cheap private accessor when
+    this torch has it; the public one otherwise)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _torch_view(tensor, torch, stream=None) -> DeviceTensor:
+    if not _torch_names:
+        _torch_names.update({getattr(torch, name): name for name in _SUPPORTED})
+    name = _torch_names.get(tensor.dtype)
+    if name is None:
         raise _unsupported(tensor.dtype)
     device = tensor.device
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if stream is None:
+        stream = _torch_stream(torch, index)
 
     def new_empty(shape, dtype_name):
         out = torch.empty(shape, dtype=getattr(torch, dtype_name), device=device)
-        return _torch_view(out, torch)
+        return _torch_view(out, torch, stream)
 
     return DeviceTensor(
         owner=tensor,
         data=tensor.data_ptr(),  # element 0, storage offset included
         dtype=name,
         shape=tuple(tensor.shape),
-        strides=tuple(tensor.stride()),
+        strides=tensor.stride(),
         backend="cuda",
-        device_index=device.index if device.index is not None else torch.cuda.current_device(),
-        stream=torch.cuda.current_stream(device).cuda_stream,
+        device_index=index,
+        stream=stream,
         new_empty=new_empty,
     )
 

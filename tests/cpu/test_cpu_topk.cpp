@@ -78,7 +78,8 @@ Rank rank_of(mtk_dtype dtype, const unsigned char* p) {
 
 // Random element bits that stress the contract: NaNs of both signs and many payloads, infinities,
 // signed zeros, heavy ties, or plain random bits.
-void fill_random(mtk_dtype dtype, unsigned char* p, size_t count, int style, std::mt19937_64& rng) {
+void fill_random(mtk_dtype dtype, unsigned char* p, size_t count, int style, std::mt19937_64& rng,
+                 int64_t spike_period = 0) {
   const size_t size = elem_size(dtype);
   const bool is_float = dtype == MTK_FLOAT32 || dtype == MTK_FLOAT16 || dtype == MTK_BFLOAT16 ||
                         dtype == MTK_FLOAT64;
@@ -108,6 +109,14 @@ void fill_random(mtk_dtype dtype, unsigned char* p, size_t count, int style, std
       bits = i;
     } else if (style == 4) {  // descending
       bits = ~uint64_t(i);
+    } else if (style == 5) {  // large spikes every spike_period elements (float32 or int32 only)
+      const bool spike = i % uint64_t(spike_period) == 0;
+      if (dtype == MTK_FLOAT32) {
+        const float v = spike ? 1000.0f + float(rng() % 1000) : float(rng() % 1000) / 1000.0f;
+        std::memcpy(&bits, &v, 4);
+      } else {
+        bits = spike ? 1000000 + rng() % 1000 : rng() % 1000;
+      }
     }
     std::memcpy(p + i * size, &bits, size);
   }
@@ -167,6 +176,7 @@ struct Case {
   int style;
   LayoutKind layout;
   int threads;
+  int64_t spike_period = 0;  // style 5
 };
 
 std::string describe(const Case& c) {
@@ -215,7 +225,7 @@ bool run_case(mtk::Backend& backend, const Case& c, std::mt19937_64& rng, bool u
   const size_t index_size = c.index_dtype == MTK_INT64 ? 8 : 4;
 
   std::vector<unsigned char> input(size_t(in.span) * size);
-  fill_random(c.dtype, input.data(), size_t(in.span), c.style, rng);
+  fill_random(c.dtype, input.data(), size_t(in.span), c.style, rng, c.spike_period);
   std::vector<unsigned char> values(size_t(vals.span) * size, 0xAB), indices(size_t(idxs.span) * index_size, 0xCD);
 
   TopkProblem p{};
@@ -376,9 +386,19 @@ int main(int argc, char** argv) {
 
   for (int it = 0; it < 40; ++it) {  // long rows: row splitting, multi-prune buffers
     Case c = random_case((int64_t{1} << 17) + int64_t(rng() % 200000), 3);
-    c.k = std::vector<int64_t>{1, 8, 50, 1024, 5000}[rng() % 5];
+    c.k = std::vector<int64_t>{1, 8, 50, 300, 1024, 5000}[rng() % 6];
     ++cases;
     if (!run_case(*backend, c, rng, rng() % 2 == 0)) ++failures;
+  }
+
+  // A long row whose spikes fall exactly on the positions the buffered selector samples to pick
+  // its starting floor, with fewer spikes than k: the floor is too high and the row must be
+  // scanned again without it.
+  for (mtk_dtype dtype : {MTK_FLOAT32, MTK_INT32}) {
+    const int64_t n = 400000;
+    Case c{dtype, MTK_INT64, true, true, {}, n, 2000, 5, LayoutKind::Contiguous, 1, n / 1024};
+    ++cases;
+    if (!run_case(*backend, c, rng, false)) ++failures;
   }
 
   std::printf("%d cases, %d failures\n", cases, failures);

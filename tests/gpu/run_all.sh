@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
-STEPS=${*:-build conformance pytest sanitize bench}
+STEPS=${*:-build conformance bench pytest sanitize}
 export PYTHONUNBUFFERED=1
 
 if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import cffi" 2>/dev/null; then
@@ -39,19 +39,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 for s in $STEPS; do
   case $s in
     build)
-      step build 300 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" || exit 1 ;;
+      step build 240 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" || exit 1 ;;
     conformance)
-      step conformance 240 "$BUILD/tests/cuda_conformance" ;;
+      step conformance 150 "$BUILD/tests/cuda_conformance" ;;
     pytest)
-      step pytest 240 python3 -m pytest -q -rs -x -p no:cacheprovider tests/test_conformance.py \
+      step pytest 120 python3 -m pytest -q -rs -x -p no:cacheprovider tests/test_conformance.py \
         tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;
     sanitize)
-      step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick
-      step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;;
     bench)
-      step bench 300 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" ;;
+      step bench 200 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" ;;
     *) note "unknown step $s" ;;
   esac
 done

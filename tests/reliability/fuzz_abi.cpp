@@ -26,6 +26,10 @@
 
 #include "metaltopk.h"
 
+extern "C" mtk_status fuzz_topk_alloc_raw(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                          int64_t dim, int largest, int sorted, int index_dtype,
+                                          mtk_tensor* values_out, mtk_tensor* indices_out);
+
 namespace {
 
 constexpr size_t kArenaBytes = 1 << 15;
@@ -53,16 +57,28 @@ DtypeInfo dtype_info(int raw) {
   return {true, sizes[raw]};
 }
 
-mtk_dtype to_dtype(int raw) {
-  mtk_dtype d;
-  std::memcpy(&d, &raw, sizeof d);  // unknown values included, without a conversion
-  return d;
-}
+// Enum fields hold raw ints here, unknown values included: C++ must never load one as its enum
+// type (undefined behaviour), so they are written and read with memcpy.
+void set_dtype(mtk_tensor& t, int raw) { std::memcpy(&t.dtype, &raw, sizeof raw); }
 
 int raw_dtype(const mtk_tensor& t) {
   int raw;
   std::memcpy(&raw, &t.dtype, sizeof raw);
   return raw;
+}
+
+// FUZZ_ABI_VERBOSE=1 prints each call before it is made, to replay a crash by hand.
+const bool verbose = std::getenv("FUZZ_ABI_VERBOSE") != nullptr;
+
+void describe(const char* name, const mtk_tensor& t, const void* arena) {
+  if (!verbose) return;
+  std::fprintf(stderr, "  %s: data=arena%+td dtype=%d ndim=%d sizes=[", name,
+               static_cast<const unsigned char*>(t.data) - static_cast<const unsigned char*>(arena),
+               raw_dtype(t), t.ndim);
+  for (int d = 0; d < std::clamp(t.ndim, 0, MTK_MAX_NDIM); ++d) std::fprintf(stderr, " %lld", static_cast<long long>(t.sizes[d]));
+  std::fprintf(stderr, " ] strides=[");
+  for (int d = 0; d < std::clamp(t.ndim, 0, MTK_MAX_NDIM); ++d) std::fprintf(stderr, " %lld", static_cast<long long>(t.strides[d]));
+  std::fprintf(stderr, " ]\n");
 }
 
 // ---- the oracle ------------------------------------------------------------------------------
@@ -99,32 +115,39 @@ Extent extent_of(const mtk_tensor& t) {
   return e;
 }
 
-// Byte interval of a non-empty tensor, or false when it overflows.
-bool byte_span(const mtk_tensor& t, const Extent& e, size_t item, intptr_t* first,
-               intptr_t* last) {
+// Byte interval of a non-empty tensor, or false when its byte extent overflows int64 or the
+// address range wraps around. An interval that fits is valid even where no memory can be:
+// only the caller knows where its memory ends.
+bool byte_span(const mtk_tensor& t, const Extent& e, size_t item, uintptr_t* first,
+               uintptr_t* last) {
   int64_t lo, hi;
   if (__builtin_mul_overflow(e.low, static_cast<int64_t>(item), &lo) ||
       __builtin_mul_overflow(e.high, static_cast<int64_t>(item), &hi) ||
       __builtin_add_overflow(hi, static_cast<int64_t>(item) - 1, &hi)) {
     return false;
   }
-  const intptr_t base = reinterpret_cast<intptr_t>(t.data);
-  return !__builtin_add_overflow(base, lo, first) && !__builtin_add_overflow(base, hi, last);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t below = uintptr_t{0} - static_cast<uintptr_t>(lo);  // -lo, for lo <= 0
+  if (lo < 0 && base < below) return false;
+  if (hi > 0 && UINTPTR_MAX - base < static_cast<uintptr_t>(hi)) return false;
+  *first = base + static_cast<uintptr_t>(lo);
+  *last = base + static_cast<uintptr_t>(hi);
+  return true;
 }
 
 bool inside(const mtk_tensor& t, const Extent& e, size_t item, const unsigned char* arena,
             size_t arena_bytes) {
   if (e.numel == 0) return true;
-  intptr_t first, last;
+  uintptr_t first, last;
   if (!byte_span(t, e, item, &first, &last)) return false;
-  const intptr_t begin = reinterpret_cast<intptr_t>(arena);
-  return first >= begin && last < begin + static_cast<intptr_t>(arena_bytes);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(arena);
+  return first >= begin && last < begin + arena_bytes;
 }
 
 bool spans_overlap(const mtk_tensor& a, const Extent& ea, size_t ia, const mtk_tensor& b,
                    const Extent& eb, size_t ib) {
   if (ea.numel == 0 || eb.numel == 0) return false;
-  intptr_t a0, a1, b0, b1;
+  uintptr_t a0, a1, b0, b1;
   if (!byte_span(a, ea, ia, &a0, &a1) || !byte_span(b, eb, ib, &b0, &b1)) return true;
   return a0 <= b1 && b0 <= a1;
 }
@@ -143,6 +166,7 @@ std::vector<int64_t> element_offsets(const mtk_tensor& t) {
 }
 
 bool has_duplicate_elements(const mtk_tensor& t) {
+  if (extent_of(t).numel == 0) return false;  // (strides of empty tensors are unbounded)
   std::vector<int64_t> offsets = element_offsets(t);
   std::sort(offsets.begin(), offsets.end());
   return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
@@ -286,7 +310,7 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   mtk_tensor in{};
   in.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegralInRange<int>(-2, 10)
                                                          : fdp.ConsumeIntegralInRange<int>(0, 4);
-  in.dtype = to_dtype(pick_dtype(fdp));
+  set_dtype(in, pick_dtype(fdp));
   for (int d = 0; d < std::clamp(in.ndim, 0, MTK_MAX_NDIM); ++d) in.sizes[d] = pick_size(fdp);
   pick_strides(fdp, in);
   const DtypeInfo in_type = dtype_info(raw_dtype(in));
@@ -295,7 +319,8 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   const int rank = in.ndim == 0 ? 1 : in.ndim;
   const int64_t dim = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
                           ? fdp.ConsumeIntegral<int64_t>()
-                          : fdp.ConsumeIntegralInRange<int64_t>(-rank - 1, rank);
+                          : fdp.ConsumeIntegralInRange<int64_t>(-std::max(rank, 1) - 1,
+                                                                std::max(rank, 1));
   const bool dim_ok = in.ndim >= 0 && in.ndim <= MTK_MAX_NDIM && dim >= -rank && dim < rank;
   const int d = dim_ok ? static_cast<int>(dim < 0 ? dim + rank : dim) : 0;
   const int64_t n = !dim_ok ? 0 : in.ndim == 0 ? 1 : in.sizes[d];
@@ -310,8 +335,8 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   // Outputs: the right shape and dtypes, unless perturbed.
   mtk_tensor val = in, idx = in;
   if (dim_ok && in.ndim > 0) val.sizes[d] = idx.sizes[d] = k;
-  val.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? to_dtype(pick_dtype(fdp)) : in.dtype;
-  idx.dtype = to_dtype(index_raw);
+  set_dtype(val, fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp) : raw_dtype(in));
+  set_dtype(idx, index_raw);
   for (mtk_tensor* t : {&val, &idx}) {
     if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) {
       const int which = fdp.ConsumeIntegralInRange<int>(0, 2);
@@ -329,7 +354,7 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
 
   for (size_t i = 0; i < kArenaBytes; ++i) input_arena[i] = static_cast<unsigned char>(i * 131 + 7);
   const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
-  std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
+  if (!data.empty()) std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
   std::memset(values_arena, kSentinel, kArenaBytes);
   std::memset(indices_arena, kSentinel, kArenaBytes);
   const std::vector<unsigned char> input_before(input_arena, input_arena + kArenaBytes);
@@ -341,12 +366,13 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
                k >= 0 && k <= n && (index_raw == MTK_INT64 || index_raw == MTK_INT32) &&
                !(index_raw == MTK_INT32 && n > INT32_MAX);
   if (valid && in_type.known) {  // the input's byte extent must fit int64 too
-    intptr_t a, b;
+    uintptr_t a, b;
     valid = ein.numel == 0 || byte_span(in, ein, in_type.size, &a, &b);
   }
   bool lenient_overlap = false;
   if (!allocating) {
-    bool shapes = val.ndim == in.ndim && idx.ndim == in.ndim;
+    bool shapes = val.ndim == in.ndim && idx.ndim == in.ndim && in.ndim >= 0 &&
+                  in.ndim <= MTK_MAX_NDIM;
     for (int e = 0; shapes && e < in.ndim; ++e) {
       const int64_t want = e == d ? k : in.sizes[e];
       shapes = val.sizes[e] == want && idx.sizes[e] == want;
@@ -355,7 +381,7 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
             raw_dtype(val) == raw_dtype(in) && (eval.numel == 0 || val.data != nullptr) &&
             (eidx.numel == 0 || idx.data != nullptr);
     if (valid) {
-      intptr_t a, b;
+      uintptr_t a, b;
       valid = (eval.numel == 0 || byte_span(val, eval, val_type.size, &a, &b)) &&
               (eidx.numel == 0 || byte_span(idx, eidx, idx_type.size, &a, &b)) &&
               !spans_overlap(val, eval, val_type.size, in, ein, in_type.size) &&
@@ -374,13 +400,20 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
                                          inside(idx, eidx, idx_type.size, indices_arena, kArenaBytes)));
   if (valid && !(small && reachable)) return;  // would touch memory the fuzzer does not own
 
+  if (verbose) {
+    std::fprintf(stderr, "%s k=%lld dim=%lld largest=%d sorted=%d index_dtype=%d valid=%d\n",
+                 allocating ? "mtk_topk_alloc" : "mtk_topk", static_cast<long long>(k),
+                 static_cast<long long>(dim), largest, sorted, index_raw, valid);
+    describe("input", in, input_arena);
+    describe("values", val, values_arena);
+    describe("indices", idx, indices_arena);
+  }
   mtk_status status;
   mtk_tensor vo{}, io{};
   if (allocating) {
     vo.data = values_arena;  // must come back NULL on failure
     io.data = indices_arena;
-    status = mtk_topk_alloc(ctx, &in, k, dim, largest, sorted, to_dtype(index_raw), &vo, &io,
-                            nullptr);
+    status = fuzz_topk_alloc_raw(ctx, &in, k, dim, largest, sorted, index_raw, &vo, &io);
   } else {
     status = mtk_topk(ctx, &in, k, dim, largest, sorted, &val, &idx, nullptr);
   }
@@ -478,8 +511,8 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
 void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   mtk_tensor logits{};
   logits.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegralInRange<int>(-1, 9) : 2;
-  logits.dtype = to_dtype(fdp.ConsumeIntegralInRange<int>(0, 7) == 0 ? pick_dtype(fdp)
-                                                                     : fdp.ConsumeIntegralInRange<int>(0, 2));
+  set_dtype(logits, fdp.ConsumeIntegralInRange<int>(0, 7) == 0 ? pick_dtype(fdp)
+                                                               : fdp.ConsumeIntegralInRange<int>(0, 2));
   const bool odd_sizes = fdp.ConsumeIntegralInRange<int>(0, 15) == 0;
   for (int d = 0; d < std::clamp(logits.ndim, 0, MTK_MAX_NDIM); ++d) {
     logits.sizes[d] = odd_sizes ? pick_size(fdp) : fdp.ConsumeIntegralInRange<int64_t>(d == 0 ? 0 : 1, d == 0 ? 9 : 40);
@@ -506,15 +539,12 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   if (fdp.ConsumeBool()) {
     bias.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? 2 : 1;
     bias.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? MTK_FLOAT16 : MTK_FLOAT32;
-    bias.sizes[0] = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? experts + 1 : experts;
+    bias.sizes[0] = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? static_cast<int64_t>(static_cast<uint64_t>(experts) + 1) : experts;
     bias.sizes[1] = 1;
     bias.strides[0] = fdp.ConsumeIntegralInRange<int64_t>(-2, 2);
     bias.strides[1] = 1;
-    place(fdp, bias, bias_arena, 4);
-    if (bias.data != nullptr) {
-      // The bias arena is smaller: keep the tensor inside when it can be.
-      bias.data = bias_arena + 4 * std::min<int64_t>(std::max<int64_t>(experts, 0) * 2 + 2, 900);
-    }
+    // Far enough into its arena for a stride of -2 over the experts of a valid call.
+    bias.data = fdp.ConsumeIntegralInRange<int>(0, 63) == 0 ? nullptr : bias_arena + 4 * 100;
     params.bias = &bias;
   }
 
@@ -522,10 +552,10 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   w.ndim = ids.ndim = 2;
   w.sizes[0] = ids.sizes[0] = tokens;
   w.sizes[1] = ids.sizes[1] = params.k;
-  w.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? to_dtype(pick_dtype(fdp)) : MTK_FLOAT32;
+  set_dtype(w, fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp) : MTK_FLOAT32);
   const int ids_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp)
                                                                   : (fdp.ConsumeBool() ? MTK_INT32 : MTK_INT64);
-  ids.dtype = to_dtype(ids_raw);
+  set_dtype(ids, ids_raw);
   if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) w.sizes[1] = pick_size(fdp);
   pick_strides(fdp, w);
   pick_strides(fdp, ids);
@@ -536,7 +566,7 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
 
   const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
   std::memset(input_arena, 0, kArenaBytes);
-  std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
+  if (!data.empty()) std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
   for (size_t i = 0; i < sizeof bias_arena; ++i) bias_arena[i] = static_cast<unsigned char>(i % 5 ? 0 : 0x3c);
   std::memset(values_arena, kSentinel, kArenaBytes);
   std::memset(indices_arena, kSentinel, kArenaBytes);
@@ -559,7 +589,7 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
             (eb.numel == 0 || bias.data != nullptr);
   }
   if (valid) {
-    intptr_t a, b;
+    uintptr_t a, b;
     valid = ew.ok && eid.ok && w.sizes[1] == params.k && raw_dtype(w) == MTK_FLOAT32 &&
             (ids_raw == MTK_INT32 || ids_raw == MTK_INT64) &&
             (ew.numel == 0 || w.data != nullptr) && (eid.numel == 0 || ids.data != nullptr) &&
@@ -584,6 +614,14 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
                          (params.bias == nullptr || inside(bias, eb, 4, bias_arena, sizeof bias_arena));
   if (valid && !(small && reachable)) return;
 
+  if (verbose) {
+    std::fprintf(stderr, "mtk_moe_route k=%lld scoring=%d n_group=%lld topk_group=%lld bias=%d valid=%d\n",
+                 static_cast<long long>(params.k), scoring_raw, static_cast<long long>(params.n_group),
+                 static_cast<long long>(params.topk_group), params.bias != nullptr, valid);
+    describe("logits", logits, input_arena);
+    describe("weights", w, values_arena);
+    describe("ids", ids, indices_arena);
+  }
   const mtk_status status = mtk_moe_route(ctx, &logits, &params, &w, &ids, nullptr);
   const std::string message = mtk_last_error_message();
   if (status != MTK_SUCCESS) {

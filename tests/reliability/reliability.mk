@@ -80,8 +80,9 @@ rel-tsan-programs: rel-tsan-library
 REL_FUZZER := $(REL_FUZZ_BUILD)/tests/reliability/fuzz_abi
 rel-fuzzer: rel-fuzz-objects
 	@mkdir -p $(dir $(REL_FUZZER))
-	$(CXX) $(REL_CXX_FLAGS) -Ilib -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  $(REL_DIR)/fuzz_abi.cpp $(REL_FUZZ_OBJ) -o $(REL_FUZZER)
+	$(CC) $(REL_CC_FLAGS) $(REL_FUZZ) -c $(REL_DIR)/fuzz_raw_enums.c -o $(REL_FUZZER)_raw_enums.o
+	$(CXX) $(REL_CXX_FLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  $(REL_DIR)/fuzz_abi.cpp $(REL_FUZZER)_raw_enums.o $(REL_FUZZ_OBJ) -o $(REL_FUZZER)
 
 .PHONY: rel-asan-programs rel-tsan-programs rel-fuzzer
 
@@ -100,9 +101,9 @@ test-sanitize: rel-asan-programs rel-tsan-programs rel-fuzzer
 	$(REL_TSAN_ENV) $(REL_TSAN_OUT)/thread_stress
 	@mkdir -p $(REL_CORPUS)
 	$(REL_ASAN_ENV) $(REL_FUZZER) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	  -print_final_stats=1 $(REL_CORPUS)
+	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS)
 
 fuzz: rel-fuzzer
 	@mkdir -p $(REL_CORPUS)
 	$(REL_ASAN_ENV) $(REL_FUZZER) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	  -print_final_stats=1 $(REL_CORPUS)
+	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS)

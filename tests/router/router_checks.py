@@ -11,9 +11,14 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 LOGIT_DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
 
 # Weights are float32 results of exp, divisions and sums (S over up to 512 experts, U over k):
-# each within a few ulp of float64, so 2e-6 relative with a floor for underflowed weights.
+# each within a few ulp of float64, so 2e-6 relative with a floor for underflowed weights. U is
+# summed left to right in float32, whose error grows with k by up to an ulp per term.
 WEIGHT_RTOL = 2e-6
 WEIGHT_ATOL = 1e-30
+
+
+def weight_rtol(k):
+    return WEIGHT_RTOL + k * 6e-8
 
 # Grouping per expert count: (n_group, topk_group). Includes single-expert groups and more
 # groups than a warp has lanes, which the CUDA kernel stores in several register slots.
@@ -80,9 +85,18 @@ def check_route(weights, ids, logits, k, *, scoring="softmax", bias=None, n_grou
         else:
             near_ties += 1
             _check_near_tie_route(got, route, t)
+        rtol = weight_rtol(k)
+        if renormalize:
+            # U = sum of the selected u; signed u ("none" scoring) can cancel, and float32
+            # rounding of the terms then grows by sum|u| / |U| relative to U.
+            chosen = route.u[got]
+            with np.errstate(all="ignore"):
+                condition = np.abs(chosen).sum() / abs(chosen.sum())
+            if np.isfinite(condition):
+                rtol *= max(1.0, condition)
         np.testing.assert_allclose(
             weights[t], ref.weights_for(got, route.u, route.s, renormalize, scale),
-            rtol=WEIGHT_RTOL, atol=WEIGHT_ATOL, equal_nan=True, err_msg=f"token {t}")
+            rtol=rtol, atol=WEIGHT_ATOL, equal_nan=True, err_msg=f"token {t}")
     return near_ties
 
 

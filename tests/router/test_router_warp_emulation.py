@@ -72,7 +72,8 @@ GROUPINGS = {**rc.GROUPINGS, 100: [(4, 2), (50, 7)], 700: [(7, 3), (70, 12)]}
 
 
 def _cases():
-    for experts, k in itertools.product(EXPERTS, [1, 2, 8, 10]):
+    # k = 2 runs the same code as k = 8 here; every case costs seconds of fiber switching.
+    for experts, k in itertools.product(EXPERTS, [1, 8, 10]):
         if k > experts:
             continue
         for grouping in [None] + GROUPINGS[experts]:
@@ -81,16 +82,19 @@ def _cases():
             yield experts, k, grouping
 
 
+# (dtype, value kind, layout) combinations; each case runs two of them, in rotation.
+INPUTS = [(np.float32, "normal", "contiguous"), (rc.BFLOAT16, "ties", "contiguous"),
+          (np.float16, "normal", "strided"), (rc.BFLOAT16, "normal", "transposed")]
+
+
 @pytest.mark.parametrize("experts,k,grouping", list(_cases()))
 @pytest.mark.parametrize("scoring", ["softmax", "sigmoid", "none"])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_emulated_kernel_matches_reference(emulator, experts, k, grouping, scoring, with_bias):
     rng = np.random.default_rng([experts, k, len(scoring), with_bias])
     n_group, topk_group = grouping if grouping is not None else (None, None)
-    for dtype, kind, layout in [(np.float32, "normal", "contiguous"),
-                                (rc.BFLOAT16, "ties", "contiguous"),
-                                (np.float16, "normal", "strided"),
-                                (rc.BFLOAT16, "normal", "transposed")]:
+    first = (experts + k + len(scoring) + with_bias) % len(INPUTS)
+    for dtype, kind, layout in (INPUTS[first], INPUTS[(first + 1) % len(INPUTS)]):
         logits = rc.make_logits(rng, 3, experts, np.dtype(dtype), kind, layout)
         bias = rc.make_bias(rng, experts, kind) if with_bias else None
         renormalize = bool(rng.integers(2))
@@ -129,7 +133,8 @@ def test_emulated_kernel_special_values(emulator):
             np.testing.assert_array_equal(ids, expected)
             rc.check_route(weights, ids, logits, 8, scoring=scoring)
         bias = rc.make_bias(rng, experts)
-        weights, ids = emulate(emulator, logits, 8, scoring="sigmoid", bias=bias, n_group=4,
+        k = min(8, experts // 2)  # what the two kept groups of four hold
+        weights, ids = emulate(emulator, logits, k, scoring="sigmoid", bias=bias, n_group=4,
                                topk_group=2)
-        rc.check_route(weights, ids, logits, 8, scoring="sigmoid", bias=bias, n_group=4,
+        rc.check_route(weights, ids, logits, k, scoring="sigmoid", bias=bias, n_group=4,
                        topk_group=2)

@@ -1,0 +1,60 @@
+"""Builds libmetaltopk with the repository's Makefile and ships it inside the package.
+
+The bindings use cffi in ABI mode, so nothing here compiles Python extensions: the wheel holds
+the pure-Python package, the shared library and the header its declarations are read from.
+Run from a repository checkout: `pip install ./python` (or `pip install .` at the root).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+LIBRARY = "libmetaltopk.dylib" if sys.platform == "darwin" else "libmetaltopk.so"
+
+
+def header_version() -> str:
+    header = (REPO / "include" / "metaltopk.h").read_text()
+    parts = [re.search(rf"#define MTK_VERSION_{part} (\d+)", header).group(1)
+             for part in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(parts)
+
+
+class BuildWithLibrary(build_py):
+    """build_py, plus `make` of the shared library, copied with the header into the package."""
+
+    def run(self):
+        super().run()
+        build_dir = Path(self.get_finalized_command("build").build_temp).resolve() / "metaltopk"
+        jobs = str(os.cpu_count() or 1)
+        subprocess.run(["make", "-C", str(REPO), f"BUILD={build_dir}", f"-j{jobs}", "all"],
+                       check=True)
+        package_dir = Path(self.build_lib) / "metaltopk"
+        package_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(build_dir / LIBRARY, package_dir / LIBRARY)
+        shutil.copy2(REPO / "include" / "metaltopk.h", package_dir / "metaltopk.h")
+
+
+class PlatformDistribution(Distribution):
+    """The wheel carries a native library, so it is tagged for this platform."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(
+    version=header_version(),
+    packages=["metaltopk"],
+    package_dir={"": os.path.relpath(HERE, Path.cwd())},
+    cmdclass={"build_py": BuildWithLibrary},
+    distclass=PlatformDistribution,
+    zip_safe=False,
+)

@@ -1,0 +1,18 @@
+# The CPU backend's exactness test: randomised problems over every dtype, geometry and switch
+# point of the kernels, called below the C ABI and compared bit for bit with a brute-force
+# reference (tests/cpu/test_cpu_topk.cpp). Hooked into `make test` through TEST_TARGETS.
+
+CPU_TEST := $(BUILD)/tests/cpu/test_cpu_topk
+CPU_TEST_OBJ := $(filter $(BUILD)/lib/cpu/%,$(HOST_OBJ)) $(BUILD)/lib/core/dtype.o \
+  $(BUILD)/lib/core/error.o
+CPU_TEST_ITERATIONS ?= 3000
+
+TEST_TARGETS += test-cpu
+.PHONY: test-cpu
+
+$(CPU_TEST): tests/cpu/test_cpu_topk.cpp $(CPU_TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $< $(CPU_TEST_OBJ) -o $@ $(LDFLAGS)
+
+test-cpu: $(CPU_TEST)
+	$(CPU_TEST) $(CPU_TEST_ITERATIONS)

@@ -1,0 +1,383 @@
+// Unit tests of the Metal dispatch plan (lib/core/metal_plan.cpp): shape-class choice for the
+// benchmark shapes, Apple's 32 KB threadgroup-memory limit, grids covering every element,
+// workspace regions, the overflow and dtype checks, and, by emulating the bitonic kernels on
+// the host, that the planned sort passes really sort.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/metal_plan.hpp"
+
+namespace {
+
+using mtk::MetalDispatch;
+using mtk::MetalKernel;
+using mtk::MetalLimits;
+using mtk::MetalPlan;
+using mtk::MetalShapeClass;
+
+int g_failures = 0;
+
+#define EXPECT(cond)                                                           \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      ++g_failures;                                                            \
+      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
+    }                                                                          \
+  } while (0)
+
+mtk::TopkProblem problem(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k, bool sorted = true) {
+  mtk::TopkProblem p{};
+  p.dtype = dtype;
+  p.index_dtype = MTK_INT64;
+  p.largest = true;
+  p.sorted = sorted;
+  p.geometry.n = n;
+  p.geometry.k = k;
+  p.geometry.rows = rows;
+  p.geometry.batch_ndim = 1;
+  p.geometry.batch_sizes[0] = rows;
+  p.geometry.input_batch_strides[0] = n;
+  p.geometry.values_batch_strides[0] = k;
+  p.geometry.indices_batch_strides[0] = k;
+  return p;
+}
+
+std::vector<MetalKernel> kernels(const MetalPlan& plan) {
+  std::vector<MetalKernel> out;
+  for (const MetalDispatch& d : plan.dispatches) out.push_back(d.kernel);
+  return out;
+}
+
+// Returns the status a call throws, or MTK_SUCCESS.
+mtk_status status_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const mtk::Error& e) {
+    return e.status();
+  }
+  return MTK_SUCCESS;
+}
+
+// Invariants every dispatch of every plan must hold.
+void check_dispatches(const MetalPlan& plan, const mtk::TopkProblem& p, const MetalLimits& limits) {
+  for (const MetalDispatch& d : plan.dispatches) {
+    uint64_t total = 0;
+    for (uint32_t bytes : d.threadgroup_bytes) {
+      EXPECT(bytes >= 16 && bytes % 16 == 0);
+      total += bytes;
+    }
+    EXPECT(total <= limits.threadgroup_memory_bytes);
+    EXPECT(d.threads % 32 == 0 && d.threads >= 32 && d.threads <= limits.max_threads);
+    EXPECT(d.threadgroups_y == uint64_t(p.geometry.rows));
+    EXPECT(d.function == std::string(mtk::metal_kernel_name(d.kernel)) + "_" + mtk::metal_dtype_suffix(p.dtype));
+    switch (d.kernel) {
+      case MetalKernel::RowsShort:
+      case MetalKernel::RowsLong:
+      case MetalKernel::RadixChoose:
+        EXPECT(d.threads >= 256);  // one histogram bin per thread
+        EXPECT(d.threadgroups_x == 1);
+        break;
+      case MetalKernel::RadixHistogram:
+      case MetalKernel::SelectCount:
+      case MetalKernel::SelectScatter:
+        EXPECT(d.threadgroups_x == plan.params.blocks_per_row);
+        break;
+      default:
+        break;
+    }
+  }
+  if (plan.params.sort_in_threadgroup) {
+    const uint64_t key_bytes = p.dtype == MTK_INT64 ? 8 : 4;
+    EXPECT(plan.dispatches.front().threadgroup_bytes[mtk::kTgSortKeys] >= plan.params.sort_size * key_bytes);
+    EXPECT(plan.dispatches.front().threadgroup_bytes[mtk::kTgSortIndices] >= plan.params.sort_size * 4);
+  }
+}
+
+// Host copy of the kernels' bitonic compare-exchange (topk_kernels.h), used to run the planned
+// sequence of sort passes on real data.
+struct Entry {
+  uint64_t key;
+  uint32_t index;
+};
+bool precedes(const Entry& a, const Entry& b) { return a.key > b.key || (a.key == b.key && a.index < b.index); }
+
+void compare_exchange(std::vector<Entry>& e, uint64_t i, uint64_t stride, uint64_t size) {
+  const uint64_t j = i + stride;
+  const bool forward = (i & size) == 0;
+  if (forward ? precedes(e[j], e[i]) : precedes(e[i], e[j])) std::swap(e[i], e[j]);
+}
+
+void emulate_sort(const MetalPlan& plan, std::vector<Entry>& e) {
+  const uint64_t width = plan.params.sort_size;
+  for (const MetalDispatch& d : plan.dispatches) {
+    if (d.kernel == MetalKernel::BitonicTile) {
+      const uint64_t tile = plan.params.sort_tile;
+      for (uint64_t base = 0; base < width; base += tile) {
+        for (uint64_t size = d.pass.size_lo;; size <<= 1) {
+          for (uint64_t stride = std::min(size, tile) >> 1; stride > 0; stride >>= 1) {
+            for (uint64_t t = 0; t < tile / 2; ++t) compare_exchange(e, base + 2 * t - (t & (stride - 1)), stride, size);
+          }
+          if (size >= d.pass.size_hi) break;
+        }
+      }
+    } else if (d.kernel == MetalKernel::BitonicStep) {
+      for (uint64_t t = 0; t < width / 2; ++t) {
+        compare_exchange(e, 2 * t - (t & (d.pass.stride - 1)), d.pass.stride, d.pass.size_lo);
+      }
+    }
+  }
+}
+
+void test_moe_shapes_are_one_short_kernel() {
+  for (mtk_dtype dtype : {MTK_BFLOAT16, MTK_FLOAT32}) {
+    const auto p = problem(dtype, 4096, 256, 8);
+    const MetalPlan plan = mtk::make_metal_plan(p);
+    EXPECT(plan.shape_class == MetalShapeClass::ShortRows);
+    EXPECT(kernels(plan) == std::vector<MetalKernel>{MetalKernel::RowsShort});
+    EXPECT(plan.params.sort_in_threadgroup == 1);
+    EXPECT(plan.params.sort_size == 8);
+    EXPECT(plan.dispatches[0].threads == 256);
+    EXPECT(plan.dispatches[0].threadgroups_y == 4096);
+    EXPECT(plan.workspace_bytes == 0);
+    check_dispatches(plan, p, MetalLimits());
+  }
+  // 512 experts, top-10, and unsorted.
+  const auto p = problem(MTK_BFLOAT16, 4096, 512, 10, false);
+  const MetalPlan plan = mtk::make_metal_plan(p);
+  EXPECT(kernels(plan) == std::vector<MetalKernel>{MetalKernel::RowsShort});
+  EXPECT(plan.params.sort_in_threadgroup == 0);
+  EXPECT(plan.dispatches[0].threads == 512);
+  check_dispatches(plan, p, MetalLimits());
+}
+
+void test_sampling_rows_are_long() {
+  const auto p = problem(MTK_FLOAT32, 64, 151936, 50);
+  const MetalPlan plan = mtk::make_metal_plan(p);
+  EXPECT(plan.shape_class == MetalShapeClass::LongRows);
+  EXPECT(kernels(plan) == std::vector<MetalKernel>{MetalKernel::RowsLong});
+  EXPECT(plan.params.sort_in_threadgroup == 1);
+  EXPECT(plan.dispatches[0].threads == 1024);
+  check_dispatches(plan, p, MetalLimits());
+
+  // k = 1024 still sorts inside the row kernel; k = 4000 needs the device-memory sort.
+  const auto wide = problem(MTK_FLOAT32, 256, 151936, 1024);
+  const MetalPlan wide_plan = mtk::make_metal_plan(wide);
+  EXPECT(kernels(wide_plan) == std::vector<MetalKernel>{MetalKernel::RowsLong});
+  check_dispatches(wide_plan, wide, MetalLimits());
+  const auto wider = problem(MTK_FLOAT32, 256, 151936, 4000);
+  const MetalPlan wider_plan = mtk::make_metal_plan(wider);
+  EXPECT(wider_plan.params.sort_in_threadgroup == 0);
+  EXPECT(wider_plan.dispatches.size() > 2 && wider_plan.dispatches[1].kernel == MetalKernel::SortLoad);
+  EXPECT(wider_plan.workspace_bytes >= 256ull * 4096 * 8);
+  check_dispatches(wider_plan, wider, MetalLimits());
+}
+
+void test_huge_rows_are_multi_pass() {
+  const auto p = problem(MTK_FLOAT32, 1, int64_t(1) << 28, 100);
+  const MetalPlan plan = mtk::make_metal_plan(p);
+  EXPECT(plan.shape_class == MetalShapeClass::HugeRows);
+  const std::vector<MetalKernel> expected = {
+      MetalKernel::RadixHistogram, MetalKernel::RadixChoose, MetalKernel::RadixHistogram, MetalKernel::RadixChoose,
+      MetalKernel::RadixHistogram, MetalKernel::RadixChoose, MetalKernel::RadixHistogram, MetalKernel::RadixChoose,
+      MetalKernel::SelectCount,    MetalKernel::SelectOffsets, MetalKernel::SelectScatter, MetalKernel::SortRows};
+  EXPECT(kernels(plan) == expected);
+  // Digits from the most significant, the row state initialised by the first pass only.
+  const uint32_t shifts[4] = {24, 16, 8, 0};
+  for (int d = 0; d < 4; ++d) {
+    EXPECT(plan.dispatches[2 * d].pass.shift == shifts[d]);
+    EXPECT(plan.dispatches[2 * d + 1].pass.shift == shifts[d]);
+    EXPECT(plan.dispatches[2 * d].pass.first == (d == 0 ? 1u : 0u));
+  }
+  // The blocks cover the row exactly once.
+  const MtkTopkParams& q = plan.params;
+  EXPECT(q.block_elems % plan.dispatches[0].threads == 0);
+  EXPECT(uint64_t(q.blocks_per_row) * q.block_elems >= uint64_t(p.geometry.n));
+  EXPECT(uint64_t(q.blocks_per_row - 1) * q.block_elems < uint64_t(p.geometry.n));
+  EXPECT(q.blocks_per_row <= MetalLimits().huge_max_blocks);
+  // Workspace regions are aligned, ordered and inside the workspace.
+  EXPECT(q.ws_row_state % 256 == 0 && q.ws_block_hist % 256 == 0 && q.ws_block_counts % 256 == 0);
+  EXPECT(q.ws_row_state + sizeof(MtkRowState) <= q.ws_block_hist);
+  EXPECT(q.ws_block_hist + uint64_t(q.blocks_per_row) * 256 * 4 <= q.ws_block_counts);
+  EXPECT(q.ws_block_counts + uint64_t(q.blocks_per_row) * 8 <= plan.workspace_bytes);
+  check_dispatches(plan, p, MetalLimits());
+
+  // One digit per key byte: 8 for int64, 1 for uint8.
+  const MetalPlan i64 = mtk::make_metal_plan(problem(MTK_INT64, 2, 1 << 20, 5, false));
+  const MetalPlan u8 = mtk::make_metal_plan(problem(MTK_UINT8, 2, 1 << 20, 5, false));
+  const auto histograms = [](const MetalPlan& pl) {
+    int c = 0;
+    for (const MetalDispatch& d : pl.dispatches) c += d.kernel == MetalKernel::RadixHistogram;
+    return c;
+  };
+  EXPECT(histograms(i64) == 8);
+  EXPECT(histograms(u8) == 1);
+  EXPECT(i64.dispatches.back().kernel == MetalKernel::SelectScatter);  // unsorted: no sort pass
+}
+
+void test_planned_sort_sorts() {
+  std::mt19937_64 rng(7);
+  MetalLimits narrow;
+  narrow.sort_tile_max = 64;
+  for (int64_t k : {65, 100, 300, 1000, 4097}) {
+    for (mtk_dtype dtype : {MTK_FLOAT32, MTK_INT64}) {
+      const auto p = problem(dtype, 2, 10000, k);
+      const MetalPlan plan = mtk::make_metal_plan(p, narrow);
+      check_dispatches(plan, p, narrow);
+      EXPECT(plan.params.sort_tile == 64);
+      std::vector<Entry> e(plan.params.sort_size);
+      for (uint64_t i = 0; i < e.size(); ++i) {
+        // Few distinct keys so that the index tie-break matters; padding as the kernels pad.
+        e[i] = i < uint64_t(k) ? Entry{rng() % 5, uint32_t(i)} : Entry{0, 0xffffffffu};
+      }
+      std::shuffle(e.begin(), e.begin() + k, rng);
+      std::vector<Entry> want(e.begin(), e.begin() + k);
+      std::sort(want.begin(), want.end(), precedes);
+      emulate_sort(plan, e);
+      bool same = true;
+      for (int64_t i = 0; i < k; ++i) same = same && e[i].key == want[i].key && e[i].index == want[i].index;
+      EXPECT(same);
+    }
+  }
+}
+
+void test_threadgroup_memory_limit_is_enforced() {
+  // Whatever the limit, every dispatch fits it; a tight limit gives up the in-kernel sort and
+  // the key cache rather than exceeding it.
+  std::mt19937 rng(3);
+  for (size_t limit : {size_t(32768), size_t(16384), size_t(8192)}) {
+    MetalLimits l;
+    l.threadgroup_memory_bytes = limit;
+    for (int trial = 0; trial < 300; ++trial) {
+      const mtk_dtype dtypes[] = {MTK_FLOAT32, MTK_FLOAT16, MTK_BFLOAT16, MTK_INT8, MTK_UINT8, MTK_INT16, MTK_INT32, MTK_INT64};
+      const mtk_dtype dtype = dtypes[rng() % 8];
+      const int64_t n = 1 + rng() % (trial % 3 == 0 ? 300000 : 6000);
+      const int64_t k = 1 + rng() % n;
+      const int64_t rows = 1 + rng() % 40;
+      const auto p = problem(dtype, rows, n, k, rng() % 2);
+      const MetalPlan plan = mtk::make_metal_plan(p, l);
+      check_dispatches(plan, p, l);
+    }
+  }
+  MetalLimits tight;
+  tight.threadgroup_memory_bytes = 8192;
+  const MetalPlan plan = mtk::make_metal_plan(problem(MTK_FLOAT32, 8, 4000, 8), tight);
+  EXPECT(plan.shape_class == MetalShapeClass::LongRows);  // 16 KB of cached keys do not fit
+}
+
+void test_rejections() {
+  EXPECT(status_of([] { mtk::make_metal_plan(problem(MTK_FLOAT64, 1, 10, 1)); }) == MTK_ERROR_UNSUPPORTED_DTYPE);
+  EXPECT(status_of([] { mtk::make_metal_plan(problem(MTK_FLOAT32, 1, mtk::kMetalMaxRowLength + 1, 1)); }) ==
+         MTK_ERROR_INVALID_ARGUMENT);
+  EXPECT(status_of([] { mtk::make_metal_plan(problem(MTK_INT8, 1, mtk::kMetalMaxRowLength, 1, false)); }) == MTK_SUCCESS);
+  EXPECT(status_of([] {
+           mtk::make_metal_plan(problem(MTK_INT8, 1, mtk::kMetalMaxRowLength, (int64_t(1) << 31) + 1, true));
+         }) == MTK_ERROR_INVALID_ARGUMENT);
+  MetalLimits bad;
+  bad.max_threads = 100;
+  EXPECT(status_of([&] { mtk::make_metal_plan(problem(MTK_FLOAT32, 1, 10, 1), bad); }) == MTK_ERROR_INTERNAL);
+}
+
+void test_buffer_offsets() {
+  MetalPlan plan = mtk::make_metal_plan(problem(MTK_FLOAT16, 2, 10, 3));
+  mtk::set_metal_buffer_offsets(plan, MTK_FLOAT16, MTK_INT32, 6, 40, 12);
+  EXPECT(plan.params.input_base == 3 && plan.params.values_base == 20 && plan.params.indices_base == 3);
+  EXPECT(status_of([&] { mtk::set_metal_buffer_offsets(plan, MTK_FLOAT16, MTK_INT64, 3, 0, 0); }) ==
+         MTK_ERROR_INVALID_ARGUMENT);
+  EXPECT(status_of([&] { mtk::set_metal_buffer_offsets(plan, MTK_FLOAT16, MTK_INT64, 0, 0, 4); }) ==
+         MTK_ERROR_INVALID_ARGUMENT);
+}
+
+void test_workspace_checks() {
+  const MetalPlan plan = mtk::make_metal_plan(problem(MTK_FLOAT32, 1, 1 << 20, 10));
+  EXPECT(plan.workspace_bytes > 0);
+  EXPECT(status_of([&] { mtk::check_metal_workspace(plan, plan.workspace_bytes, 512); }) == MTK_SUCCESS);
+  EXPECT(status_of([&] { mtk::check_metal_workspace(plan, plan.workspace_bytes - 1, 0); }) == MTK_ERROR_INVALID_ARGUMENT);
+  EXPECT(status_of([&] { mtk::check_metal_workspace(plan, plan.workspace_bytes, 8); }) == MTK_ERROR_INVALID_ARGUMENT);
+}
+
+void test_geometry_is_passed_through() {
+  // Experts on dim 0 of a [256, 4096] tensor: 4096 rows of 256 elements 4096 apart.
+  mtk::TopkProblem p = problem(MTK_BFLOAT16, 4096, 256, 8);
+  p.geometry.input_stride = 4096;
+  p.geometry.input_batch_strides[0] = 1;
+  p.geometry.values_stride = 4096;
+  p.geometry.values_batch_strides[0] = 1;
+  const MetalPlan plan = mtk::make_metal_plan(p);
+  EXPECT(plan.shape_class == MetalShapeClass::ShortRows);
+  EXPECT(plan.params.input_stride == 4096 && plan.params.input_batch_strides[0] == 1);
+  EXPECT(plan.params.values_stride == 4096 && plan.params.indices_stride == 1);
+  EXPECT(plan.params.batch_ndim == 1 && plan.params.batch_sizes[0] == 4096);
+  EXPECT(plan.params.n == 256 && plan.params.k == 8 && plan.params.largest == 1 && plan.params.index_is_64 == 1);
+}
+
+void test_mpsgraph_routing() {
+  mtk::MpsGraphCapabilities old_os, new_os;
+  new_os.macos14 = true;
+  const mtk::MpsGraphBinding at_start;
+  // MoE decode on the last dim: the graph, with the int64 cast on the GPU.
+  const auto moe = problem(MTK_FLOAT16, 128, 256, 8);
+  mtk::MpsGraphTopk r = mtk::plan_mpsgraph_topk(moe, old_os, at_start);
+  EXPECT(r.use_graph && r.axis == 1 && !r.axis_form && !r.transpose && !r.negate && r.indices_int64);
+  EXPECT(r.shape[0] == 128 && r.shape[1] == 256);
+  // Smallest: bottomK on macOS 14, negation before.
+  auto smallest = moe;
+  smallest.largest = false;
+  EXPECT(mtk::plan_mpsgraph_topk(smallest, old_os, at_start).negate);
+  r = mtk::plan_mpsgraph_topk(smallest, new_os, at_start);
+  EXPECT(r.use_graph && r.axis_form && !r.negate);
+  // Experts on dim 0 ([n, rows] dense): transposes before macOS 14, axis 0 after.
+  auto dim0 = moe;
+  dim0.geometry.input_stride = dim0.geometry.values_stride = dim0.geometry.indices_stride = 128;
+  dim0.geometry.input_batch_strides[0] = dim0.geometry.values_batch_strides[0] = 1;
+  dim0.geometry.indices_batch_strides[0] = 1;
+  r = mtk::plan_mpsgraph_topk(dim0, old_os, at_start);
+  EXPECT(r.use_graph && r.axis == 0 && r.transpose && r.shape[0] == 256 && r.shape[1] == 128);
+  r = mtk::plan_mpsgraph_topk(dim0, new_os, at_start);
+  EXPECT(r.use_graph && r.axis == 0 && r.axis_form && !r.transpose);
+  // Routed to the Metal kernels.
+  EXPECT(!mtk::plan_mpsgraph_topk(problem(MTK_FLOAT32, 4, 256, 17), new_os, at_start).use_graph);
+  EXPECT(!mtk::plan_mpsgraph_topk(problem(MTK_INT32, 4, 256, 8), new_os, at_start).use_graph);
+  EXPECT(!mtk::plan_mpsgraph_topk(problem(MTK_BFLOAT16, 4, 256, 8), old_os, at_start).use_graph);
+  EXPECT(mtk::plan_mpsgraph_topk(problem(MTK_BFLOAT16, 4, 256, 8), new_os, at_start).use_graph);
+  mtk::MpsGraphBinding interior;
+  interior.input_offset = 64;
+  EXPECT(!mtk::plan_mpsgraph_topk(moe, new_os, interior).use_graph);
+  mtk::MpsGraphBinding caller;
+  caller.caller_command_buffer = true;
+  EXPECT(!mtk::plan_mpsgraph_topk(moe, new_os, caller).use_graph);
+  auto strided = moe;
+  strided.geometry.input_stride = 2;
+  strided.geometry.input_batch_strides[0] = 512;
+  EXPECT(!mtk::plan_mpsgraph_topk(strided, new_os, at_start).use_graph);
+  auto three_d = moe;
+  three_d.geometry.batch_ndim = 2;
+  three_d.geometry.batch_sizes[1] = 1;
+  EXPECT(!mtk::plan_mpsgraph_topk(three_d, new_os, at_start).use_graph);
+}
+
+}  // namespace
+
+int main() {
+  test_mpsgraph_routing();
+  test_moe_shapes_are_one_short_kernel();
+  test_sampling_rows_are_long();
+  test_huge_rows_are_multi_pass();
+  test_planned_sort_sorts();
+  test_threadgroup_memory_limit_is_enforced();
+  test_rejections();
+  test_buffer_offsets();
+  test_geometry_is_passed_through();
+  test_workspace_checks();
+  if (g_failures) {
+    std::printf("test_plan: %d failures\n", g_failures);
+    return 1;
+  }
+  std::printf("test_plan: all Metal plan checks passed\n");
+  return 0;
+}

@@ -1,0 +1,132 @@
+"""Reliability of the Python binding: exceptions carry the library's own message, and a long run
+of calls, failing ones included, leaves resident memory and the library's allocations flat."""
+
+import gc
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import metaltopk
+from metaltopk import _core, _ffi
+
+# The test-only entry points (include/metaltopk_testing.h) live in the same library; a second
+# cffi handle on the same file shares its state (dlopen returns the loaded image).
+_testing_ffi = None
+_testing = None
+
+
+def _testing_library():
+    global _testing_ffi, _testing
+    if _testing is None:
+        import cffi
+
+        _testing_ffi = cffi.FFI()
+        _testing_ffi.cdef("""
+            void mtk_testing_fail_at(unsigned site_mask, uint64_t n);
+            void mtk_testing_reset(void);
+            uint64_t mtk_testing_failure_points_seen(void);
+            int64_t mtk_testing_live_allocations(void);
+        """)
+        _testing = _testing_ffi.dlopen(str(_ffi.library_path))
+    return _testing
+
+
+MTK_FAULT_HOST_ALLOCATION = 1
+
+
+def test_value_error_carries_the_library_message():
+    with pytest.raises(ValueError, match=r"k = 6 is out of range for a dimension of size 5"):
+        metaltopk.topk(np.arange(5.0), 6, backend="cpu")
+    with pytest.raises(ValueError, match=r"k = -1 is out of range"):
+        metaltopk.topk(np.arange(5.0, dtype=np.float32), -1, backend="cpu")
+
+
+def test_index_error_carries_the_library_message():
+    with pytest.raises(IndexError, match=r"dim = 2 is out of range for a 2-d input"):
+        metaltopk.topk(np.zeros((3, 4), np.float32), 1, dim=2, backend="cpu")
+
+
+def test_runtime_error_names_the_missing_backend():
+    state = metaltopk.backends()["metal"]
+    if state["available"]:
+        pytest.skip("Metal is available here")
+    with pytest.raises(RuntimeError, match="metal"):
+        metaltopk.topk(np.arange(5.0), 2, backend="metal")
+
+
+def test_memory_error_carries_the_library_message():
+    """An injected host-allocation failure while a context registers surfaces as MemoryError
+    with the library's message, and leaves nothing allocated."""
+    testing = _testing_library()
+    live = testing.mtk_testing_live_allocations()
+    testing.mtk_testing_fail_at(MTK_FAULT_HOST_ALLOCATION, 1)
+    try:
+        with pytest.raises(MemoryError, match="host allocation failed"):
+            _core._Context("cpu", 0)
+        assert testing.mtk_testing_failure_points_seen() >= 1
+    finally:
+        testing.mtk_testing_reset()
+    assert testing.mtk_testing_live_allocations() == live
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_calls_leave_memory_flat():
+    """10^5 calls, a third of them failing in the library, after a warm-up: resident memory may
+    not grow by more than 4 MiB (40 bytes a call), and the library holds no more allocations."""
+    testing = _testing_library()
+    rng = np.random.default_rng(5)
+    small = rng.standard_normal((4, 64)).astype(np.float32)
+    ties = rng.integers(-3, 3, size=(2, 100)).astype(np.int8)
+    has_router = hasattr(metaltopk, "moe_route")
+    logits = rng.standard_normal((2, 32)).astype(np.float32)
+
+    def one_round(i):
+        kind = i % 6
+        if kind == 0:
+            metaltopk.topk(small, 5, backend="cpu")
+        elif kind == 1:
+            metaltopk.topk(ties, 7, dim=1, largest=False, sorted=False, backend="cpu")
+        elif kind == 2:
+            try:
+                metaltopk.topk(small, 65, backend="cpu")
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("k = 65 of 64 was accepted")
+        elif kind == 3:
+            try:
+                metaltopk.topk(small, 1, dim=-3, backend="cpu")
+            except IndexError:
+                pass
+            else:
+                raise AssertionError("dim = -3 of 2 was accepted")
+        elif kind == 4 and has_router:
+            metaltopk.moe_route(logits, 4, backend="cpu")
+        else:
+            try:
+                metaltopk.topk(small.T, 0, dim=5, backend="cpu")
+            except IndexError:
+                pass
+
+    for i in range(10_000):  # warm-up: caches, scratch, interned objects
+        one_round(i)
+    gc.collect()
+    rss_before = _rss_bytes()
+    live_before = testing.mtk_testing_live_allocations()
+    for i in range(100_000):
+        one_round(i)
+    gc.collect()
+    rss_after = _rss_bytes()
+    live_after = testing.mtk_testing_live_allocations()
+    growth = rss_after - rss_before
+    print(f"RSS {rss_before / 2**20:.1f} MiB -> {rss_after / 2**20:.1f} MiB after 1e5 calls "
+          f"({growth / 1e5:.1f} bytes a call); library allocations {live_before} -> {live_after}")
+    assert live_after == live_before
+    assert growth < 4 * 2**20, f"resident memory grew by {growth} bytes over 1e5 calls"
