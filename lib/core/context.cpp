@@ -22,15 +22,16 @@ Context::~Context() {
 void* Context::allocate(size_t bytes) {
   fault_point(FaultSite::DeviceAllocation);
   void* ptr = backend_->allocate(bytes);
+  track_allocation();
   try {
     std::lock_guard<std::mutex> lock(mutex_);
     fault_point(FaultSite::HostAllocation);  // the map node below
     allocations_.emplace(ptr, bytes);
   } catch (...) {
     backend_->deallocate(ptr);
+    track_release();
     throw;
   }
-  track_allocation();
   return ptr;
 }
 

@@ -329,6 +329,17 @@ const char* metal_dtype_suffix(mtk_dtype dtype) {
   fail(MTK_ERROR_UNSUPPORTED_DTYPE, "dtype ", static_cast<int>(dtype), " is not supported by the Metal backends");
 }
 
+MetalLimits metal_limits_for_pipelines(uint64_t pipeline_max_threads) {
+  MetalLimits limits;
+  const uint64_t threads = std::min<uint64_t>(pipeline_max_threads, limits.max_threads) / kSimdWidth * kSimdWidth;
+  if (threads < kMinSelectThreads) {
+    fail(MTK_ERROR_DEVICE, "the Metal pipelines allow only ", pipeline_max_threads,
+         " threads per threadgroup; the top-k kernels need ", kMinSelectThreads);
+  }
+  limits.max_threads = static_cast<uint32_t>(threads);
+  return limits;
+}
+
 namespace {
 int64_t element_offset(size_t bytes, size_t element_size, const char* argument) {
   if (bytes % element_size != 0) {
@@ -345,6 +356,32 @@ void set_metal_buffer_offsets(MetalPlan& plan, mtk_dtype dtype, mtk_dtype index_
   plan.params.input_base = element_offset(input_bytes, element, "input");
   plan.params.values_base = element_offset(values_bytes, element, "values");
   plan.params.indices_base = element_offset(indices_bytes, require_dtype(index_dtype, "indices").size, "indices");
+}
+
+namespace {
+// Extent of `count` elements along each of the dims with the given sizes and strides.
+ByteExtent extent(const int64_t* sizes, const int64_t* strides, int dims, int64_t dim_size, int64_t dim_stride,
+                  size_t element) {
+  int64_t low = 0, high = 0;
+  auto add = [&](int64_t size, int64_t stride) {
+    const int64_t reach = (size - 1) * stride;
+    (reach < 0 ? low : high) += reach;
+  };
+  for (int d = 0; d < dims; ++d) add(sizes[d], strides[d]);
+  add(dim_size, dim_stride);
+  const int64_t e = static_cast<int64_t>(element);
+  return ByteExtent{low * e, static_cast<uint64_t>((high - low) * e + e)};
+}
+}  // namespace
+
+MetalExtents metal_tensor_extents(const TopkProblem& problem) {
+  const RowGeometry& g = problem.geometry;
+  const size_t element = require_dtype(problem.dtype, "input").size;
+  const size_t index = require_dtype(problem.index_dtype, "indices").size;
+  return MetalExtents{
+      extent(g.batch_sizes, g.input_batch_strides, g.batch_ndim, g.n, g.input_stride, element),
+      extent(g.batch_sizes, g.values_batch_strides, g.batch_ndim, g.k, g.values_stride, element),
+      extent(g.batch_sizes, g.indices_batch_strides, g.batch_ndim, g.k, g.indices_stride, index)};
 }
 
 void check_metal_workspace(const MetalPlan& plan, size_t bytes, size_t offset_in_buffer) {

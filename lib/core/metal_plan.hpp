@@ -65,6 +65,11 @@ struct MetalLimits {
   uint32_t sort_tile_max = 4096;            // widest bitonic network sorted in threadgroup memory
 };
 
+// Apple's defaults with the threadgroup size capped by what the device's pipelines allow (their
+// smallest maxTotalThreadsPerThreadgroup). Throws MTK_ERROR_DEVICE below the kernels' minimum
+// of 256 threads.
+MetalLimits metal_limits_for_pipelines(uint64_t pipeline_max_threads);
+
 struct MetalDispatch {
   MetalKernel kernel;
   std::string function;  // pipeline function name, "<kernel>_<dtype suffix>"
@@ -91,6 +96,18 @@ MetalPlan make_metal_plan(const TopkProblem& problem, const MetalLimits& limits 
 // multiple of its element size (the kernels index whole elements).
 void set_metal_buffer_offsets(MetalPlan& plan, mtk_dtype dtype, mtk_dtype index_dtype,
                               size_t input_bytes, size_t values_bytes, size_t indices_bytes);
+
+// The bytes a strided tensor of the problem touches, relative to its element 0: from
+// `first` (<= 0, for negative strides) for `bytes` bytes. The glue checks that this whole range
+// lies inside one of the context's buffers before any kernel may read or write it.
+struct ByteExtent {
+  int64_t first;
+  uint64_t bytes;
+};
+struct MetalExtents {
+  ByteExtent input, values, indices;
+};
+MetalExtents metal_tensor_extents(const TopkProblem& problem);
 
 // Checks caller-provided scratch for a plan: large enough, and at a 256-byte offset in its
 // buffer (the plan's regions are aligned relative to it). Throws MTK_ERROR_INVALID_ARGUMENT.

@@ -45,6 +45,12 @@ float f16_to_f32(uint16_t bits) {
 
 uint32_t key_of(float value) { return KeyTraits<float>::key(value); }
 
+// The float a key came from, up to what keys forget (the sign of zero, NaN payloads), which no
+// later step can observe: group scores are sums of keyed selection scores.
+float float_from_key(uint32_t key) {
+  return f32_from_bits((key & 0x80000000u) ? (key ^ 0x80000000u) : ~key);
+}
+
 // An expert (or group) and its rank key in one integer: a larger rank is better, and equal keys
 // rank the lower index higher, so plain integer order is the router's order.
 uint64_t rank_of(uint32_t key, int64_t index) {
@@ -52,33 +58,42 @@ uint64_t rank_of(uint32_t key, int64_t index) {
 }
 int64_t index_of(uint64_t rank) { return int64_t(uint32_t(~uint32_t(rank))); }
 
-// Fills best[0, k) with the k highest of ranks[0, n), highest first. ranks is reordered.
-void select_highest(uint64_t* ranks, int64_t n, int64_t k, uint64_t* best) {
-  if (k <= 32) {
-    // Few winners: an insertion list rejects most candidates with one comparison.
-    int64_t filled = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t r = ranks[i];
-      if (filled == k && r <= best[k - 1]) continue;
-      int64_t at = filled < k ? filled++ : k - 1;
-      while (at > 0 && best[at - 1] < r) {
-        best[at] = best[at - 1];
-        --at;
-      }
-      best[at] = r;
-    }
+// Fills best[0, k) with the ranks of the k highest keys[0, n), highest first; key 0 marks an
+// excluded entry (never selected while k real ones exist). `ranks` is n words of scratch.
+void select_highest(const uint32_t* keys, int64_t n, int64_t k, uint64_t* best,
+                    uint64_t* ranks) {
+  if (k > 32) {
+    for (int64_t i = 0; i < n; ++i) ranks[i] = rank_of(keys[i], i);
+    std::partial_sort(ranks, ranks + k, ranks + n, std::greater<uint64_t>());
+    std::copy(ranks, ranks + k, best);
     return;
   }
-  std::partial_sort(ranks, ranks + k, ranks + n, std::greater<uint64_t>());
-  std::copy(ranks, ranks + k, best);
+  // Few winners: a sorted insertion list. Entries arrive in index order, so one whose key only
+  // equals the k-th best's loses the tie: a single key comparison rejects almost everything.
+  for (int64_t i = 0; i < k; ++i) {
+    const uint64_t r = rank_of(keys[i], i);
+    int64_t at = i;
+    for (; at > 0 && best[at - 1] < r; --at) best[at] = best[at - 1];
+    best[at] = r;
+  }
+  uint32_t floor_key = uint32_t(best[k - 1] >> 32);
+  for (int64_t i = k; i < n; ++i) {
+    if (keys[i] <= floor_key) continue;
+    const uint64_t r = rank_of(keys[i], i);
+    int64_t at = k - 1;
+    for (; at > 0 && best[at - 1] < r; --at) best[at] = best[at - 1];
+    best[at] = r;
+    floor_key = uint32_t(best[k - 1] >> 32);
+  }
 }
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // Per-worker buffers, sized once per call.
 struct Scratch {
-  std::vector<float> x, u, c;
-  std::vector<uint64_t> ranks, best, group_ranks;
+  std::vector<float> x, u, chosen;  // chosen: u of the r-th selection
+  std::vector<uint32_t> keys, group_keys;
+  std::vector<uint64_t> ranks, best;
 };
 
 class TokenRouter {
@@ -89,74 +104,72 @@ class TokenRouter {
     const size_t e = static_cast<size_t>(p_.experts);
     s.x.resize(e);
     s.u.resize(e);
-    s.c.resize(e);
+    s.chosen.resize(static_cast<size_t>(p_.k));
+    s.keys.resize(e);
     s.ranks.resize(e);
     s.best.resize(static_cast<size_t>(std::max(p_.k, p_.topk_group)));
-    s.group_ranks.resize(static_cast<size_t>(p_.n_group));
+    s.group_keys.resize(static_cast<size_t>(p_.n_group));
   }
 
   void route(int64_t token, Scratch& s) const {
+    const int64_t e = p_.experts;
     load_logits(token, s.x.data());
-    const bool plain = p_.bias == nullptr && p_.n_group == 1;
-    float softmax_total = 1.0f;  // S; stays 1 where s == u
-    if (plain) {
-      for (int64_t i = 0; i < p_.experts; ++i) s.ranks[i] = rank_of(key_of(s.x[i]), i);
-      select_highest(s.ranks.data(), p_.experts, p_.k, s.best.data());
-      // Only the selected experts' scores are needed, plus S for unnormalised softmax.
-      if (p_.scoring == MTK_SCORING_SOFTMAX && !p_.renormalize) {
-        const float m = s.x[index_of(s.best[0])];
-        double total = 0.0;
-        for (int64_t i = 0; i < p_.experts; ++i) total += std::exp(s.x[i] - m);
-        softmax_total = static_cast<float>(total);
+    if (p_.bias == nullptr && p_.n_group == 1) {
+      // Plain: rank the logits themselves; only the selected scores (and S for unnormalised
+      // softmax) are computed afterwards.
+      for (int64_t i = 0; i < e; ++i) s.keys[i] = key_of(s.x[i]);
+      select_highest(s.keys.data(), e, p_.k, s.best.data(), s.ranks.data());
+      const float m = s.x[index_of(s.best[0])];  // the largest logit
+      for (int64_t r = 0; r < p_.k; ++r) {
+        const float x = s.x[index_of(s.best[r])];
+        s.chosen[r] = p_.scoring == MTK_SCORING_SOFTMAX   ? std::exp(x - m)
+               : p_.scoring == MTK_SCORING_SIGMOID ? sigmoid(x)
+                                                   : x;
       }
-      write_outputs(token, s, /*first_is_max=*/true, softmax_total);
+      float total = 1.0f;
+      if (p_.scoring == MTK_SCORING_SOFTMAX && !p_.renormalize) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < e; ++i) sum += std::exp(s.x[i] - m);
+        total = static_cast<float>(sum);
+      }
+      write_outputs(token, s, total);
       return;
     }
-    softmax_total = score_all(s);
-    for (int64_t i = 0; i < p_.experts; ++i) {
-      s.c[i] = p_.bias != nullptr ? s.u[i] / softmax_total + p_.bias[i * p_.bias_stride]
-                                  : s.u[i] / softmax_total;
+    const float total = score_all(s);
+    for (int64_t i = 0; i < e; ++i) {
+      const float c = p_.bias != nullptr ? s.u[i] / total + p_.bias[i * p_.bias_stride]
+                                         : s.u[i] / total;
+      s.keys[i] = key_of(c);
     }
-    int64_t candidates = 0;
-    if (p_.n_group > 1) {
-      const uint64_t kept_threshold = group_threshold(s);
-      const int64_t size = p_.experts / p_.n_group;
-      for (int64_t i = 0; i < p_.experts; ++i) {
-        if (s.group_ranks[i / size] >= kept_threshold) {
-          s.ranks[candidates++] = rank_of(key_of(s.c[i]), i);
-        }
-      }
-    } else {
-      for (int64_t i = 0; i < p_.experts; ++i) s.ranks[candidates++] = rank_of(key_of(s.c[i]), i);
-    }
-    if (candidates < p_.k) {
-      fail(MTK_ERROR_INTERNAL, "moe_route: ", candidates, " candidate experts for k = ", p_.k);
-    }
-    select_highest(s.ranks.data(), candidates, p_.k, s.best.data());
-    write_outputs(token, s, /*first_is_max=*/false, softmax_total);
+    if (p_.n_group > 1) exclude_dropped_groups(s);
+    select_highest(s.keys.data(), e, p_.k, s.best.data(), s.ranks.data());
+    for (int64_t r = 0; r < p_.k; ++r) s.chosen[r] = s.u[index_of(s.best[r])];
+    write_outputs(token, s, total);
   }
 
  private:
   void load_logits(int64_t token, float* x) const {
-    const int64_t base = token * p_.logits_token_stride, step = p_.logits_expert_stride;
+    const int64_t base = token * p_.logits_token_stride;
     switch (p_.dtype) {
-      case MTK_FLOAT32: {
-        const float* in = static_cast<const float*>(p_.logits) + base;
-        for (int64_t i = 0; i < p_.experts; ++i) x[i] = in[i * step];
-        return;
-      }
-      case MTK_FLOAT16: {
-        const uint16_t* in = static_cast<const uint16_t*>(p_.logits) + base;
-        for (int64_t i = 0; i < p_.experts; ++i) x[i] = f16_to_f32(in[i * step]);
-        return;
-      }
-      case MTK_BFLOAT16: {
-        const uint16_t* in = static_cast<const uint16_t*>(p_.logits) + base;
-        for (int64_t i = 0; i < p_.experts; ++i) x[i] = bf16_to_f32(in[i * step]);
-        return;
-      }
+      case MTK_FLOAT32:
+        return convert_row(static_cast<const float*>(p_.logits) + base, x,
+                           [](float v) { return v; });
+      case MTK_FLOAT16:
+        return convert_row(static_cast<const uint16_t*>(p_.logits) + base, x, f16_to_f32);
+      case MTK_BFLOAT16:
+        return convert_row(static_cast<const uint16_t*>(p_.logits) + base, x, bf16_to_f32);
       default:
         fail(MTK_ERROR_INTERNAL, "moe_route: logits dtype ", int(p_.dtype), " reached the CPU");
+    }
+  }
+
+  template <class Storage, class Convert>
+  void convert_row(const Storage* in, float* x, Convert convert) const {
+    const int64_t step = p_.logits_expert_stride;
+    if (step == 1) {  // the usual layout, as its own loop so that it vectorises
+      for (int64_t i = 0; i < p_.experts; ++i) x[i] = convert(in[i]);
+    } else {
+      for (int64_t i = 0; i < p_.experts; ++i) x[i] = convert(in[i * step]);
     }
   }
 
@@ -184,46 +197,38 @@ class TokenRouter {
     }
   }
 
-  // Ranks every group by the sum of its two best c into s.group_ranks and returns the rank of
-  // the last group kept: a group is kept exactly when its rank is at least that.
-  uint64_t group_threshold(Scratch& s) const {
+  // Ranks the groups by the sum of their two best selection scores and zeroes the keys of the
+  // experts in groups that are not kept.
+  void exclude_dropped_groups(Scratch& s) const {
     const int64_t size = p_.experts / p_.n_group;
     for (int64_t g = 0; g < p_.n_group; ++g) {
-      const float* c = s.c.data() + g * size;
-      int64_t first = 0, second = -1;
+      const uint32_t* keys = s.keys.data() + g * size;
+      uint32_t first = keys[0], second = 0;
       for (int64_t i = 1; i < size; ++i) {
-        if (key_of(c[i]) > key_of(c[first])) {
+        if (keys[i] > first) {
           second = first;
-          first = i;
-        } else if (second < 0 || key_of(c[i]) > key_of(c[second])) {
-          second = i;
+          first = keys[i];
+        } else if (keys[i] > second) {
+          second = keys[i];
         }
       }
-      const float score = second < 0 ? c[first] : c[first] + c[second];
-      s.group_ranks[g] = rank_of(key_of(score), g);
+      const float score = size == 1 ? float_from_key(first)
+                                    : float_from_key(first) + float_from_key(second);
+      s.group_keys[g] = key_of(score);
     }
-    std::vector<uint64_t>& ranks = s.ranks;  // free until experts are ranked
-    std::copy(s.group_ranks.begin(), s.group_ranks.end(), ranks.begin());
-    select_highest(ranks.data(), p_.n_group, p_.topk_group, s.best.data());
-    return s.best[p_.topk_group - 1];
+    select_highest(s.group_keys.data(), p_.n_group, p_.topk_group, s.best.data(),
+                   s.ranks.data());
+    const uint64_t last_kept = s.best[p_.topk_group - 1];
+    for (int64_t g = 0; g < p_.n_group; ++g) {
+      if (rank_of(s.group_keys[g], g) < last_kept) {
+        std::fill_n(s.keys.data() + g * size, size, 0u);
+      }
+    }
   }
 
-  // Weights and ids of the selected experts (s.best). On the plain path u is computed here,
-  // from x; `first_is_max` says the first selected logit is the softmax max m.
-  void write_outputs(int64_t token, Scratch& s, bool first_is_max, float softmax_total) const {
-    float* u = s.u.data();  // u of the r-th selected expert, packed at u[r]
-    if (first_is_max) {
-      const float m = s.x[index_of(s.best[0])];
-      for (int64_t r = 0; r < p_.k; ++r) {
-        const float x = s.x[index_of(s.best[r])];
-        u[r] = p_.scoring == MTK_SCORING_SOFTMAX   ? std::exp(x - m)
-               : p_.scoring == MTK_SCORING_SIGMOID ? sigmoid(x)
-                                                   : x;
-      }
-    } else {
-      for (int64_t r = 0; r < p_.k; ++r) s.c[r] = u[index_of(s.best[r])];
-      std::copy(s.c.begin(), s.c.begin() + p_.k, u);
-    }
+  // Weights and ids of the selections in s.best, whose u values are in s.chosen.
+  void write_outputs(int64_t token, const Scratch& s, float softmax_total) const {
+    const float* u = s.chosen.data();
     float* weights = p_.weights + token * p_.weights_token_stride;
     if (p_.renormalize) {
       float total = 0.0f;

@@ -79,14 +79,14 @@ int64_t select_short_row(const T* x, int64_t n, int64_t k, KeyOf<T> flip, KeyOf<
     }
   }
   for (; i < n; ++i) keys[i] = key_of(x[i], flip);
-  // The k-th largest lane maximum: the one with exactly k - 1 lanes ranked above it (ties
-  // ranked by lane number, so ranks are distinct). Lanes that saw no element hold 0, which is
-  // still a valid (if useless) floor.
-  Key floor = 0;
-  for (int g = 0; g < Lanes; ++g) {
-    int64_t above = 0;
-    for (int h = 0; h < Lanes; ++h) above += lane[h] > lane[g] || (lane[h] == lane[g] && h < g);
-    floor = above == k - 1 ? lane[g] : floor;
+  // The k-th largest lane maximum. Lanes that saw no element hold 0, still a valid floor.
+  Key floor;
+  if (k == Lanes) {
+    floor = lane[0];
+    for (int g = 1; g < Lanes; ++g) floor = std::min(floor, lane[g]);
+  } else {
+    std::sort(lane, lane + Lanes, std::greater<Key>());
+    floor = lane[k - 1];
   }
 
   int64_t count = 0;

@@ -40,15 +40,22 @@ template <> struct BitsOfSize<4> { using type = uint32_t; };
 template <> struct BitsOfSize<8> { using type = uint64_t; };
 template <class T> using Bits = typename BitsOfSize<int(sizeof(T))>::type;
 
-// row_offsets() of problem.hpp, on the device.
+// row_offsets() of problem.hpp, on the device. The outermost batch dim needs no modulo (the row
+// number is already below its size), so the common one-batch-dim case does no 64-bit division,
+// which the GPU only has as a long software routine.
 __device__ __forceinline__ RowOffsets device_row_offsets(const RowGeometry& g, int64_t row) {
   RowOffsets o{0, 0, 0};
-  for (int d = g.batch_ndim - 1; d >= 0; --d) {
+  for (int d = g.batch_ndim - 1; d >= 1; --d) {
     const int64_t i = row % g.batch_sizes[d];
     row /= g.batch_sizes[d];
     o.input += i * g.input_batch_strides[d];
     o.values += i * g.values_batch_strides[d];
     o.indices += i * g.indices_batch_strides[d];
+  }
+  if (g.batch_ndim > 0) {
+    o.input += row * g.input_batch_strides[0];
+    o.values += row * g.values_batch_strides[0];
+    o.indices += row * g.indices_batch_strides[0];
   }
   return o;
 }

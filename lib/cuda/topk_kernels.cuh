@@ -67,9 +67,34 @@ __device__ __forceinline__ Packed warp_max(Packed mine) {
   }
 }
 
-// Element j*32 + lane of the row lives in lane `lane`, slot j, as its packed rank and its raw
-// bits. Each of k rounds takes the warp-wide maximum; the lane that owns it writes rank r
-// straight from its registers (values stay bit-exact, no second read) and retires the slot.
+// Sorts a lane's slots into descending order in registers (a bitonic network: every index is a
+// compile-time constant once unrolled, so nothing spills to local memory).
+template <int N, class P>
+__device__ __forceinline__ void sort_slots_descending(P (&slots)[N]) {
+#pragma unroll
+  for (int span = 2; span <= N; span <<= 1) {
+#pragma unroll
+    for (int stride = span >> 1; stride > 0; stride >>= 1) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const P high = slots[i] > slots[j] ? slots[i] : slots[j];
+          const P low = slots[i] > slots[j] ? slots[j] : slots[i];
+          const bool descending = (i & span) == 0;
+          slots[i] = descending ? high : low;
+          slots[j] = descending ? low : high;
+        }
+      }
+    }
+  }
+}
+
+// Element j*32 + lane of the row lives in lane `lane`, packed with its position; each lane sorts
+// its slots once, so its best is always slot 0. Each of k rounds takes the warp-wide maximum of
+// the lanes' bests; lane r keeps the position of rank r, and the lane that owned the winner
+// shifts its slots down by one. Values are copied from the input at the end (the row is still
+// in L1/L2), which keeps the rounds free of memory traffic.
 template <class T, int Items>
 __global__ void __launch_bounds__(kWarpRowThreads)
     warp_topk_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
@@ -82,49 +107,31 @@ __global__ void __launch_bounds__(kWarpRowThreads)
   const int64_t row = int64_t(blockIdx.x) * (kWarpRowThreads / 32) + (threadIdx.x >> 5);
   if (row >= g.rows) return;
   const RowOffsets o = device_row_offsets(g, row);
-  const Bits<T>* in = reinterpret_cast<const Bits<T>*>(input) + o.input;
+  const T* in = input + o.input;
   const int n = int(g.n), k = int(g.k);
 
-  Packed packed[Items];
-  Bits<T> raw[Items];
+  Packed slots[Items];
 #pragma unroll
   for (int j = 0; j < Items; ++j) {
     const int i = j * 32 + lane;
-    raw[j] = i < n ? in[int64_t(i) * g.input_stride] : Bits<T>(0);
+    slots[j] = i < n ? (Packed(selection_key(in[int64_t(i) * g.input_stride], largest))
+                        << kIndexBits) |
+                           Packed(~uint32_t(i) & kIndexMask)
+                     : Packed(0);
   }
-#pragma unroll
-  for (int j = 0; j < Items; ++j) {
-    const int i = j * 32 + lane;
-    T value;
-    memcpy(&value, &raw[j], sizeof(T));
-    packed[j] = i < n ? (Packed(selection_key(value, largest)) << kIndexBits) |
-                            Packed(~uint32_t(i) & kIndexMask)
-                      : Packed(0);
-  }
+  sort_slots_descending(slots);
 
-  Bits<T>* out_values = reinterpret_cast<Bits<T>*>(values) + o.values;
+  uint32_t my_rank_index = 0;  // lane r: the position of rank r
   for (int r = 0; r < k; ++r) {
-    Packed best = packed[0];
+    const Packed winner = warp_max(slots[0]);
+    if (lane == r) my_rank_index = ~uint32_t(winner) & kIndexMask;
+    if (slots[0] == winner) {
 #pragma unroll
-    for (int j = 1; j < Items; ++j) best = packed[j] > best ? packed[j] : best;
-    const Packed winner = warp_max(best);
-    if (best == winner) {
-#pragma unroll
-      for (int j = 0; j < Items; ++j) {
-        if (packed[j] == winner) {
-          const int64_t i = j * 32 + lane;
-          out_values[r * g.values_stride] = raw[j];
-          const int64_t at = o.indices + r * g.indices_stride;
-          if (index64) {
-            static_cast<int64_t*>(indices)[at] = i;
-          } else {
-            static_cast<int32_t*>(indices)[at] = int32_t(i);
-          }
-          packed[j] = 0;
-        }
-      }
+      for (int j = 0; j + 1 < Items; ++j) slots[j] = slots[j + 1];
+      slots[Items - 1] = Packed(0);
     }
   }
+  if (lane < k) write_result(g, input, values, indices, index64, o, lane, my_rank_index);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -286,17 +293,24 @@ __device__ __forceinline__ void segment_bounds(int64_t count, int blocks, int se
   end = min(count, begin + chunk);
 }
 
-// Calls visit(composite) for every element in [begin, end) of `row`, spread over the block's
-// threads. Contiguous, 16-byte aligned rows are read 16 bytes per load, two loads in flight per
-// thread, which is what it takes to stream at full memory bandwidth; others element by element.
+// Calls visit(items) for every element in [begin, end) of `row`, spread over the block's
+// threads, where `items` is an array of composites: one element, or a whole 16-byte vector.
+// Contiguous, 16-byte aligned rows are read 16 bytes per load with two loads in flight per
+// thread, which is what streaming at full memory bandwidth takes; others element by element.
+// Batching lets a visitor pay its per-warp vote once per vector rather than per element.
 template <int Threads, class T, class Visit>
 __device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_t begin,
                                                   int64_t end, Visit&& visit) {
+  using Comp = Composite<typename KeyTraits<T>::Key>;
   constexpr int kPerVector = 16 / int(sizeof(T));
+  auto visit_one = [&](int64_t i) {
+    const Comp items[1] = {row.composite(i)};
+    visit(items);
+  };
   const bool vectorizable =
       row.stride == 1 && (reinterpret_cast<uintptr_t>(row.base) & 15) == 0;
   if (!vectorizable) {
-    for (int64_t i = begin + threadIdx.x; i < end; i += Threads) visit(row.composite(i));
+    for (int64_t i = begin + threadIdx.x; i < end; i += Threads) visit_one(i);
     return;
   }
   const int64_t first_vector = (begin + kPerVector - 1) / kPerVector;
@@ -304,18 +318,20 @@ __device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_
   // The unaligned head and tail: fewer than kPerVector elements each.
   const int64_t head_end = min(end, first_vector * kPerVector);
   const int64_t tail_begin = max(head_end, end_vector * kPerVector);
-  for (int64_t i = begin + threadIdx.x; i < head_end; i += Threads) visit(row.composite(i));
-  for (int64_t i = tail_begin + threadIdx.x; i < end; i += Threads) visit(row.composite(i));
+  for (int64_t i = begin + threadIdx.x; i < head_end; i += Threads) visit_one(i);
+  for (int64_t i = tail_begin + threadIdx.x; i < end; i += Threads) visit_one(i);
 
   const uint4* vectors = reinterpret_cast<const uint4*>(row.base);
   auto visit_vector = [&](const uint4& data, int64_t vector_index) {
     T elements[kPerVector];
     memcpy(elements, &data, 16);
     const uint32_t first = uint32_t(vector_index * kPerVector);
+    Comp items[kPerVector];
 #pragma unroll
     for (int e = 0; e < kPerVector; ++e) {
-      visit(make_composite(selection_key(elements[e], row.largest), first + uint32_t(e)));
+      items[e] = make_composite(selection_key(elements[e], row.largest), first + uint32_t(e));
     }
+    visit(items);
   };
   int64_t v = first_vector + threadIdx.x;
   for (; v + Threads < end_vector; v += 2 * Threads) {
@@ -382,8 +398,12 @@ __global__ void __launch_bounds__(kMultiThreads)
   __syncthreads();
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  visit_row_segment<kMultiThreads>(source, begin, end, [&](Comp c) {
-    atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
+  visit_row_segment<kMultiThreads>(source, begin, end, [&](const auto& items) {
+    constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
+    }
   });
   __syncthreads();
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
@@ -447,22 +467,38 @@ __global__ void __launch_bounds__(kMultiThreads)
   const Comp* buffer = candidates_in + row * layout.capacity;
   int64_t begin, end;
   segment_bounds(source_count, layout.blocks_per_row, seg, begin, end);
-  auto consider = [&](Comp c) {
-    bool win = false, bucket = false;
-    if (has_prefix<kBits>(c, previous_prefix, previous)) {
-      const uint32_t digit = uint32_t(c >> digit_shift) & (kMultiBins - 1);
-      win = digit > chosen || (take_all && digit == chosen);
-      bucket = !take_all && digit == chosen;
+  auto consider = [&](const auto& items) {
+    constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
+    bool win[kCount], bucket[kCount];
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      const Comp c = items[e];
+      win[e] = bucket[e] = false;
+      if (has_prefix<kBits>(c, previous_prefix, previous)) {
+        const uint32_t digit = uint32_t(c >> digit_shift) & (kMultiBins - 1);
+        win[e] = digit > chosen || (take_all && digit == chosen);
+        bucket[e] = !take_all && digit == chosen;
+      }
+      any |= win[e] || bucket[e];
+      if (histogram && bucket[e]) {
+        atomicAdd(&hist[uint32_t(c >> next_shift) & (kMultiBins - 1)], 1u);
+      }
     }
-    // Most elements are neither: one vote lets the warp skip the appends.
-    if (__any_sync(__activemask(), win || bucket)) {
-      warp_append(win, c, row_winners, &state->winners);
-      if (fits) warp_append(bucket, c, row_candidates, &state->next_count);
+    // Most elements are neither: one vote per batch lets the warp skip the appends.
+    if (__any_sync(__activemask(), any)) {
+#pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        warp_append(win[e], items[e], row_winners, &state->winners);
+        if (fits) warp_append(bucket[e], items[e], row_candidates, &state->next_count);
+      }
     }
-    if (histogram && bucket) atomicAdd(&hist[uint32_t(c >> next_shift) & (kMultiBins - 1)], 1u);
   };
   if (from_buffer) {
-    for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) consider(buffer[i]);
+    for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) {
+      const Comp items[1] = {buffer[i]};
+      consider(items);
+    }
   } else {
     visit_row_segment<kMultiThreads>(input_row, begin, end, consider);
   }

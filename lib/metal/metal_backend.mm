@@ -45,11 +45,18 @@ MetalDevice::MetalDevice(int device_index) {
   if (!queue_) fail(MTK_ERROR_DEVICE, "Metal could not create a command queue");
 }
 
-MetalLimits MetalDevice::limits() const {
-  MetalLimits limits;
-  // Apple's documented limit for every GPU family; the plan never asks for more.
-  limits.threadgroup_memory_bytes = 32768;
-  return limits;
+MetalLimits MetalDevice::limits(mtk_dtype dtype) {
+  std::lock_guard<std::mutex> lock(limits_mutex_);
+  auto found = limits_.find(dtype);
+  if (found != limits_.end()) return found->second;
+  // Register pressure can make a pipeline accept fewer than 1024 threads per threadgroup.
+  NSUInteger fewest = NSUIntegerMax;
+  for (int kernel = 0; kernel <= static_cast<int>(MetalKernel::SortStore); ++kernel) {
+    const std::string function = std::string(metal_kernel_name(static_cast<MetalKernel>(kernel))) + "_" +
+                                 metal_dtype_suffix(dtype);
+    fewest = std::min(fewest, [pipeline(function).get() maxTotalThreadsPerThreadgroup]);
+  }
+  return limits_.emplace(dtype, metal_limits_for_pipelines(fewest)).first->second;
 }
 
 void* MetalDevice::allocate(size_t bytes) {
@@ -86,6 +93,13 @@ BufferSlice MetalDevice::resolve(const void* ptr, size_t bytes, const char* argu
   }
   fail(MTK_ERROR_INVALID_ARGUMENT, argument, " = ", ptr, " (", bytes,
        " bytes) is not inside memory allocated by this Metal context");
+}
+
+BufferSlice MetalDevice::resolve_tensor(const void* element0, const ByteExtent& extent, const char* argument) const {
+  const char* first = static_cast<const char*>(element0) + extent.first;
+  BufferSlice slice = resolve(first, extent.bytes, argument);
+  slice.offset += static_cast<size_t>(-extent.first);
+  return slice;
 }
 
 id<MTLCommandBuffer> MetalDevice::caller_command_buffer(void* stream) {
@@ -236,12 +250,13 @@ ObjcRef<id<MTLComputePipelineState>> MetalDevice::pipeline(const std::string& fu
 }
 
 void encode_metal_topk(MetalDevice& device, const TopkProblem& problem, Workspace workspace, void* stream) {
-  MetalPlan plan = make_metal_plan(problem, device.limits());
-  // Element 0 of each tensor resolves its buffer; strides may reach before or after it inside
-  // the same allocation, which the kernels address through the recorded base offsets.
-  const BufferSlice input = device.resolve(problem.input, 1, "input");
-  const BufferSlice values = device.resolve(problem.values, 1, "values");
-  const BufferSlice indices = device.resolve(problem.indices, 1, "indices");
+  MetalPlan plan = make_metal_plan(problem, device.limits(problem.dtype));
+  // Every byte a tensor's strides reach must lie in one buffer; the kernels address element 0
+  // through its offset in that buffer (bound at offset 0, so negative strides stay inside).
+  const MetalExtents extents = metal_tensor_extents(problem);
+  const BufferSlice input = device.resolve_tensor(problem.input, extents.input, "input");
+  const BufferSlice values = device.resolve_tensor(problem.values, extents.values, "values");
+  const BufferSlice indices = device.resolve_tensor(problem.indices, extents.indices, "indices");
   set_metal_buffer_offsets(plan, problem.dtype, problem.index_dtype, input.offset, values.offset, indices.offset);
 
   ObjcRef<id<MTLBuffer>> scratch;
@@ -312,7 +327,7 @@ class MetalBackend final : public Backend {
   void synchronize(void* stream) override { device_.synchronize(stream); }
 
   size_t workspace_size(const TopkProblem& problem) override {
-    return make_metal_plan(problem, device_.limits()).workspace_bytes;
+    return make_metal_plan(problem, device_.limits(problem.dtype)).workspace_bytes;
   }
   void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
     encode_metal_topk(device_, problem, workspace, stream);

@@ -99,6 +99,8 @@ class MetalDevice {
   // The buffer holding [ptr, ptr + bytes); interior pointers are fine. Throws
   // MTK_ERROR_INVALID_ARGUMENT naming `argument` for memory this context did not allocate.
   BufferSlice resolve(const void* ptr, size_t bytes, const char* argument) const;
+  // The same for a strided tensor: checks its whole extent, returns element 0's offset.
+  BufferSlice resolve_tensor(const void* element0, const ByteExtent& extent, const char* argument) const;
 
   // The caller's command buffer when `stream` is one (nil for NULL); throws for anything else.
   static id<MTLCommandBuffer> caller_command_buffer(void* stream);
@@ -119,8 +121,9 @@ class MetalDevice {
   ObjcRef<id<MTLComputePipelineState>> pipeline(const std::string& function);
   CacheCounters pipeline_counters() const { return pipelines_.counters(); }
 
-  // Device limits the plan must respect.
-  MetalLimits limits() const;
+  // Limits the plan must respect for `dtype`: the threadgroup size every one of its pipelines
+  // allows (creating them on first use).
+  MetalLimits limits(mtk_dtype dtype);
 
  private:
   id<MTLLibrary> library();
@@ -140,6 +143,8 @@ class MetalDevice {
   std::mutex library_mutex_;
   ObjcRef<id<MTLLibrary>> library_;
   LruCache<std::string, ObjcRef<id<MTLComputePipelineState>>> pipelines_{256};
+  std::mutex limits_mutex_;
+  std::map<mtk_dtype, MetalLimits> limits_;
 };
 
 // The Metal backend's top-k, shared with the MPSGraph backend for the problems it routes.

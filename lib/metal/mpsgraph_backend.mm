@@ -137,18 +137,17 @@ class MpsGraphBackend final : public Backend {
 
   // The routed problems need the Metal kernels' scratch; the graph path needs none.
   size_t workspace_size(const TopkProblem& problem) override {
-    return make_metal_plan(problem, device_.limits()).workspace_bytes;
+    return make_metal_plan(problem, device_.limits(problem.dtype)).workspace_bytes;
   }
 
   void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
     const RowGeometry& g = problem.geometry;
-    const size_t element = dtype_info(problem.dtype)->size;
-    const size_t index_size = dtype_info(problem.index_dtype)->size;
     MpsGraphBinding binding;
     binding.caller_command_buffer = MetalDevice::caller_command_buffer(stream) != nil;
-    const BufferSlice input = device_.resolve(problem.input, element, "input");
-    const BufferSlice values = device_.resolve(problem.values, element, "values");
-    const BufferSlice indices = device_.resolve(problem.indices, index_size, "indices");
+    const MetalExtents extents = metal_tensor_extents(problem);
+    const BufferSlice input = device_.resolve_tensor(problem.input, extents.input, "input");
+    const BufferSlice values = device_.resolve_tensor(problem.values, extents.values, "values");
+    const BufferSlice indices = device_.resolve_tensor(problem.indices, extents.indices, "indices");
     binding.input_offset = input.offset;
     binding.values_offset = values.offset;
     binding.indices_offset = indices.offset;

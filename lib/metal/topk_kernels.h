@@ -212,21 +212,27 @@ inline void bitonic_threadgroup(threadgroup Key* keys, threadgroup uint* idx, ui
 // buffers: 0 selection words, 1 scan scratch, 2 sort keys, 3 sort indices, 4 key cache; each is
 // sized by the plan (16 bytes when a kernel does not use it).
 
-#define MTK_KERNEL_PARAMS(DT)                                                      \
-  device const typename DT::Storage* input [[buffer(0)]],                          \
-  device typename DT::Storage* values [[buffer(1)]],                               \
-  device uchar* indices [[buffer(2)]],                                             \
-  constant MtkTopkParams& p [[buffer(3)]],                                         \
-  constant MtkPassParams& pass [[buffer(4)]],                                      \
-  device uchar* workspace [[buffer(5)]],                                           \
-  threadgroup uint* tg_words [[threadgroup(0)]],                                   \
-  threadgroup uint* tg_scan [[threadgroup(1)]],                                    \
-  threadgroup typename DT::Key* tg_keys [[threadgroup(2)]],                        \
-  threadgroup uint* tg_idx [[threadgroup(3)]],                                     \
-  threadgroup typename DT::Key* tg_cache [[threadgroup(4)]],                       \
-  uint2 group [[threadgroup_position_in_grid]],                                    \
-  uint2 local_id [[thread_position_in_threadgroup]],                                  \
-  uint2 tg_size [[threads_per_threadgroup]]
+// MTK_KERNEL_PARAMS carries the binding attributes (kernels only); MTK_FUNCTION_PARAMS is the
+// same list without them, for the device functions the kernels forward to.
+#define MTK_BIND(attribute) [[attribute]]
+#define MTK_NO_BIND(attribute)
+#define MTK_PARAMS(DT, BIND)                                                       \
+  device const typename DT::Storage* input BIND(buffer(0)),                        \
+  device typename DT::Storage* values BIND(buffer(1)),                             \
+  device uchar* indices BIND(buffer(2)),                                           \
+  constant MtkTopkParams& p BIND(buffer(3)),                                       \
+  constant MtkPassParams& pass BIND(buffer(4)),                                    \
+  device uchar* workspace BIND(buffer(5)),                                         \
+  threadgroup uint* tg_words BIND(threadgroup(0)),                                 \
+  threadgroup uint* tg_scan BIND(threadgroup(1)),                                  \
+  threadgroup typename DT::Key* tg_keys BIND(threadgroup(2)),                      \
+  threadgroup uint* tg_idx BIND(threadgroup(3)),                                   \
+  threadgroup typename DT::Key* tg_cache BIND(threadgroup(4)),                     \
+  uint2 group BIND(threadgroup_position_in_grid),                                  \
+  uint2 local_id BIND(thread_position_in_threadgroup),                             \
+  uint2 tg_size BIND(threads_per_threadgroup)
+#define MTK_KERNEL_PARAMS(DT) MTK_PARAMS(DT, MTK_BIND)
+#define MTK_FUNCTION_PARAMS(DT) MTK_PARAMS(DT, MTK_NO_BIND)
 
 #define MTK_UNUSED_KERNEL_PARAMS() \
   (void)input; (void)values; (void)indices; (void)p; (void)pass; (void)workspace; (void)tg_words; \
@@ -240,7 +246,7 @@ inline typename DT::Key row_key(device const typename DT::Storage* row, long str
 
 // One threadgroup selects the top k of one row (grid: 1 x rows).
 template <typename DT, bool kCacheKeys>
-inline void select_row(MTK_KERNEL_PARAMS(DT)) {
+inline void select_row(MTK_FUNCTION_PARAMS(DT)) {
   typedef typename DT::Key Key;
   MTK_UNUSED_KERNEL_PARAMS();
   const uint tid = local_id.x;

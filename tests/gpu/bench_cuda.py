@@ -142,6 +142,24 @@ def run_shape(family, rows, n, k, dtype_name, dim, args):
     return result
 
 
+def profile_kernels(shapes, calls=10):
+    """Per-kernel device time of metaltopk on a few shapes (torch.profiler / CUPTI): where the
+    time goes, without a second tool."""
+    from torch.profiler import ProfilerActivity, profile
+    for family, rows, n, k, dtype_name, dim in shapes:
+        shape = (n, rows) if dim == 0 else (rows, n)
+        x = torch.randn(shape, device="cuda").to(getattr(torch, dtype_name))
+        for _ in range(2):
+            metaltopk.topk(x, k, dim=dim)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                metaltopk.topk(x, k, dim=dim)
+            torch.cuda.synchronize()
+        print(f"## profile {family} {rows} x {n} k={k} {dtype_name} dim={dim}, {calls} calls")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=60))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default="bench_cuda.json")
@@ -149,6 +167,8 @@ def main():
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--graph-calls", type=int, default=20)
     parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--profile", action="store_true",
+                        help="also print per-kernel times of a few shapes")
     args = parser.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -189,6 +209,9 @@ def main():
               f"{r['tb_per_s']:5.2f} | {r['torch_graph_us']:8.1f} {r['mtk_sorted_graph_us']:8.1f} "
               f"{r['speedup_vs_torch_graph']:7.1f} {r['x_floor_graph']:7.2f} "
               f"{r['tb_per_s_graph']:5.2f} {r['sorted_over_unsorted_graph']:5.2f}")
+    if args.profile:
+        profile_kernels([s for s in SHAPES if s[1:4] in ((16384, 256, 8), (256, 151936, 50),
+                                                         (1, 2 ** 28, 100), (1, 151936, 1024))])
     stats = metaltopk.cache_stats("cuda")
     print(f"# cuda plan cache: {stats}")
     return 0 if all("error" not in r for r in results) else 1

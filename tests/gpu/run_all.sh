@@ -43,7 +43,7 @@ for s in $STEPS; do
     conformance)
       step conformance 150 "$BUILD/tests/cuda_conformance" ;;
     pytest)
-      step pytest 120 python3 -m pytest -q -rs -x -p no:cacheprovider tests/test_conformance.py \
+      step pytest 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py \
         tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;
     sanitize)
       step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -51,7 +51,7 @@ for s in $STEPS; do
       step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;;
     bench)
-      step bench 200 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" ;;
+      step bench 200 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" ${BENCH_ARGS:-} ;;
     *) note "unknown step $s" ;;
   esac
 done

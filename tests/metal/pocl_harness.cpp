@@ -361,6 +361,15 @@ class Harness {
                   mtk::metal_dtype_suffix(dtype), (long long)problem.geometry.n, (long long)problem.geometry.rows,
                   (long long)c.k, c.largest ? "largest" : "smallest", c.sorted ? "sorted" : "unsorted",
                   layout_name(c.layout), int(is * 8));
+    // The extents the glue checks against its buffers must cover exactly the bytes laid out.
+    const mtk::MetalExtents extents = mtk::metal_tensor_extents(problem);
+    const auto inside = [](const mtk::ByteExtent& e, const View& v) {
+      return e.first <= 0 && uint64_t(-e.first) <= v.base && v.base + e.first + e.bytes <= v.bytes;
+    };
+    if (!inside(extents.input, in) || !inside(extents.values, vals) || !inside(extents.indices, idxs)) {
+      std::printf("FAIL %s: metal_tensor_extents reaches outside the tensors' memory\n", label);
+      return false;
+    }
     if (plan.shape_class != c.expected_class) {
       std::printf("FAIL %s: planned as %s, expected %s\n", label, class_name(plan.shape_class), class_name(c.expected_class));
       return false;
@@ -537,6 +546,10 @@ std::vector<Case> cases() {
   const MetalLimits small = small_limits();
   MetalLimits narrow_sort;  // Apple's limits but a 64-wide sort tile: the device-memory sort
   narrow_sort.sort_tile_max = 64;
+  // A pipeline cap that is not a power of two (as register pressure can impose).
+  const MetalLimits capped = mtk::metal_limits_for_pipelines(480);
+  MetalLimits capped_small = small;
+  capped_small.max_threads = 288;
   using S = MetalShapeClass;
   return {
       // Short rows: MoE-like shapes, every layout, both directions, both index widths.
@@ -559,6 +572,9 @@ std::vector<Case> cases() {
       {{1, 4100}, 1, 2050, false, false, MTK_INT32, Layout::NegativeDim, Data::Ties, small, S::HugeRows},
       {{3, 3000}, 1, 200, true, true, MTK_INT64, Layout::StridedOutputs, Data::Random, small, S::HugeRows},
       {{1, 150000}, 1, 50, true, true, MTK_INT64, Layout::Contiguous, Data::Mixed, apple, S::HugeRows},
+      // Threadgroups of 480 and 288 threads.
+      {{3, 4500}, 1, 700, false, true, MTK_INT64, Layout::Contiguous, Data::Ties, capped, S::LongRows},
+      {{2, 3000}, 1, 90, true, true, MTK_INT32, Layout::Contiguous, Data::Mixed, capped_small, S::HugeRows},
   };
 }
 

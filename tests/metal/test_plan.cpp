@@ -301,6 +301,34 @@ void test_workspace_checks() {
   EXPECT(status_of([&] { mtk::check_metal_workspace(plan, plan.workspace_bytes, 8); }) == MTK_ERROR_INVALID_ARGUMENT);
 }
 
+void test_pipeline_thread_limits() {
+  EXPECT(mtk::metal_limits_for_pipelines(1024).max_threads == 1024);
+  EXPECT(mtk::metal_limits_for_pipelines(4096).max_threads == 1024);
+  EXPECT(mtk::metal_limits_for_pipelines(900).max_threads == 896);
+  EXPECT(status_of([] { mtk::metal_limits_for_pipelines(200); }) == MTK_ERROR_DEVICE);
+  // A 896-thread cap still gives valid plans for every class.
+  const MetalLimits l = mtk::metal_limits_for_pipelines(900);
+  for (const auto& p : {problem(MTK_FLOAT32, 64, 151936, 50), problem(MTK_FLOAT32, 1, 1 << 24, 5000),
+                        problem(MTK_BFLOAT16, 4096, 4096, 8)}) {
+    const MetalPlan plan = mtk::make_metal_plan(p, l);
+    check_dispatches(plan, p, l);
+    if (plan.shape_class == MetalShapeClass::HugeRows) EXPECT(plan.params.block_elems % 896 == 0);
+  }
+}
+
+void test_tensor_extents() {
+  // [3, 5] float16 input flipped along dim (stride -1 from element 0 at the row end), outputs
+  // [3, 2] contiguous, int32 indices with a gap of 2 between rows.
+  mtk::TopkProblem p = problem(MTK_FLOAT16, 3, 5, 2);
+  p.index_dtype = MTK_INT32;
+  p.geometry.input_stride = -1;
+  p.geometry.indices_batch_strides[0] = 4;
+  const mtk::MetalExtents e = mtk::metal_tensor_extents(p);
+  EXPECT(e.input.first == -8 && e.input.bytes == 30);  // elements -4 .. 10
+  EXPECT(e.values.first == 0 && e.values.bytes == 12);
+  EXPECT(e.indices.first == 0 && e.indices.bytes == 4 * 10);  // elements 0 .. 9
+}
+
 void test_geometry_is_passed_through() {
   // Experts on dim 0 of a [256, 4096] tensor: 4096 rows of 256 elements 4096 apart.
   mtk::TopkProblem p = problem(MTK_BFLOAT16, 4096, 256, 8);
@@ -374,6 +402,8 @@ int main() {
   test_buffer_offsets();
   test_geometry_is_passed_through();
   test_workspace_checks();
+  test_tensor_extents();
+  test_pipeline_thread_limits();
   if (g_failures) {
     std::printf("test_plan: %d failures\n", g_failures);
     return 1;

@@ -67,6 +67,19 @@ int raw_dtype(const mtk_tensor& t) {
   return raw;
 }
 
+// What the run exercised, printed at exit: a fuzzer that only ever skips proves nothing.
+struct Tally {
+  long checked[3] = {}, rejected[3] = {}, skipped[3] = {};
+  ~Tally() {
+    static const char* names[3] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route"};
+    for (int op = 0; op < 3; ++op) {
+      std::fprintf(stderr, "fuzz_abi: %-15s %ld valid calls checked against the reference, "
+                   "%ld invalid calls rejected, %ld skipped (outside the fuzzer's buffers)\n",
+                   names[op], checked[op], rejected[op], skipped[op]);
+    }
+  }
+} tally;
+
 // FUZZ_ABI_VERBOSE=1 prints each call before it is made, to replay a crash by hand.
 const bool verbose = std::getenv("FUZZ_ABI_VERBOSE") != nullptr;
 
@@ -257,8 +270,9 @@ void contiguous_strides(mtk_tensor& t, const int* order /* outermost first */) {
   }
 }
 
-// Strides for `t`: contiguous in a random dim order, or random (with random sign flips).
-void pick_strides(FuzzedDataProvider& fdp, mtk_tensor& t) {
+// Strides for `t`: contiguous in a random dim order (with random sign flips), or random. Outputs
+// get random strides less often: those mostly alias themselves, which makes the call invalid.
+void pick_strides(FuzzedDataProvider& fdp, mtk_tensor& t, bool output = false) {
   if (t.ndim < 0 || t.ndim > MTK_MAX_NDIM) return;
   for (int d = 0; d < t.ndim; ++d) {
     if (t.sizes[d] < 0 || t.sizes[d] > 64) {  // odd sizes: any strides, nothing is reached
@@ -266,7 +280,7 @@ void pick_strides(FuzzedDataProvider& fdp, mtk_tensor& t) {
       return;
     }
   }
-  if (fdp.ConsumeBool()) {
+  if (fdp.ConsumeIntegralInRange<int>(0, output ? 7 : 1) == 0) {
     for (int d = 0; d < t.ndim; ++d) t.strides[d] = pick_stride(fdp);
     return;
   }
@@ -343,7 +357,7 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
       if (which == 0) t->ndim = fdp.ConsumeIntegralInRange<int>(-1, 9);
       else if (t->ndim > 0) t->sizes[fdp.ConsumeIntegralInRange<int>(0, std::min(t->ndim, MTK_MAX_NDIM) - 1)] = pick_size(fdp);
     }
-    pick_strides(fdp, *t);
+    pick_strides(fdp, *t, true);
   }
   const DtypeInfo val_type = dtype_info(raw_dtype(val)), idx_type = dtype_info(raw_dtype(idx));
   // Mostly their own arenas; sometimes the input's or each other's.
@@ -398,7 +412,11 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   const bool reachable = inside(in, ein, in_type.size, input_arena, kArenaBytes) &&
                          (allocating || (inside(val, eval, val_type.size, values_arena, kArenaBytes) &&
                                          inside(idx, eidx, idx_type.size, indices_arena, kArenaBytes)));
-  if (valid && !(small && reachable)) return;  // would touch memory the fuzzer does not own
+  const int op = allocating ? 1 : 0;
+  if (valid && !(small && reachable)) {  // would touch memory the fuzzer does not own
+    ++tally.skipped[op];
+    return;
+  }
 
   if (verbose) {
     std::fprintf(stderr, "%s k=%lld dim=%lld largest=%d sorted=%d index_dtype=%d valid=%d\n",
@@ -435,9 +453,11 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
         crash("a failed call wrote to an output");
       }
     }
+    ++tally.rejected[op];
     return;
   }
   if (!valid) crash("an invalid call succeeded");
+  ++tally.checked[op];
 
   // Check every output element against the reference, row by row.
   const mtk_tensor& vt = allocating ? vo : val;
@@ -557,8 +577,8 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
                                                                   : (fdp.ConsumeBool() ? MTK_INT32 : MTK_INT64);
   set_dtype(ids, ids_raw);
   if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) w.sizes[1] = pick_size(fdp);
-  pick_strides(fdp, w);
-  pick_strides(fdp, ids);
+  pick_strides(fdp, w, true);
+  pick_strides(fdp, ids, true);
   const DtypeInfo wt = dtype_info(raw_dtype(w)), it = dtype_info(ids_raw);
   const int placement = fdp.ConsumeIntegralInRange<int>(0, 15);
   place(fdp, w, placement == 0 ? input_arena : values_arena, wt.size);
@@ -612,7 +632,10 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
                          inside(w, ew, 4, values_arena, kArenaBytes) &&
                          inside(ids, eid, it.size, indices_arena, kArenaBytes) &&
                          (params.bias == nullptr || inside(bias, eb, 4, bias_arena, sizeof bias_arena));
-  if (valid && !(small && reachable)) return;
+  if (valid && !(small && reachable)) {
+    ++tally.skipped[2];
+    return;
+  }
 
   if (verbose) {
     std::fprintf(stderr, "mtk_moe_route k=%lld scoring=%d n_group=%lld topk_group=%lld bias=%d valid=%d\n",
@@ -637,9 +660,11 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
         crash("moe_route: a failed call wrote to an output");
       }
     }
+    ++tally.rejected[2];
     return;
   }
   if (!valid) crash("moe_route: an invalid call succeeded");
+  ++tally.checked[2];
 
   std::vector<bool> allowed_w(kArenaBytes), allowed_ids(kArenaBytes);
   const std::vector<unsigned char> first_weights(values_arena, values_arena + kArenaBytes);
