@@ -26,8 +26,9 @@ TEST_TARGETS := test-c test-install test-python $(TEST_TARGETS)
 
 .PHONY: test test-deps test-c test-install test-python test-pip install
 
+# -k: one failing area does not hide the others' results; the exit status still reports it.
 test: $(LIBRARY) test-deps
-	@$(MAKE) --no-print-directory $(TEST_TARGETS)
+	@$(MAKE) -k --no-print-directory $(TEST_TARGETS)
 
 test-deps: python-deps
 	@for spec in $(TEST_PIP_PACKAGES); do \

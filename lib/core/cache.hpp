@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "fault_injection.hpp"
+
 namespace mtk {
 
 struct CacheCounters {
@@ -33,6 +35,7 @@ class LruCache {
     Value value = make();
     order_.emplace_front(key, value);
     try {
+      fault_point(FaultSite::HostAllocation);  // the index node below
       index_.emplace(key, order_.begin());
     } catch (...) {
       order_.pop_front();

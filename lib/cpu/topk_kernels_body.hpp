@@ -47,7 +47,8 @@ inline uint32_t block_mask(const T* x, KeyOf<T> flip, KeyOf<T> threshold) {
 // Which of `count` distinct words (count <= 4 * kInsertionMaxK) are the best k, placed sorted
 // at out[0, k): each word's rank is the number of words better than it, counted without
 // branches (a few dozen words, so the quadratic count beats a sort's mispredicted branches).
-// `out` may not overlap `words` and has room for k + 1 words (slot k takes the losers).
+// `out` may not overlap `words`; when count > k it has room for k + 1 words (slot k takes the
+// losers).
 template <class Word>
 void place_best_by_rank(const Word* words, int64_t count, int64_t k, Word* out) {
   for (int64_t i = 0; i < count; ++i) {
@@ -68,7 +69,6 @@ int64_t select_short_row(const T* x, int64_t n, int64_t k, KeyOf<T> flip, KeyOf<
                          Word* words) {
   using Key = KeyOf<T>;
   using P = Packing<Key, Word>;
-  static_assert(4 * kInsertionMaxK >= 2 * Lanes, "candidate room for a full set of lanes");
   Key lane[Lanes] = {};
   int64_t i = 0;
   for (; i + Lanes <= n; i += Lanes) {
@@ -107,7 +107,7 @@ int64_t select_short_row(const T* x, int64_t n, int64_t k, KeyOf<T> flip, KeyOf<
     std::nth_element(words, words + k - 1, words + count, std::greater<Word>());
     count = k;
   }
-  Word candidates[4 * kInsertionMaxK + 1];
+  Word candidates[4 * kInsertionMaxK];
   std::copy(words, words + count, candidates);
   place_best_by_rank(candidates, count, k, words);
   return k;
@@ -329,7 +329,7 @@ class RowKernel {
   // for kFloorSamples keys.
   Key sampled_floor(const T* x, int64_t stride, int64_t begin, int64_t end, Key* samples) const {
     const int64_t m = end - begin;
-    if (g_.k < kFloorMinK || m < 16 * plan_.candidate_capacity) return 0;
+    if (g_.k < kFloorMinK || m < 4 * plan_.candidate_capacity) return 0;
     const int64_t step = m / kFloorSamples;
     for (int64_t i = 0; i < kFloorSamples; ++i)
       samples[i] = key_of(x[(begin + i * step) * stride], flip_);
@@ -413,13 +413,38 @@ class RowKernel {
         std::fill(slot + count, slot + k, Word(0));
       }
     });
-    pool.parallel_for(g_.rows, [&](int64_t begin, int64_t end) {
+    // Each segment's list is sorted best first, so the row's best k are the first k of their
+    // merge: a heap of the lists' heads, k pops.
+    pool.parallel_for_worker(g_.rows, [&](int worker, int64_t begin, int64_t end) {
+      struct Head {
+        Word word;
+        int64_t chunk;
+        bool operator<(const Head& other) const { return word < other.word; }
+      };
+      Head heap[kMaxChunks];
+      int64_t taken[kMaxChunks];
+      Word* merged = reinterpret_cast<Word*>(scratch.worker[worker]);
       for (int64_t row = begin; row < end; ++row) {
-        Word* words = slots + row * chunks * k;
-        std::nth_element(words, words + k - 1, words + chunks * k, std::greater<Word>());
-        std::sort(words, words + k, std::greater<Word>());
+        const Word* lists = slots + row * chunks * k;
+        for (int64_t c = 0; c < chunks; ++c) {
+          heap[c] = Head{lists[c * k], c};
+          taken[c] = 0;
+        }
+        int64_t size = chunks;
+        std::make_heap(heap, heap + size);
+        for (int64_t i = 0; i < k; ++i) {
+          std::pop_heap(heap, heap + size);
+          const Head best = heap[size - 1];
+          merged[i] = best.word;
+          if (++taken[best.chunk] < k) {
+            heap[size - 1] = Head{lists[best.chunk * k + taken[best.chunk]], best.chunk};
+            std::push_heap(heap, heap + size);
+          } else {
+            --size;
+          }
+        }
         const RowOffsets at = row_offsets(g_, row);
-        write_row(at, input_ + at.input, words, k);
+        write_row(at, input_ + at.input, merged, k);
       }
     });
   }

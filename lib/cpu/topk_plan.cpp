@@ -16,6 +16,8 @@ constexpr size_t kMaxTileBytes = size_t{512} << 10;
 constexpr size_t kTileReadBytes = 128;
 // Segments of a split row are at least this long, so a task's fixed costs stay negligible.
 constexpr int64_t kMinSegment = int64_t{1} << 16;
+// Up to this k, a split row gets several segments per thread (see make_topk_plan).
+constexpr int64_t kSmallSegmentK = 1024;
 
 }  // namespace
 
@@ -50,11 +52,15 @@ TopkPlan make_topk_plan(const TopkProblem& problem, int threads) {
   }
 
   if (plan.layout != RowLayout::Tiled && g.rows < plan.workers) {
-    // Too few rows to occupy every thread: split each row. Each segment needs k candidates of
-    // its own to merge, so segments are kept much longer than k.
-    const int64_t min_segment = std::max<int64_t>(kMinSegment, 4 * g.k);
-    const int64_t wanted = (plan.workers + g.rows - 1) / g.rows;
-    const int64_t chunks = std::min<int64_t>(wanted, g.n / min_segment);
+    // Too few rows to occupy every thread: split each row. For small k, four segments per
+    // thread let the others take over when one thread is slowed down (the machine may be
+    // shared). A segment's fixed cost grows with k (it sorts its k best for the merge), so a
+    // large k gets one segment per thread, each much longer than k.
+    const bool small_k = g.k <= kSmallSegmentK;
+    const int64_t per_thread = small_k ? 4 : 1;
+    const int64_t min_segment = std::max<int64_t>(kMinSegment, 16 * g.k);
+    const int64_t wanted = (per_thread * plan.workers + g.rows - 1) / g.rows;
+    const int64_t chunks = std::min({wanted, g.n / min_segment, kMaxChunks});
     if (chunks > 1) {
       plan.chunks = chunks;
       plan.chunk_len = (g.n + chunks - 1) / chunks;

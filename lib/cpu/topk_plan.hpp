@@ -31,6 +31,9 @@ enum class RowSelector {
   Buffered,   // stream into a candidate buffer pruned to k whenever it fills
 };
 
+// At most this many segments per split row (their best k are merged through a heap this big).
+constexpr int64_t kMaxChunks = 64;
+
 enum class RowLayout {
   Contiguous,  // input stride along dim is 1: rows are scanned in place
   Tiled,       // rows strided, but adjacent rows are adjacent in memory (e.g. dim 0 of a matrix):

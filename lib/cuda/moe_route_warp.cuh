@@ -1,10 +1,11 @@
-// The CUDA router's per-token routine: one warp routes one token with every score in registers
-// (lib/core/router_semantics.md gives the semantics). Lane l holds experts
-// [l * kItems, (l + 1) * kItems), so a contiguous row is one coalesced, vectorised read.
+// The CUDA router's per-token routines (lib/core/router_semantics.md gives the semantics): one
+// warp routes one token. Up to 512 experts every score lives in registers, lane l holding experts
+// [l * kItems, (l + 1) * kItems), so a contiguous row is one coalesced, vectorised read; past
+// that, route_streaming re-reads the row for each step.
 //
-// The routine is a __host__ __device__ template over `Lanes`, the warp's collective operations:
+// The routines are __host__ __device__ templates over `Lanes`, the warp's collective operations:
 // on the GPU they are shuffles (WarpLanes in moe_route.cu); the host tests run the very same code
-// with 32 threads emulating the lanes (tests/router/warp_emulation.cpp), so the selection logic is
+// with 32 fibers playing the lanes (tests/router/warp_emulation.cpp), so the selection logic is
 // checked on machines without a GPU.
 //
 // Lanes provides three primitives, called by all 32 lanes together: int lane();
@@ -25,6 +26,14 @@
 #define MTK_ROUTER_HD __host__ __device__ __forceinline__
 #else
 #define MTK_ROUTER_HD inline
+#endif
+
+// Unrolling keeps per-lane arrays in registers on the device; host compilers need no hint (and
+// GCC, nvcc's host compiler, warns about the pragma).
+#if defined(__CUDA_ARCH__)
+#define MTK_ROUTER_UNROLL _Pragma("unroll")
+#else
+#define MTK_ROUTER_UNROLL
 #endif
 
 namespace mtk::cuda_router {
@@ -113,7 +122,7 @@ MTK_ROUTER_HD void load_items(const RouterProblem& p, int64_t token, int lane, b
   using Storage = typename Logit::Storage;
   const Storage* row = static_cast<const Storage*>(p.logits) + token * p.logits_token_stride;
   const int64_t first = int64_t{lane} * kItems;
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) x[i] = 0.0f;  // lanes past the last expert keep zeros
   if (vector_loads) {
     if (first >= p.experts) return;
@@ -123,28 +132,28 @@ MTK_ROUTER_HD void load_items(const RouterProblem& p, int64_t token, int lane, b
     constexpr int kBytes = kItems * int(sizeof(Storage));
     if constexpr (kBytes % 16 == 0) {
       const uint4* src = reinterpret_cast<const uint4*>(row + first);
-#pragma unroll
+MTK_ROUTER_UNROLL
       for (int w = 0; w < kBytes / 16; ++w) reinterpret_cast<uint4*>(chunk)[w] = src[w];
     } else if constexpr (kBytes % 8 == 0) {
       const uint2* src = reinterpret_cast<const uint2*>(row + first);
-#pragma unroll
+MTK_ROUTER_UNROLL
       for (int w = 0; w < kBytes / 8; ++w) reinterpret_cast<uint2*>(chunk)[w] = src[w];
     } else if constexpr (kBytes % 4 == 0) {
       const uint32_t* src = reinterpret_cast<const uint32_t*>(row + first);
-#pragma unroll
+MTK_ROUTER_UNROLL
       for (int w = 0; w < kBytes / 4; ++w) reinterpret_cast<uint32_t*>(chunk)[w] = src[w];
     } else {
-#pragma unroll
+MTK_ROUTER_UNROLL
       for (int i = 0; i < kItems; ++i) chunk[i] = row[first + i];
     }
 #else
     std::memcpy(chunk, row + first, sizeof chunk);
 #endif
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) x[i] = to_float(chunk[i], Logit{});
     return;
   }
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
     if (first + i < p.experts) x[i] = to_float(row[(first + i) * p.logits_expert_stride], Logit{});
   }
@@ -220,7 +229,7 @@ MTK_ROUTER_HD void best_below(const uint64_t (&rank)[kItems], const float (&valu
                               uint64_t threshold, uint64_t& best, float& best_value) {
   best = 0;
   best_value = 0.0f;
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
     if (rank[i] < threshold && rank[i] > best) {
       best = rank[i];
@@ -240,7 +249,7 @@ MTK_ROUTER_HD void select_top_k(Lanes& lanes, int64_t k, const uint64_t (&rank)[
   uint64_t local;
   float local_value;
   best_below(rank, value, ~uint64_t{0}, local, local_value);
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) {
     if (int64_t{slot} * kWarpSize >= k) break;
     for (int owner_lane = 0; owner_lane < kWarpSize; ++owner_lane) {
@@ -265,7 +274,7 @@ MTK_ROUTER_HD void write_slots(const RouterProblem& p, int64_t token, int lane,
                                const int32_t (&id_slot)[kItems],
                                const float (&value_slot)[kItems], WeightOf&& weight_of) {
   float* weights = p.weights + token * p.weights_token_stride;
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) {
     const int64_t r = int64_t{slot} * kWarpSize + lane;
     if (r >= p.k) break;
@@ -289,7 +298,7 @@ MTK_ROUTER_HD void route_plain(const RouterProblem& p, int64_t token, bool vecto
   float x[kItems];
   load_items<Logit, kItems>(p, token, lane, vector_loads, x);
   uint64_t rank[kItems];
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
     const int64_t e = int64_t{lane} * kItems + i;
     rank[i] = e < p.experts ? rank_of(key_of(x[i]), e) : 0;
@@ -312,7 +321,7 @@ MTK_ROUTER_HD void route_plain(const RouterProblem& p, int64_t token, bool vecto
     denominator = u_total;
   } else if (p.scoring == MTK_SCORING_SOFTMAX) {
     float local = 0.0f;
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
       if (rank[i] != 0) local += exp_f32(x[i] - m);
     }
@@ -330,30 +339,30 @@ MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool vec
   float u[kItems];  // logits first, then the weight numerators
   load_items<Logit, kItems>(p, token, lane, vector_loads, u);
   int valid = 0;  // items of this lane that are experts
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
     if (int64_t{lane} * kItems + i < p.experts) valid = i + 1;
   }
   float total = 1.0f;  // S for softmax, so that s = u / total for every scoring
   if (p.scoring == MTK_SCORING_SOFTMAX) {
     uint32_t max_key = 0;
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
       if (i < valid && key_of(u[i]) > max_key) max_key = key_of(u[i]);
     }
     const float m = float_from_key(warp_max(lanes, max_key));
     float local = 0.0f;
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
       if (i < valid) local += u[i] = exp_f32(u[i] - m);
     }
     total = warp_sum(lanes, local);
   } else if (p.scoring == MTK_SCORING_SIGMOID) {
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) u[i] = sigmoid(u[i]);
   }
   uint32_t c_key[kItems];
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
     const int64_t e = int64_t{lane} * kItems + i;
     float c = u[i] / total;
@@ -363,37 +372,38 @@ MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool vec
   uint32_t eligible = (1u << valid) - 1u;  // bit i: item i may be selected
   if (p.n_group > 1) {
     const int64_t group_size = p.experts / p.n_group;
-    int item_group[kItems];  // E <= 512 here
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) item_group[i] = int((int64_t{lane} * kItems + i) / group_size);
+    // 32-bit division (E <= 512 here): 64-bit division is a long software routine on GPUs.
+    int item_group[kItems];
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) item_group[i] = (lane * kItems + i) / int(group_size);
     // Group g's rank lands in lane g % 32, slot g / 32 (n_group <= E <= 32 * kItems), and its
     // score key in item_group_key of the items of group g.
     uint64_t group_rank[kItems];
     float no_value[kItems];
     uint32_t item_group_key[kItems];
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
       group_rank[i] = 0;
       no_value[i] = 0.0f;
       item_group_key[i] = 0;
     }
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int slot = 0; slot < kItems; ++slot) {
       if (int64_t{slot} * kWarpSize >= p.n_group) break;
       for (int owner_lane = 0; owner_lane < kWarpSize; ++owner_lane) {
         const int64_t g = int64_t{slot} * kWarpSize + owner_lane;
         if (g >= p.n_group) break;
         TopTwo top;
-#pragma unroll
+MTK_ROUTER_UNROLL
         for (int i = 0; i < kItems; ++i) {
           if (i < valid && item_group[i] == g) top.add(c_key[i]);
         }
         top = warp_top_two(lanes, top);
-        const float score = group_size == 1 ? float_from_key(top.first)
-                                            : float_from_key(top.first) + float_from_key(top.second);
+        const float best = float_from_key(top.first);
+        const float score = group_size == 1 ? best : best + float_from_key(top.second);
         const uint32_t key = key_of(score);
         if (lane == owner_lane) group_rank[slot] = rank_of(key, g);
-#pragma unroll
+MTK_ROUTER_UNROLL
         for (int i = 0; i < kItems; ++i) {
           if (item_group[i] == g) item_group_key[i] = key;
         }
@@ -407,7 +417,7 @@ MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool vec
       best_below(group_rank, no_value, threshold, local, unused);
       threshold = warp_max(lanes, local);
     }
-#pragma unroll
+MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
       if (i < valid && rank_of(item_group_key[i], item_group[i]) < threshold) {
         eligible &= ~(1u << i);
@@ -415,7 +425,7 @@ MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool vec
     }
   }
   uint64_t rank[kItems];
-#pragma unroll
+MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
     rank[i] = (eligible >> i) & 1u ? rank_of(c_key[i], int64_t{lane} * kItems + i) : 0;
   }

@@ -34,7 +34,7 @@ endif
 # both branches of the dialect, and so does the embedded single-file source; (b) every kernel
 # runs through PoCL from the portable plan and matches the CPU backend bit for bit; (c) the
 # .mm glue parses with GNUstep against tests/metal/stubs; plus the plan's unit tests.
-# macOS: the plan tests and the embedded-source check; the conformance suite runs the backends.
+# macOS: the plan tests; the conformance suite (tests/tests.mk) runs the backends themselves.
 
 METAL_TEST_DIR := $(BUILD)/tests/metal
 METAL_CLANG ?= clang
@@ -63,9 +63,10 @@ test-metal: test-metal-plan test-metal-kernels test-metal-embedded test-metal-ob
 
 test-metal-kernels:
 	@for source in lib/metal/*.metal; do \
-	  echo "type-check $$source (PoCL branch, then Apple branch of the dialect)"; \
+	  echo "type-check $$source (PoCL branch; Apple branch; Apple branch with the threadgroup scan)"; \
 	  $(METAL_CLCPP) -fsyntax-only $$source || exit 1; \
 	  $(METAL_CLCPP) -DMTK_TYPECHECK_APPLE_BRANCH -fsyntax-only $$source || exit 1; \
+	  $(METAL_CLCPP) -DMTK_TYPECHECK_APPLE_BRANCH -DMTK_SIMD_VIA_THREADGROUP -fsyntax-only $$source || exit 1; \
 	done
 
 test-metal-embedded: $(METAL_TEST_DIR)/dump_embedded_source

@@ -3,6 +3,7 @@
 // (metal_sources.cpp) and compiled on first use with safe math.
 #include "metal_device.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -224,6 +225,11 @@ id<MTLLibrary> MetalDevice::library() {
       [options.get() setMathMode:MTLMathModeSafe];
     } else {
       [options.get() setFastMathEnabled:NO];
+    }
+    // Every Apple-silicon GPU (family Apple7 and later) runs SIMD-groups of 32 threads; other
+    // GPUs get the threadgroup-memory scan instead of simd_prefix_exclusive_sum.
+    if (![device_.get() supportsFamily:MTLGPUFamilyApple7]) {
+      [options.get() setPreprocessorMacros:@{@"MTK_SIMD_VIA_THREADGROUP" : @"1"}];
     }
     NSString* source = [NSString stringWithUTF8String:kMetalTopkSource];
     library_ = ObjcRef<id<MTLLibrary>>::adopt([device_.get() newLibraryWithSource:source options:options.get() error:&error]);

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <tuple>
 
 #include "core/dtype.hpp"
@@ -163,6 +164,8 @@ class MpsGraphBackend final : public Backend {
     const int64_t out0 = route.axis == 0 ? g.k : route.shape[0];
     const int64_t out1 = route.axis == 1 ? g.k : route.shape[1];
 
+    // Apple does not document MPSGraph as safe to encode from several threads at once.
+    std::lock_guard<std::mutex> lock(encode_mutex_);
     objc_call("encoding MPSGraph top-k", [&] {
       ObjcRef<MPSGraphTensorData*> in = ObjcRef<MPSGraphTensorData*>::adopt([[MPSGraphTensorData alloc]
           initWithMTLBuffer:input.buffer.get() shape:shape_of(route.shape[0], route.shape[1])
@@ -211,6 +214,7 @@ class MpsGraphBackend final : public Backend {
   MetalDevice device_;
   MpsGraphCapabilities capabilities_;
   LruCache<GraphKey, std::shared_ptr<CachedGraph>, GraphKeyHash> graphs_{128};
+  std::mutex encode_mutex_;
 };
 
 }  // namespace

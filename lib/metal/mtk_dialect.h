@@ -12,7 +12,8 @@
 
 using namespace metal;
 
-// Apple GPUs execute SIMD-groups of 32 threads. Threadgroup sizes are multiples of it.
+// Apple GPUs execute SIMD-groups of 32 threads. Threadgroup sizes are multiples of it, and the
+// scan below groups threads by it.
 enum : uint { kSimdWidth = 32 };
 
 // Attributes of an explicitly instantiated kernel template: its pipeline name on the Mac.
@@ -37,8 +38,10 @@ inline void tg_atomic_add(threadgroup uint* counter, uint value) {
 // Exclusive prefix sum across the SIMD-group of the calling thread. Must be called by every
 // thread of the threadgroup (the emulation synchronises the whole threadgroup); `lane_scratch`
 // is this SIMD-group's kSimdWidth words of threadgroup memory, unused by the native version.
+// The host defines MTK_SIMD_VIA_THREADGROUP for GPUs whose SIMD width is not kSimdWidth (Macs
+// with Intel or AMD graphics), which then run the threadgroup-memory version PoCL tests.
 inline uint simd_exclusive_sum(uint value, uint lane, threadgroup uint* lane_scratch) {
-#if defined(MTK_METAL_EMULATION)
+#if defined(MTK_METAL_EMULATION) || defined(MTK_SIMD_VIA_THREADGROUP)
   lane_scratch[lane] = value;
   tg_barrier();
   uint sum = 0;

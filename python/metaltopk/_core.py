@@ -236,7 +236,8 @@ def _raise_argument_error(ctx, tensor, k, dim, largest, sorted):
     size = ffi.new("size_t*")
     check(lib.mtk_topk_workspace_size(ctx.handle, tensor, k, dim, largest, sorted,
                                       lib.MTK_INT64, size), ctx.backend)
-    raise AssertionError(f"metaltopk: the library accepted k = {k}, dim = {dim}")
+    raise RuntimeError(f"metaltopk: internal error: the library accepted k = {k}, dim = {dim} "
+                       "that the bindings found out of range")
 
 
 def _as_native_array(x) -> np.ndarray:

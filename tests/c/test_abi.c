@@ -551,6 +551,61 @@ static void test_moe_route(mtk_context ctx) {
                 MTK_ERROR_UNSUPPORTED_DTYPE, "logits.dtype");
 }
 
+/* Device backends (where this machine has one): the same call through device memory, with
+ * the host copies, the allocating variant and the frees a GPU caller goes through. */
+static void test_device_backends(void) {
+  const float host_input[8] = {0.5f, -2.0f, 9.0f, NAN, 9.0f, -INFINITY, 3.0f, 0.0f};
+  const int64_t want_indices[3] = {3, 2, 4};
+  for (int b = MTK_BACKEND_CUDA; b <= MTK_BACKEND_MPSGRAPH; ++b) {
+    int available = 0;
+    mtk_backend_query((mtk_backend)b, NULL, &available);
+    if (!available) continue;
+    const char* name = mtk_backend_name((mtk_backend)b);
+    mtk_context ctx = make_context((mtk_backend)b);
+    const int64_t live = mtk_testing_live_allocations();
+    void *input = NULL, *values = NULL, *indices = NULL;
+    EXPECT_STATUS(mtk_malloc(ctx, sizeof host_input, &input), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_malloc(ctx, 3 * sizeof(float), &values), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_malloc(ctx, 3 * sizeof(int64_t), &indices), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_memcpy(ctx, input, host_input, sizeof host_input,
+                             MTK_COPY_HOST_TO_DEVICE, NULL), MTK_SUCCESS, NULL);
+    const mtk_tensor in = tensor1d(input, MTK_FLOAT32, 8, 1);
+    const mtk_tensor val = tensor1d(values, MTK_FLOAT32, 3, 1);
+    const mtk_tensor idx = tensor1d(indices, MTK_INT64, 3, 1);
+    EXPECT_STATUS(mtk_topk(ctx, &in, 3, 0, 1, 1, &val, &idx, NULL), MTK_SUCCESS, NULL);
+    float got_values[3] = {0};
+    int64_t got_indices[3] = {0};
+    EXPECT_STATUS(mtk_memcpy(ctx, got_values, values, sizeof got_values,
+                             MTK_COPY_DEVICE_TO_HOST, NULL), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_memcpy(ctx, got_indices, indices, sizeof got_indices,
+                             MTK_COPY_DEVICE_TO_HOST, NULL), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_synchronize(ctx, NULL), MTK_SUCCESS, NULL);
+    CHECK(memcmp(got_indices, want_indices, sizeof want_indices) == 0 && isnan(got_values[0]) &&
+              got_values[1] == 9.0f && got_values[2] == 9.0f,
+          "%s: got indices %lld %lld %lld", name, (long long)got_indices[0],
+          (long long)got_indices[1], (long long)got_indices[2]);
+
+    mtk_tensor alloc_values, alloc_indices;
+    EXPECT_STATUS(mtk_topk_alloc(ctx, &in, 3, 0, 1, 1, MTK_INT32, &alloc_values, &alloc_indices,
+                                 NULL), MTK_SUCCESS, NULL);
+    int32_t alloc_got[3] = {0};
+    EXPECT_STATUS(mtk_memcpy(ctx, alloc_got, alloc_indices.data, sizeof alloc_got,
+                             MTK_COPY_DEVICE_TO_HOST, NULL), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_synchronize(ctx, NULL), MTK_SUCCESS, NULL);
+    CHECK(alloc_got[0] == 3 && alloc_got[1] == 2 && alloc_got[2] == 4, "%s: alloc indices", name);
+    EXPECT_STATUS(mtk_tensor_free(ctx, &alloc_values), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_tensor_free(ctx, &alloc_indices), MTK_SUCCESS, NULL);
+
+    EXPECT_STATUS(mtk_free(ctx, input), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_free(ctx, values), MTK_SUCCESS, NULL);
+    EXPECT_STATUS(mtk_free(ctx, indices), MTK_SUCCESS, NULL);
+    CHECK(mtk_testing_live_allocations() == live, "%s: leaked %lld allocations", name,
+          (long long)(mtk_testing_live_allocations() - live));
+    EXPECT_STATUS(mtk_context_destroy(ctx), MTK_SUCCESS, NULL);
+    printf("test_abi: %s backend checked\n", name);
+  }
+}
+
 /* The last-error message belongs to the thread that failed. */
 static void* fail_in_thread(void* ctx) {
   float x = 1.0f;
@@ -589,6 +644,7 @@ int main(void) {
   test_moe_route(ctx);
   test_thread_local_messages(ctx);
   EXPECT_STATUS(mtk_context_destroy(ctx), MTK_SUCCESS, NULL);
+  test_device_backends();
   CHECK(mtk_testing_live_allocations() == 0, "%lld allocations outlive every context",
         (long long)mtk_testing_live_allocations());
   if (failures) {

@@ -262,6 +262,19 @@ bool run_case(mtk::Backend& backend, const Case& c, std::mt19937_64& rng, bool u
   }
   backend.topk(p, ws, nullptr);
 
+  // sorted=false promises the same output every time: with another thread count (and so
+  // another split of the rows), the bytes must not change.
+  if (!c.sorted) {
+    const std::vector<unsigned char> first_values = values, first_indices = indices;
+    backend.set_num_threads(c.threads % 4 + 1);
+    backend.topk(p, mtk::Workspace{}, nullptr);
+    if (values != first_values || indices != first_indices) {
+      std::printf("FAIL sorted=false output changed with the thread count: %s\n",
+                  describe(c).c_str());
+      return false;
+    }
+  }
+
   // The backend runs the best kernels for this CPU; the baseline build must agree bit for bit.
   if (!same_as_baseline_kernels(p, values, indices, c.threads)) {
     std::printf("FAIL baseline kernels differ: %s\n", describe(c).c_str());

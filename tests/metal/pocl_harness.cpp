@@ -437,6 +437,7 @@ class Harness {
     return out;
   }
 
+  // `input` is a copy because mtk_tensor carries a non-const data pointer.
   Outputs run_cpu(const Case& c, mtk_dtype dtype, const View& in, const View& vals, const View& idxs,
                   std::vector<unsigned char> input) {
     Outputs out;

@@ -240,8 +240,12 @@ std::vector<int64_t> reference_row(int dtype, size_t item, const unsigned char* 
 
 // ---- random descriptors --------------------------------------------------------------------
 
+// A one-in-n event. FuzzedDataProvider reads an exhausted input as each range's minimum, so the
+// event is the range's maximum: short inputs take the common path.
+bool rare(FuzzedDataProvider& fdp, int n) { return fdp.ConsumeIntegralInRange<int>(0, n - 1) == n - 1; }
+
 int64_t pick_size(FuzzedDataProvider& fdp) {
-  if (fdp.ConsumeIntegralInRange<int>(0, 15) != 0) return fdp.ConsumeIntegralInRange<int64_t>(0, 7);
+  if (!rare(fdp, 16)) return fdp.ConsumeIntegralInRange<int64_t>(0, 7);
   static const int64_t odd[] = {-1, -5, INT64_MIN, INT64_MAX, int64_t{1} << 31,
                                 (int64_t{1} << 31) - 1, int64_t{1} << 32, int64_t{1} << 40,
                                 int64_t{1} << 62, 3000, 40000};
@@ -257,7 +261,7 @@ int64_t pick_stride(FuzzedDataProvider& fdp) {
 }
 
 int pick_dtype(FuzzedDataProvider& fdp) {
-  if (fdp.ConsumeIntegralInRange<int>(0, 31) != 0) return fdp.ConsumeIntegralInRange<int>(0, 8);
+  if (!rare(fdp, 32)) return fdp.ConsumeIntegralInRange<int>(0, 8);
   return fdp.ConsumeIntegral<int>();
 }
 
@@ -280,7 +284,7 @@ void pick_strides(FuzzedDataProvider& fdp, mtk_tensor& t, bool output = false) {
       return;
     }
   }
-  if (fdp.ConsumeIntegralInRange<int>(0, output ? 7 : 1) == 0) {
+  if (rare(fdp, output ? 8 : 2)) {
     for (int d = 0; d < t.ndim; ++d) t.strides[d] = pick_stride(fdp);
     return;
   }
@@ -289,7 +293,7 @@ void pick_strides(FuzzedDataProvider& fdp, mtk_tensor& t, bool output = false) {
   for (int i = t.ndim - 1; i > 0; --i) std::swap(order[i], order[fdp.ConsumeIntegralInRange<int>(0, i)]);
   contiguous_strides(t, order);
   for (int d = 0; d < t.ndim; ++d) {
-    if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) t.strides[d] = -t.strides[d];
+    if (rare(fdp, 8)) t.strides[d] = -t.strides[d];
   }
 }
 
@@ -302,7 +306,7 @@ void place(FuzzedDataProvider& fdp, mtk_tensor& t, unsigned char* arena, size_t 
   if (e.ok && e.numel > 0 && e.low < 0 && e.low > -kMaxWork) start -= e.low;
   const int64_t last = static_cast<int64_t>(kArenaBytes / item) - 1;
   t.data = arena + std::min(start, last) * static_cast<int64_t>(item);
-  if (fdp.ConsumeIntegralInRange<int>(0, 63) == 0) t.data = nullptr;
+  if (rare(fdp, 64)) t.data = nullptr;
 }
 
 // Marks the bytes of one output element as allowed to change.
@@ -322,7 +326,7 @@ void expect_only_allowed_changes(const unsigned char* arena, const std::vector<b
 
 void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   mtk_tensor in{};
-  in.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegralInRange<int>(-2, 10)
+  in.ndim = rare(fdp, 16) ? fdp.ConsumeIntegralInRange<int>(-2, 10)
                                                          : fdp.ConsumeIntegralInRange<int>(0, 4);
   set_dtype(in, pick_dtype(fdp));
   for (int d = 0; d < std::clamp(in.ndim, 0, MTK_MAX_NDIM); ++d) in.sizes[d] = pick_size(fdp);
@@ -331,28 +335,28 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   place(fdp, in, input_arena, in_type.size);
 
   const int rank = in.ndim == 0 ? 1 : in.ndim;
-  const int64_t dim = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
+  const int64_t dim = rare(fdp, 32)
                           ? fdp.ConsumeIntegral<int64_t>()
                           : fdp.ConsumeIntegralInRange<int64_t>(-std::max(rank, 1) - 1,
                                                                 std::max(rank, 1));
   const bool dim_ok = in.ndim >= 0 && in.ndim <= MTK_MAX_NDIM && dim >= -rank && dim < rank;
   const int d = dim_ok ? static_cast<int>(dim < 0 ? dim + rank : dim) : 0;
   const int64_t n = !dim_ok ? 0 : in.ndim == 0 ? 1 : in.sizes[d];
-  const int64_t k = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
+  const int64_t k = rare(fdp, 32)
                         ? fdp.ConsumeIntegral<int64_t>()
                         : fdp.ConsumeIntegralInRange<int64_t>(-1, std::clamp<int64_t>(n, 0, 70) + 1);
   const int largest = fdp.ConsumeBool(), sorted = fdp.ConsumeBool();
-  const int index_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0
+  const int index_raw = rare(fdp, 16)
                             ? pick_dtype(fdp)
                             : (fdp.ConsumeBool() ? MTK_INT64 : MTK_INT32);
 
   // Outputs: the right shape and dtypes, unless perturbed.
   mtk_tensor val = in, idx = in;
   if (dim_ok && in.ndim > 0) val.sizes[d] = idx.sizes[d] = k;
-  set_dtype(val, fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp) : raw_dtype(in));
+  set_dtype(val, rare(fdp, 16) ? pick_dtype(fdp) : raw_dtype(in));
   set_dtype(idx, index_raw);
   for (mtk_tensor* t : {&val, &idx}) {
-    if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) {
+    if (rare(fdp, 16)) {
       const int which = fdp.ConsumeIntegralInRange<int>(0, 2);
       if (which == 0) t->ndim = fdp.ConsumeIntegralInRange<int>(-1, 9);
       else if (t->ndim > 0) t->sizes[fdp.ConsumeIntegralInRange<int>(0, std::min(t->ndim, MTK_MAX_NDIM) - 1)] = pick_size(fdp);
@@ -362,8 +366,8 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   const DtypeInfo val_type = dtype_info(raw_dtype(val)), idx_type = dtype_info(raw_dtype(idx));
   // Mostly their own arenas; sometimes the input's or each other's.
   const int placement = fdp.ConsumeIntegralInRange<int>(0, 15);
-  place(fdp, val, placement == 0 ? input_arena : values_arena, val_type.size);
-  place(fdp, idx, placement == 1 ? input_arena : placement == 2 ? values_arena : indices_arena,
+  place(fdp, val, placement == 15 ? input_arena : values_arena, val_type.size);
+  place(fdp, idx, placement == 14 ? input_arena : placement == 13 ? values_arena : indices_arena,
         idx_type.size);
 
   for (size_t i = 0; i < kArenaBytes; ++i) input_arena[i] = static_cast<unsigned char>(i * 131 + 7);
@@ -436,6 +440,7 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
     status = mtk_topk(ctx, &in, k, dim, largest, sorted, &val, &idx, nullptr);
   }
   const std::string message = mtk_last_error_message();
+  if (verbose) std::fprintf(stderr, "  -> status %d %s\n", status, message.c_str());
   if (std::memcmp(input_before.data(), input_arena, kArenaBytes) != 0) crash("the input changed");
 
   if (status != MTK_SUCCESS) {
@@ -530,10 +535,10 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
 
 void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   mtk_tensor logits{};
-  logits.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegralInRange<int>(-1, 9) : 2;
-  set_dtype(logits, fdp.ConsumeIntegralInRange<int>(0, 7) == 0 ? pick_dtype(fdp)
+  logits.ndim = rare(fdp, 16) ? fdp.ConsumeIntegralInRange<int>(-1, 9) : 2;
+  set_dtype(logits, rare(fdp, 8) ? pick_dtype(fdp)
                                                                : fdp.ConsumeIntegralInRange<int>(0, 2));
-  const bool odd_sizes = fdp.ConsumeIntegralInRange<int>(0, 15) == 0;
+  const bool odd_sizes = rare(fdp, 16);
   for (int d = 0; d < std::clamp(logits.ndim, 0, MTK_MAX_NDIM); ++d) {
     logits.sizes[d] = odd_sizes ? pick_size(fdp) : fdp.ConsumeIntegralInRange<int64_t>(d == 0 ? 0 : 1, d == 0 ? 9 : 40);
   }
@@ -544,27 +549,27 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   const int64_t tokens = logits.sizes[0], experts = logits.sizes[1];
 
   mtk_router_params params{};
-  params.k = fdp.ConsumeIntegralInRange<int>(0, 31) == 0
+  params.k = rare(fdp, 32)
                  ? fdp.ConsumeIntegral<int64_t>()
                  : fdp.ConsumeIntegralInRange<int64_t>(0, std::clamp<int64_t>(experts, 0, 40) + 1);
-  int scoring_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? fdp.ConsumeIntegral<int>()
+  int scoring_raw = rare(fdp, 16) ? fdp.ConsumeIntegral<int>()
                                                                 : fdp.ConsumeIntegralInRange<int>(0, 2);
   std::memcpy(&params.scoring, &scoring_raw, sizeof scoring_raw);
-  params.n_group = fdp.ConsumeBool() ? 0 : fdp.ConsumeIntegralInRange<int64_t>(-1, 9);
+  params.n_group = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<int64_t>(-1, 9) : 0;
   params.topk_group = fdp.ConsumeIntegralInRange<int64_t>(-1, 9);
   params.renormalize = fdp.ConsumeBool();
   static const float scales[] = {1.0f, 2.5f, 0.0f, -1.0f};
   params.scale = scales[fdp.ConsumeIntegralInRange<int>(0, 3)];
   mtk_tensor bias{};
   if (fdp.ConsumeBool()) {
-    bias.ndim = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? 2 : 1;
-    bias.dtype = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? MTK_FLOAT16 : MTK_FLOAT32;
-    bias.sizes[0] = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? static_cast<int64_t>(static_cast<uint64_t>(experts) + 1) : experts;
+    bias.ndim = rare(fdp, 16) ? 2 : 1;
+    bias.dtype = rare(fdp, 16) ? MTK_FLOAT16 : MTK_FLOAT32;
+    bias.sizes[0] = rare(fdp, 16) ? static_cast<int64_t>(static_cast<uint64_t>(experts) + 1) : experts;
     bias.sizes[1] = 1;
     bias.strides[0] = fdp.ConsumeIntegralInRange<int64_t>(-2, 2);
     bias.strides[1] = 1;
     // Far enough into its arena for a stride of -2 over the experts of a valid call.
-    bias.data = fdp.ConsumeIntegralInRange<int>(0, 63) == 0 ? nullptr : bias_arena + 4 * 100;
+    bias.data = rare(fdp, 64) ? nullptr : bias_arena + 4 * 100;
     params.bias = &bias;
   }
 
@@ -572,17 +577,17 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   w.ndim = ids.ndim = 2;
   w.sizes[0] = ids.sizes[0] = tokens;
   w.sizes[1] = ids.sizes[1] = params.k;
-  set_dtype(w, fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp) : MTK_FLOAT32);
-  const int ids_raw = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick_dtype(fdp)
+  set_dtype(w, rare(fdp, 16) ? pick_dtype(fdp) : MTK_FLOAT32);
+  const int ids_raw = rare(fdp, 16) ? pick_dtype(fdp)
                                                                   : (fdp.ConsumeBool() ? MTK_INT32 : MTK_INT64);
   set_dtype(ids, ids_raw);
-  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) w.sizes[1] = pick_size(fdp);
+  if (rare(fdp, 16)) w.sizes[1] = pick_size(fdp);
   pick_strides(fdp, w, true);
   pick_strides(fdp, ids, true);
   const DtypeInfo wt = dtype_info(raw_dtype(w)), it = dtype_info(ids_raw);
   const int placement = fdp.ConsumeIntegralInRange<int>(0, 15);
-  place(fdp, w, placement == 0 ? input_arena : values_arena, wt.size);
-  place(fdp, ids, placement == 1 ? values_arena : placement == 2 ? bias_arena : indices_arena, it.size);
+  place(fdp, w, placement == 15 ? input_arena : values_arena, wt.size);
+  place(fdp, ids, placement == 14 ? values_arena : placement == 13 ? bias_arena : indices_arena, it.size);
 
   const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
   std::memset(input_arena, 0, kArenaBytes);

@@ -155,8 +155,9 @@ def test_matches_torch_softmax_composite(backend, experts, k, dtype):
     np.testing.assert_array_equal(ids[~tied], expected_ids.numpy()[~tied])
     # Where torch faced exact ties, the chosen scores must still be the same multiset.
     scores = torch.softmax(logits.float(), dim=-1).numpy()
+    torch_ids = expected_ids.numpy().astype(np.int64)
     np.testing.assert_array_equal(np.take_along_axis(scores, ids.astype(np.int64), 1),
-                                  np.take_along_axis(scores, expected_ids.numpy().astype(np.int64), 1))
+                                  np.take_along_axis(scores, torch_ids, 1))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -55,8 +55,17 @@ enum {
   MTLMathModeFast = 2,
 };
 
+// macOS 10.15; the Apple7 family (M1 and later) since macOS 11.0.
+typedef NSInteger MTLGPUFamily;
+enum {
+  MTLGPUFamilyApple7 = 1007,
+};
+
 // macOS 10.11
 @interface MTLCompileOptions : NSObject <NSCopying>
+// macOS 10.11; keys NSString, values NSString or NSNumber.
+- (nullable NSDictionary<NSString*, NSObject*>*)preprocessorMacros;
+- (void)setPreprocessorMacros:(nullable NSDictionary<NSString*, NSObject*>*)macros;
 // macOS 10.11, deprecated in macOS 15.0 for mathMode.
 - (BOOL)fastMathEnabled;
 - (void)setFastMathEnabled:(BOOL)enabled;
@@ -126,6 +135,7 @@ enum {
 
 // macOS 10.11
 @protocol MTLDevice <NSObject>
+- (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;  // macOS 10.15
 - (nullable id<MTLCommandQueue>)newCommandQueue;  // macOS 10.11
 - (nullable id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;  // macOS 10.11
 - (nullable id<MTLBuffer>)newBufferWithBytes:(const void*)pointer
