@@ -380,16 +380,18 @@ class RowKernel {
     });
   }
 
+  // Positions along the row are far apart in memory (a page or more), where the hardware
+  // prefetchers give up, so the lines of upcoming positions are requested explicitly.
   void transpose_tile(const T* x, int64_t rows, T* tile) const {
     const int64_t n = g_.n, stride = g_.input_stride;
-    if (rows == plan_.tile_rows) {  // the common full tile: a fixed trip count unrolls
-      const int64_t full = plan_.tile_rows;
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t r = 0; r < full; ++r) tile[r * n + i] = x[i * stride + r];
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i)
+    const int64_t bytes = rows * int64_t{sizeof(T)};
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kTilePrefetchAhead < n) {
+        const char* ahead = reinterpret_cast<const char*>(x + (i + kTilePrefetchAhead) * stride);
+        for (int64_t b = 0; b < bytes + 63; b += 64) __builtin_prefetch(ahead + b);
+      }
       for (int64_t r = 0; r < rows; ++r) tile[r * n + i] = x[i * stride + r];
+    }
   }
 
   // Few rows: each row is cut into plan_.chunks segments searched as separate tasks; each

@@ -31,6 +31,8 @@ enum class RowSelector {
   Buffered,   // stream into a candidate buffer pruned to k whenever it fills
 };
 
+// The tile transpose requests input lines this many positions ahead of the one it copies.
+constexpr int64_t kTilePrefetchAhead = 8;
 // At most this many segments per split row (their best k are merged through a heap this big).
 constexpr int64_t kMaxChunks = 64;
 

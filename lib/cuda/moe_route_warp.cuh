@@ -246,6 +246,11 @@ MTK_ROUTER_HD void select_top_k(Lanes& lanes, int64_t k, const uint64_t (&rank)[
                                 const float (&value)[kItems], int32_t (&id_slot)[kItems],
                                 float (&value_slot)[kItems], OnSelect&& on_select) {
   const int lane = lanes.lane();
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) {  // slots past k stay unused, but defined
+    id_slot[slot] = 0;
+    value_slot[slot] = 0.0f;
+  }
   uint64_t local;
   float local_value;
   best_below(rank, value, ~uint64_t{0}, local, local_value);
