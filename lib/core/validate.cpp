@@ -251,7 +251,8 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
   p.indices = indices->data;
   RowGeometry& g = p.geometry;
   g.n = n;
-  g.k = k;
+  // A 0-d input's outputs are 0-d too: they hold the element even for k = 0 (torch's rule).
+  g.k = input->ndim == 0 ? 1 : k;
   if (input->ndim > 0) {
     g.input_stride = input->strides[d];
     g.values_stride = values->strides[d];

@@ -2,9 +2,9 @@
 // and selects the k largest, so dtype, direction and ties never appear below the load.
 //
 // Shape classes (the host-side plan in topk_plan.hpp picks one):
-//  - warp_topk_kernel: a warp per short row (n <= 1024, k <= 32). The row sits in registers; k
-//    rounds of a warp-wide arg-max pick the winners already in rank order. One launch, no
-//    scratch: the MoE routing shapes.
+//  - warp_topk_kernel: a warp per short row (n <= 1024, k <= 32). The row sits in registers,
+//    each lane's share sorted; k rounds of a warp-wide max pick the winners already in rank
+//    order. One launch, no scratch: the MoE routing shapes.
 //  - block_select_kernel: a block per row, for many medium rows. Radix select over 8-bit digits
 //    of the composite on the row itself, winners gathered and sorted in shared memory.
 //  - the multi-block pipeline, for long rows and few of them: several blocks per row build an

@@ -65,7 +65,9 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
           g, input, p.values, p.indices, index64, p.largest);
       break;
     case TopkPath::Multi: {
-      char* base = static_cast<char*>(scratch);
+      const uintptr_t address = reinterpret_cast<uintptr_t>(scratch);
+      char* base = static_cast<char*>(scratch) +
+                   ((kScratchAlignment - address % kScratchAlignment) % kScratchAlignment);
       auto* states = reinterpret_cast<RowState<Comp>*>(base + plan.states_offset);
       auto* winners = reinterpret_cast<Comp*>(base + plan.winners_offset);
       auto* buffer0 = reinterpret_cast<Comp*>(base + plan.candidates_offset[0]);

@@ -14,10 +14,11 @@ constexpr int64_t kTargetBlocksPerSm = 8;
 constexpr int64_t kMinElementsPerBlock = 2048;
 constexpr int64_t kMinCapacity = 16384;
 constexpr int64_t kCapacityDivisor = 32;  // candidate buffer: 1/32 of the row, at least 16384
-constexpr size_t kAlignment = 256;
 constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);  // indices fit 32 bits, see Composite
 
-size_t align_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+size_t align_up(size_t bytes) {
+  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+}
 
 template <class Key>
 size_t row_state_bytes_of() { return sizeof(RowState<Composite<Key>>); }
@@ -84,7 +85,8 @@ TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
     plan.sort_temp_bytes = merge_sort_temp_bytes(key_bytes, k);
     offset += align_up(plan.sort_temp_bytes);
   }
-  plan.workspace_bytes = offset;
+  // Caller workspaces may start anywhere: room to align the layout's base (see kScratchAlignment).
+  plan.workspace_bytes = offset + kScratchAlignment - 1;
   return plan;
 }
 

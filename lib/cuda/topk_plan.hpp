@@ -25,6 +25,10 @@ namespace cuda {
 
 enum class TopkPath { Warp, Block, Multi };
 
+// Every region of the scratch layout starts on this boundary, counted from the scratch base
+// rounded up to it (a caller's workspace may be unaligned; workspace_bytes includes the slack).
+constexpr size_t kScratchAlignment = 256;
+
 struct TopkPlan {
   TopkPath path = TopkPath::Warp;
   int warp_items = 0;           // Warp: elements per lane (a power of two, 1..32)

@@ -5,7 +5,8 @@
 # manual retain/release everywhere (Debian's GNUstep has no ARC, and one discipline is checked).
 
 METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/metal/topk_params.h lib/metal/topk_kernels.h \
-                        lib/metal/topk.metal
+                        lib/metal/topk.metal lib/metal/router_params.h lib/metal/router_kernels.h \
+                        lib/metal/moe_route.metal
 METAL_GLUE := lib/metal/metal_backend.mm lib/metal/mpsgraph_backend.mm
 METAL_EMBEDDED := $(BUILD)/lib/metal/metal_sources.cpp
 
@@ -42,10 +43,11 @@ METAL_CLCPP := $(METAL_CLANG) -x clcpp -cl-std=clc++ -Xclang -finclude-default-h
                -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -Werror
 METAL_PLAN_SRC := lib/core/metal_plan.cpp lib/core/dtype.cpp
 
-.PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-objc
+.PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
+        test-metal-objc
 
 $(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) lib/core/metal_plan.hpp \
-                             lib/metal/topk_params.h
+                             lib/metal/topk_params.h lib/metal/router_params.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/test_plan.cpp $(METAL_PLAN_SRC) -o $@
 
@@ -59,7 +61,8 @@ $(METAL_TEST_DIR)/dump_embedded_source: tests/metal/dump_embedded_source.cpp $(M
 ifeq ($(UNAME),Darwin)
 test-metal: test-metal-plan
 else
-test-metal: test-metal-plan test-metal-kernels test-metal-embedded test-metal-objc test-metal-pocl
+test-metal: test-metal-plan test-metal-kernels test-metal-embedded test-metal-objc test-metal-pocl \
+            test-metal-pocl-router
 
 test-metal-kernels:
 	@for source in lib/metal/*.metal; do \
@@ -79,14 +82,23 @@ $(METAL_TEST_DIR)/kernels.bc: tests/metal/pocl_kernels.clcpp $(METAL_KERNEL_SOUR
 	$(METAL_CLANG) -cc1 -triple spir64-unknown-unknown -emit-llvm-bc -x clcpp -cl-std=clc++ \
 	  -finclude-default-header -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -O2 $< -o $@
 
-$(METAL_TEST_DIR)/pocl_harness: tests/metal/pocl_harness.cpp $(METAL_PLAN_SRC) lib/core/metal_plan.hpp \
-                                lib/core/ordered_key.hpp $(LIBRARY)
+$(METAL_TEST_DIR)/pocl_harness: tests/metal/pocl_harness.cpp tests/metal/pocl_runtime.hpp $(METAL_PLAN_SRC) \
+                                lib/core/metal_plan.hpp lib/core/ordered_key.hpp $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_harness.cpp $(METAL_PLAN_SRC) \
 	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
 
 test-metal-pocl: $(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
 	$(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
+
+$(METAL_TEST_DIR)/pocl_router_harness: tests/metal/pocl_router_harness.cpp tests/metal/pocl_runtime.hpp \
+                                       $(METAL_PLAN_SRC) lib/core/metal_plan.hpp $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_router_harness.cpp $(METAL_PLAN_SRC) \
+	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
+
+test-metal-pocl-router: $(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/kernels.bc
+	$(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/kernels.bc
 
 # GNUstep's Objective-C headers live in GCC's include directory; clang finds them through a
 # private symlink. -MMD/-MP from gnustep-config would write dependency files: dropped.

@@ -454,6 +454,22 @@ void check_workspace_and_alloc(mtk_context cuda) {
     std::fprintf(stderr, "FAIL workspace path (workspace %zu bytes)\n", bytes);
     ++failures;
   }
+  // A workspace that starts off any alignment boundary (a caller sub-allocating from a pool).
+  void* padded = nullptr;
+  CHECK_OK(mtk_malloc(cuda, bytes + 8, &padded));
+  const std::vector<int64_t> poison(k, -1);
+  CHECK_OK(mtk_memcpy(cuda, indices.data, poison.data(), k * 8, MTK_COPY_HOST_TO_DEVICE, nullptr));
+  CHECK_OK(mtk_synchronize(cuda, nullptr));
+  CHECK_OK(mtk_topk_with_workspace(cuda, &input, k, 0, 1, 1, &values, &indices,
+                                   static_cast<char*>(padded) + 8, bytes, nullptr));
+  CHECK_OK(mtk_memcpy(cuda, got.data(), indices.data, k * 8, MTK_COPY_DEVICE_TO_HOST, nullptr));
+  CHECK_OK(mtk_synchronize(cuda, nullptr));
+  CHECK_OK(mtk_free(cuda, padded));
+  ++cases;
+  if (!std::equal(got.begin(), got.end(), order.begin())) {
+    std::fprintf(stderr, "FAIL workspace at an unaligned address\n");
+    ++failures;
+  }
   const mtk_status small = mtk_topk_with_workspace(cuda, &input, k, 0, 1, 1, &values, &indices, workspace, bytes - 1, nullptr);
   ++cases;
   if (bytes > 0 && small != MTK_ERROR_INVALID_ARGUMENT) {

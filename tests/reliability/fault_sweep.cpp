@@ -5,22 +5,61 @@
 // NULL, and leak nothing (the library's live-allocation counter, and LeakSanitizer when built
 // with it). The clean run at the end of each sweep must give the correct result.
 //
+// Besides the library's own failure points, a fifth kind fails every host allocation the call
+// makes through operator new (std containers, strings, std::function, anything), by replacing
+// operator new in this program: the library's calls bind to it. ASan builds skip that kind,
+// as ASan owns operator new there.
+//
 // Every sweep runs twice: on a fresh context (scratch not yet allocated, so its allocation
 // points are reached; the counter is checked after the context is destroyed) and on a warmed
 // context (scratch cached; the counter must not move across the failed call, which catches
 // caller-visible memory a failed call forgot in the context).
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "metaltopk.h"
 #include "metaltopk_testing.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MTK_SWEEP_SANITIZED 1
+#endif
+#endif
+#if !defined(MTK_SWEEP_SANITIZED)
+#define MTK_SWEEP_OPERATOR_NEW 1
+#endif
+
+namespace {
+
+// The operator-new failure point: while armed, the `target`-th allocation throws.
+std::atomic<bool> new_armed{false};
+std::atomic<uint64_t> new_seen{0}, new_target{0};
+
+}  // namespace
+
+#if defined(MTK_SWEEP_OPERATOR_NEW)
+void* operator new(size_t bytes) {
+  if (new_armed.load(std::memory_order_relaxed) &&
+      new_seen.fetch_add(1, std::memory_order_relaxed) + 1 ==
+          new_target.load(std::memory_order_relaxed)) {
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(bytes != 0 ? bytes : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#endif
 
 namespace {
 
@@ -34,7 +73,7 @@ void report(const std::string& where, const std::string& what) {
 constexpr unsigned char kSentinel = 0x5A;
 
 struct SiteKind {
-  unsigned mask;
+  unsigned mask;  // 0: every operator new (see the top of this file)
   const char* name;
   mtk_status status;
   const char* message_part;
@@ -45,6 +84,9 @@ const SiteKind kSiteKinds[] = {
     {MTK_FAULT_DEVICE_ALLOCATION, "device-alloc", MTK_ERROR_OUT_OF_MEMORY, "injected fault"},
     {MTK_FAULT_DEVICE_CALL, "device-call", MTK_ERROR_DEVICE, "injected fault"},
     {MTK_FAULT_ENCODE_STEP, "encode", MTK_ERROR_DEVICE, "injected fault"},
+#if defined(MTK_SWEEP_OPERATOR_NEW)
+    {0, "operator-new", MTK_ERROR_OUT_OF_MEMORY, "host allocation failed"},
+#endif
 };
 
 // Device memory from the context under test, freed on scope exit; filled and read through
@@ -117,18 +159,30 @@ struct Outcome {
 // records what the call did meanwhile. A mask of 0 runs the call clean.
 class Injector {
  public:
+  // n = 0: a clean run.
   Injector(unsigned mask, uint64_t n) : mask_(mask), n_(n) {}
   void arm() {
     live_before_ = mtk_testing_live_allocations();
-    if (mask_ != 0) mtk_testing_fail_at(mask_, n_);
+    if (n_ == 0) return;
+    if (mask_ != 0) {
+      mtk_testing_fail_at(mask_, n_);
+    } else {
+      new_seen.store(0, std::memory_order_relaxed);
+      new_target.store(n_, std::memory_order_relaxed);
+      new_armed.store(true, std::memory_order_relaxed);
+    }
   }
   void disarm() {
-    points_seen_ = mask_ != 0 ? mtk_testing_failure_points_seen() : 0;
+    if (n_ != 0) {
+      points_seen_ = mask_ != 0 ? mtk_testing_failure_points_seen()
+                                : new_seen.load(std::memory_order_relaxed);
+    }
+    new_armed.store(false, std::memory_order_relaxed);
     mtk_testing_reset();
     live_after_ = mtk_testing_live_allocations();
   }
   // Whether the n-th failure point was reached (and so failed).
-  bool injected() const { return mask_ != 0 && points_seen_ >= n_; }
+  bool injected() const { return n_ != 0 && points_seen_ >= n_; }
   int64_t live_before() const { return live_before_; }
   int64_t live_after() const { return live_after_; }
 

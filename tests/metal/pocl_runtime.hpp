@@ -1,0 +1,117 @@
+// The OpenCL side of the PoCL harnesses (tests/metal/pocl_harness.cpp for top-k,
+// tests/metal/pocl_router_harness.cpp for the MoE router): owned OpenCL handles, the PoCL
+// device, and the offline-compiled SPIR program of the Metal kernels with its kernels by name.
+#pragma once
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "metaltopk.h"
+
+namespace mtk_pocl {
+
+inline void check_cl(cl_int status, const char* what) {
+  if (status != CL_SUCCESS) throw std::runtime_error(std::string(what) + " failed with OpenCL error " + std::to_string(status));
+}
+
+inline void check_mtk(mtk_status status, const char* what) {
+  if (status != MTK_SUCCESS) throw std::runtime_error(std::string(what) + ": " + mtk_last_error_message());
+}
+
+// Owns one OpenCL object; `Release` is its clRelease* function.
+template <class Handle, cl_int (*Release)(Handle)>
+class ClHandle {
+ public:
+  ClHandle() = default;
+  explicit ClHandle(Handle h) : h_(h) {}
+  ClHandle(ClHandle&& other) noexcept : h_(other.h_) { other.h_ = nullptr; }
+  ClHandle& operator=(ClHandle&& other) noexcept {
+    std::swap(h_, other.h_);
+    return *this;
+  }
+  ClHandle(const ClHandle&) = delete;
+  ClHandle& operator=(const ClHandle&) = delete;
+  ~ClHandle() {
+    if (h_) Release(h_);
+  }
+  Handle get() const { return h_; }
+
+ private:
+  Handle h_ = nullptr;
+};
+
+using ClContext = ClHandle<cl_context, clReleaseContext>;
+using ClQueue = ClHandle<cl_command_queue, clReleaseCommandQueue>;
+using ClProgram = ClHandle<cl_program, clReleaseProgram>;
+using ClKernel = ClHandle<cl_kernel, clReleaseKernel>;
+using ClBuffer = ClHandle<cl_mem, clReleaseMemObject>;
+
+// The PoCL device, the SPIR program and its kernels by name.
+class PoclRuntime {
+ public:
+  explicit PoclRuntime(const std::string& spir_path) {
+    cl_platform_id platform;
+    check_cl(clGetPlatformIDs(1, &platform, nullptr), "clGetPlatformIDs");
+    check_cl(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &device_, nullptr), "clGetDeviceIDs");
+    cl_int status;
+    context_ = ClContext(clCreateContext(nullptr, 1, &device_, nullptr, nullptr, &status));
+    check_cl(status, "clCreateContext");
+    queue_ = ClQueue(clCreateCommandQueue(context_.get(), device_, 0, &status));
+    check_cl(status, "clCreateCommandQueue");
+
+    std::ifstream file(spir_path, std::ios::binary);
+    if (!file) throw std::runtime_error("cannot read " + spir_path);
+    const std::vector<unsigned char> binary((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    const unsigned char* bytes = binary.data();
+    const size_t length = binary.size();
+    cl_int binary_status;
+    program_ = ClProgram(clCreateProgramWithBinary(context_.get(), 1, &device_, &length, &bytes, &binary_status, &status));
+    check_cl(status, "clCreateProgramWithBinary");
+    status = clBuildProgram(program_.get(), 1, &device_, "-x spir -spir-std=1.2", nullptr, nullptr);
+    if (status != CL_SUCCESS) {
+      char log[16384] = {};
+      clGetProgramBuildInfo(program_.get(), device_, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, nullptr);
+      throw std::runtime_error(std::string("clBuildProgram failed:\n") + log);
+    }
+  }
+
+  cl_kernel kernel(const std::string& name) {
+    auto found = kernels_.find(name);
+    if (found != kernels_.end()) return found->second.get();
+    cl_int status;
+    ClKernel k(clCreateKernel(program_.get(), name.c_str(), &status));
+    check_cl(status, ("clCreateKernel " + name).c_str());
+    return kernels_.emplace(name, std::move(k)).first->second.get();
+  }
+
+  ClBuffer buffer(size_t bytes, const void* init) {
+    cl_int status;
+    const cl_mem_flags flags = CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0);
+    ClBuffer b(clCreateBuffer(context_.get(), flags, std::max<size_t>(bytes, 16), const_cast<void*>(init), &status));
+    check_cl(status, "clCreateBuffer");
+    return b;
+  }
+
+  void read(const ClBuffer& b, void* out, size_t bytes) {
+    check_cl(clEnqueueReadBuffer(queue_.get(), b.get(), CL_TRUE, 0, bytes, out, 0, nullptr, nullptr), "clEnqueueReadBuffer");
+  }
+
+  cl_command_queue queue() const { return queue_.get(); }
+
+ private:
+  cl_device_id device_ = nullptr;
+  ClContext context_;
+  ClQueue queue_;
+  ClProgram program_;
+  std::map<std::string, ClKernel> kernels_;
+};
+
+}  // namespace mtk_pocl
