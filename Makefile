@@ -50,7 +50,7 @@ python-deps:
 	  $(PYTHON) -m pip install -q numpy cffi ml_dtypes
 
 demo: $(LIBRARY) python-deps
-	$(PYTHON) python/demo.py
+	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) $(PYTHON) python/demo.py
 
 include tests/tests.mk
 include bench/bench.mk

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <utility>
 
@@ -89,21 +88,27 @@ CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
 // An output must not write one element twice: sorted by |stride|, each dim must step past the
 // whole extent of the dims inside it. An empty output writes nothing, whatever its strides.
 void check_no_self_overlap(const mtk_tensor& t, const char* name) {
-  std::pair<int64_t, int64_t> dims[MTK_MAX_NDIM];  // (|stride|, size)
+  std::pair<uint64_t, int64_t> dims[MTK_MAX_NDIM];  // (|stride|, size)
   int count = 0;
   for (int d = 0; d < t.ndim; ++d) {
     if (t.sizes[d] == 0) return;
-    if (t.sizes[d] > 1) dims[count++] = {std::llabs(t.strides[d]), t.sizes[d]};
+    const int64_t stride = t.strides[d];
+    const uint64_t magnitude = stride < 0 ? uint64_t{0} - static_cast<uint64_t>(stride)
+                                          : static_cast<uint64_t>(stride);  // INT64_MIN too
+    if (t.sizes[d] > 1) dims[count++] = {magnitude, t.sizes[d]};
   }
   std::sort(dims, dims + count);
-  int64_t inner_extent = 1;  // elements spanned by the dims inside the current one
+  // Elements spanned by the dims inside the current one. Each dim's reach fits int64, but their
+  // sum need not: 128 bits hold it.
+  unsigned __int128 inner_extent = 1;
   for (int i = 0; i < count; ++i) {
     if (dims[i].first < inner_extent) {
       fail(MTK_ERROR_INVALID_ARGUMENT, name,
            " has overlapping elements (a stride of ", dims[i].first,
            " steps inside the extent of its inner dims); outputs must not alias themselves");
     }
-    inner_extent = dims[i].first * (dims[i].second - 1) + inner_extent;
+    inner_extent += static_cast<unsigned __int128>(dims[i].first) *
+                    static_cast<uint64_t>(dims[i].second - 1);
   }
 }
 

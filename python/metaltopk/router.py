@@ -13,8 +13,9 @@ from typing import Optional
 
 import numpy as np
 
-from ._core import (DeviceTensor, _array_adapters, _byte_extent, _contiguous_strides,
-                    _describe, _DeviceBuffers, _memcpy, check, context, dtype_name)
+from ._core import (DeviceTensor, _array_adapters, _as_native_array, _byte_extent,
+                    _contiguous_strides, _describe, _DeviceBuffers, _memcpy, check, context,
+                    dtype_name)
 from ._ffi import ffi, lib
 
 SCORINGS = {
@@ -37,13 +38,7 @@ def _params(k, scoring, bias_tensor, n_group, topk_group, renormalize, scale):
 
 
 def _as_host_array(x, what):
-    """x as a numpy array with whole-element strides and native byte order."""
-    array = np.asarray(x)
-    dtype_name(array.dtype)  # TypeError before any copy
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    if any(s % array.itemsize for s in array.strides):
-        array = np.ascontiguousarray(array)
+    array = _as_native_array(x)
     if what == "logits" and array.ndim != 2:
         raise ValueError(f"metaltopk.moe_route: logits.ndim = {array.ndim} must be 2 "
                          "([tokens, experts])")

@@ -6,12 +6,21 @@ metaltopk.topk with sorted=True and sorted=False. Reports achieved TB/s (the flo
 count over the time), the ratio to torch and to the floor (bytes / copy bandwidth, at least
 2 us), the sorted/unsorted ratio, checks every result against torch, and saves JSON.
 
+"loop" times are back-to-back calls with events around the whole burst (time per call): what a
+caller issuing calls in a row pays, max(host cost, device time). The C-ABI columns come from
+tests/gpu/bench_c_abi (`--c-abi-bench` or $METALTOPK_BENCH_C_ABI), which calls mtk_topk straight
+from C++ on the same shapes (passed to it from SHAPES below) and checks each result against the
+CPU backend first; its "eager" is the loop method, its "single" the single-call method above.
+
     python3 tests/gpu/bench_cuda.py --json bench.json [--only moe|sampling|select]
+        [--c-abi-bench build-gpu/tests/bench_c_abi]
 """
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -63,6 +72,23 @@ def median_event_time(fn, iters):
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e-3)
+    return statistics.median(times)
+
+
+def median_loop_time(fn, calls, reps):
+    """Median over `reps` bursts of `calls` back-to-back calls of the time per call (seconds)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / calls)
     return statistics.median(times)
 
 
@@ -133,6 +159,8 @@ def run_shape(family, rows, n, k, dtype_name, dim, args):
     for name, fn in runs.items():
         result[f"{name}_us"] = median_event_time(fn, iters) * 1e6
         result[f"{name}_graph_us"] = median_graph_time(fn, calls, replays) * 1e6
+    for name in ("torch", "mtk_sorted"):
+        result[f"{name}_loop_us"] = median_loop_time(runs[name], iters, 3 if big else 7) * 1e6
     for mode in ("", "_graph"):
         mtk = result[f"mtk_sorted{mode}_us"]
         result[f"speedup_vs_torch{mode}"] = result[f"torch{mode}_us"] / mtk
@@ -140,6 +168,70 @@ def run_shape(family, rows, n, k, dtype_name, dim, args):
         result[f"tb_per_s{mode}"] = total_bytes / (mtk * 1e-6) / 1e12
         result[f"sorted_over_unsorted{mode}"] = mtk / result[f"mtk_unsorted{mode}_us"]
     return result
+
+
+def run_c_abi_bench(binary, shapes, timeout):
+    """Runs bench_c_abi on `shapes`; {(family, rows, n, k, dtype, dim, sorted): its JSON line}.
+    Its stderr (mismatches, failures) passes through; a failed run still yields the shapes it
+    finished."""
+    specs = [":".join(str(field) for field in shape) for shape in shapes]
+    try:
+        done = subprocess.run([binary, *specs], stdout=subprocess.PIPE, text=True, timeout=timeout)
+        output, status = done.stdout, done.returncode
+    except subprocess.TimeoutExpired as expired:
+        output, status = expired.stdout or "", f"timeout after {timeout} s"
+        output = output.decode() if isinstance(output, bytes) else output
+    if status != 0:
+        print(f"# bench_c_abi: exit {status}", flush=True)
+    lines = {}
+    for line in output.splitlines():
+        r = json.loads(line)
+        lines[(r["family"], r["rows"], r["n"], r["k"], r["dtype"], r["dim"], r["sorted"])] = r
+    return lines
+
+
+def merge_c_abi(result, c_abi):
+    """Adds the C-ABI times of result's shape, with ratios against torch timed the same way."""
+    key = tuple(result[f] for f in ("family", "rows", "n", "k", "dtype", "dim"))
+    sorted_run, unsorted_run = c_abi.get(key + (True,)), c_abi.get(key + (False,))
+    if sorted_run is None or unsorted_run is None:
+        return
+    result["c_abi_eager_us"] = sorted_run["eager_us"]
+    result["c_abi_eager_unsorted_us"] = unsorted_run["eager_us"]
+    result["c_abi_single_us"] = sorted_run["single_us"]
+    result["c_abi_speedup_vs_torch_loop"] = result["torch_loop_us"] / sorted_run["eager_us"]
+    result["c_abi_speedup_vs_torch"] = result["torch_us"] / sorted_run["single_us"]
+
+
+def optional(r, key, spec):
+    return format(r[key], spec) if key in r else format("-", f">{spec.split('.')[0]}")
+
+
+def print_table(results):
+    """Per shape: anchors, then metaltopk from C (loop and single call), from Python, and from a
+    CUDA graph; ratios against torch measured the same way; floor figures of the graph time."""
+    print("times in us. loop: back-to-back calls; C: bench_c_abi (mtk_topk from C++), 1: single "
+          "calls; py: metaltopk.topk.\nratios torch / metaltopk: x loop = torch loop / C loop, "
+          "x 1 = torch / C 1, x py = torch / py, x graph = graph / graph; x floor, TB/s and s/u "
+          "(sorted / unsorted) from graph replay")
+    print(f"{'family':8} {'rows x n':>16} {'k':>5} {'dtype':>8} {'dim':>3} {'floor':>6} | "
+          f"{'torch':>7} {'loop':>7} {'graph':>7} | {'C loop':>7} {'C 1':>7} {'py':>7} "
+          f"{'py loop':>7} {'graph':>7} | {'x loop':>6} {'x 1':>6} {'x py':>6} {'x graph':>7} | "
+          f"{'x floor':>7} {'TB/s':>5} {'s/u':>5}")
+    for r in results:
+        head = (f"{r['family']:8} {r['rows']:>6} x {r['n']:<9} {r['k']:>5} {r['dtype']:>8} "
+                f"{r['dim']:>3}")
+        if "error" in r:
+            print(f"{head} ERROR {r['error']}")
+            continue
+        print(f"{head} {r['floor_us']:6.1f} | {r['torch_us']:7.1f} {r['torch_loop_us']:7.1f} "
+              f"{r['torch_graph_us']:7.1f} | {optional(r, 'c_abi_eager_us', '7.1f')} "
+              f"{optional(r, 'c_abi_single_us', '7.1f')} {r['mtk_sorted_us']:7.1f} "
+              f"{r['mtk_sorted_loop_us']:7.1f} {r['mtk_sorted_graph_us']:7.1f} | "
+              f"{optional(r, 'c_abi_speedup_vs_torch_loop', '6.1f')} "
+              f"{optional(r, 'c_abi_speedup_vs_torch', '6.1f')} {r['speedup_vs_torch']:6.1f} "
+              f"{r['speedup_vs_torch_graph']:7.1f} | {r['x_floor_graph']:7.2f} "
+              f"{r['tb_per_s_graph']:5.2f} {r['sorted_over_unsorted_graph']:5.2f}")
 
 
 def profile_kernels(shapes, calls=10):
@@ -169,7 +261,13 @@ def main():
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--profile", action="store_true",
                         help="also print per-kernel times of a few shapes")
+    parser.add_argument("--c-abi-bench", default=os.environ.get("METALTOPK_BENCH_C_ABI"),
+                        help="path of bench_c_abi (default $METALTOPK_BENCH_C_ABI); without it "
+                             "the C-ABI columns stay empty")
+    parser.add_argument("--c-abi-timeout", type=float, default=90,
+                        help="seconds bench_c_abi may run")
     args = parser.parse_args()
+    shapes = [s for s in SHAPES if not args.only or s[0] == args.only]
 
     props = torch.cuda.get_device_properties(0)
     bandwidth = copy_bandwidth()
@@ -180,12 +278,16 @@ def main():
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; "
           f"device copy {bandwidth / 1e12:.2f} TB/s (floor uses {COPY_BANDWIDTH / 1e12:.2f})",
           flush=True)
+    c_abi = {}
+    if args.c_abi_bench:
+        # Before torch's caching allocator holds memory, and in its own process.
+        c_abi = run_c_abi_bench(args.c_abi_bench, shapes, args.c_abi_timeout)
+        print(f"# bench_c_abi: {len(c_abi)} of {2 * len(shapes)} shape runs", flush=True)
     results = []
-    for shape in SHAPES:
-        if args.only and shape[0] != args.only:
-            continue
+    for shape in shapes:
         try:
             r = run_shape(*shape, args)
+            merge_c_abi(r, c_abi)
         except Exception as error:  # keep measuring the other shapes; the failure is reported
             r = {"family": shape[0], "rows": shape[1], "n": shape[2], "k": shape[3],
                  "dtype": shape[4], "dim": shape[5], "error": f"{type(error).__name__}: {error}"}
@@ -194,27 +296,14 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
 
-    header = (f"{'family':8} {'rows x n':>16} {'k':>5} {'dtype':>8} {'dim':>3} {'floor':>7} "
-              f"{'torch':>8} {'mtk':>8} {'unsort':>8} {'x torch':>7} {'x floor':>7} {'TB/s':>5} | "
-              f"{'torch g':>8} {'mtk g':>8} {'x torch':>7} {'x floor':>7} {'TB/s':>5} {'s/u':>5}")
-    print(header)
-    for r in results:
-        if "error" in r:
-            print(f"{r['family']:8} {r['rows']:>6} x {r['n']:<9} {r['k']:>5} {r['dtype']:>8} "
-                  f"{r['dim']:>3} ERROR {r['error']}")
-            continue
-        print(f"{r['family']:8} {r['rows']:>6} x {r['n']:<9} {r['k']:>5} {r['dtype']:>8} "
-              f"{r['dim']:>3} {r['floor_us']:7.1f} {r['torch_us']:8.1f} {r['mtk_sorted_us']:8.1f} "
-              f"{r['mtk_unsorted_us']:8.1f} {r['speedup_vs_torch']:7.1f} {r['x_floor']:7.2f} "
-              f"{r['tb_per_s']:5.2f} | {r['torch_graph_us']:8.1f} {r['mtk_sorted_graph_us']:8.1f} "
-              f"{r['speedup_vs_torch_graph']:7.1f} {r['x_floor_graph']:7.2f} "
-              f"{r['tb_per_s_graph']:5.2f} {r['sorted_over_unsorted_graph']:5.2f}")
+    print_table(results)
     if args.profile:
         profile_kernels([s for s in SHAPES if s[1:4] in ((16384, 256, 8), (256, 151936, 50),
                                                          (1, 2 ** 28, 100), (1, 151936, 1024))])
     stats = metaltopk.cache_stats("cuda")
     print(f"# cuda plan cache: {stats}")
-    return 0 if all("error" not in r for r in results) else 1
+    c_abi_complete = not args.c_abi_bench or len(c_abi) == 2 * len(shapes)
+    return 0 if c_abi_complete and all("error" not in r for r in results) else 1
 
 
 if __name__ == "__main__":

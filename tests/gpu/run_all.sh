@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
 #   build for sm_90 -> exhaustive CUDA conformance -> pytest (CUDA params + torch/CuPy interop)
-#   -> compute-sanitizer memcheck and racecheck on the small set -> benchmark.
+#   -> compute-sanitizer memcheck and racecheck on the small set -> benchmark (Python, torch, and
+#   the C-ABI harness tests/gpu/bench_c_abi in one table).
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance pytest sanitize bench
 #        (default: all). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
@@ -39,7 +40,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 for s in $STEPS; do
   case $s in
     build)
-      step build 240 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" || exit 1 ;;
+      step build 240 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" \
+        "$BUILD/tests/bench_c_abi" || exit 1 ;;
     conformance)
       step conformance 150 "$BUILD/tests/cuda_conformance" ;;
     pytest)
@@ -51,7 +53,8 @@ for s in $STEPS; do
       step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;;
     bench)
-      step bench 200 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" ${BENCH_ARGS:-} ;;
+      step bench 240 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" \
+        --c-abi-bench "$BUILD/tests/bench_c_abi" ${BENCH_ARGS:-} ;;
     *) note "unknown step $s" ;;
   esac
 done

@@ -266,6 +266,12 @@ static void test_topk_descriptors(void) {
   c = valid_call(); c.values.strides[1] = -1; c.values.strides[0] = 1;
   c.values.data = values_data + 2;
   EXPECT_TOPK(&c, MTK_ERROR_INVALID_ARGUMENT, "values has overlapping elements");
+  /* Strides whose reaches each fit int64 but whose sum does not: the self-overlap check must
+   * not overflow (UBSan watches) before the later overlap check rejects the call. */
+  c = valid_call(); c.values.data = fake(2); c.values.strides[0] = INT64_MAX / 4;
+  c.values.strides[1] = -10; c.indices.data = input_data;
+  c.input.dtype = c.values.dtype = MTK_INT8;
+  EXPECT_TOPK(&c, MTK_ERROR_INVALID_ARGUMENT, "indices and input overlap");
   /* Outputs may overlap the input only when one of them is empty: k = 0 writes nothing. */
   c = valid_call(); c.k = 0; c.values.sizes[1] = 0; c.indices.sizes[1] = 0;
   c.values.data = input_data; c.indices.data = input_data;

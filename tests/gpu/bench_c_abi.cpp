@@ -1,0 +1,409 @@
+// Eager per-call cost of mtk_topk on CUDA as a C/C++ runtime (e.g. an AOT-compiled PyTorch
+// model) sees it: descriptors built once, calls made straight through the C ABI on one stream,
+// host launch overhead included. bench_cuda.py runs this binary and merges its lines into its
+// table, so the shape list lives in one place (bench_cuda.py's SHAPES).
+//
+// Usage: bench_c_abi [--calls N] [--reps R] [--singles S] SHAPE...
+//   SHAPE = family:rows:n:k:dtype:dim  (dtype float32 or bfloat16; dim 0 means the input is
+//           [n, rows] and the top-k runs down its columns, as in BENCHMARKS.md)
+// Per shape and per sorted mode, prints one JSON line:
+//   eager_us   median over R repetitions of (time of N back-to-back calls) / N, CUDA events
+//              around the whole burst: max(host cost, device time) per call, what a runtime
+//              issuing calls in a row pays;
+//   single_us  median of S single calls, each bracketed by events on an idle GPU (host cost +
+//              launch latency + device time): the method bench_cuda.py uses for "eager".
+// Before timing, each shape's result (sorted and unsorted) is checked bit for bit against the
+// CPU backend on the same data, so a wrong answer is never timed.
+// Exits 0 on success, 1 on a failure or mismatch, 2 when no CUDA device is available.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "metaltopk.h"
+
+namespace {
+
+void check(mtk_status status, const char* what) {
+  if (status != MTK_SUCCESS) {
+    throw std::runtime_error(std::string(what) + ": " + mtk_status_string(status) + ": " +
+                             mtk_last_error_message());
+  }
+}
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+}
+
+// ---- owners of library and CUDA resources ----------------------------------------------------
+
+class Context {
+ public:
+  explicit Context(mtk_backend backend) { check(mtk_context_create(backend, 0, &handle_), "mtk_context_create"); }
+  ~Context() { mtk_context_destroy(handle_); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  mtk_context get() const { return handle_; }
+
+ private:
+  mtk_context handle_ = nullptr;
+};
+
+// Device memory from cudaMalloc, as a runtime with its own allocator would hand to the library.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(other.bytes_) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  void* get() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+class Stream {
+ public:
+  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// ---- shapes and data -------------------------------------------------------------------------
+
+struct Shape {
+  std::string family;
+  int64_t rows, n, k;
+  std::string dtype_name;
+  mtk_dtype dtype;
+  int64_t dim;  // 0: input is [n, rows], top-k along dim 0; -1: input is [rows, n]
+  size_t itemsize;
+};
+
+Shape parse_shape(const std::string& spec) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1) {
+    parts.push_back(spec.substr(start, colon - start));
+  }
+  parts.push_back(spec.substr(start));
+  if (parts.size() != 6) throw std::runtime_error("shape '" + spec + "' is not family:rows:n:k:dtype:dim");
+  Shape s{parts[0], std::stoll(parts[1]), std::stoll(parts[2]), std::stoll(parts[3]), parts[4],
+          MTK_FLOAT32, std::stoll(parts[5]), 4};
+  if (s.dtype_name == "bfloat16") {
+    s.dtype = MTK_BFLOAT16;
+    s.itemsize = 2;
+  } else if (s.dtype_name != "float32") {
+    throw std::runtime_error("shape '" + spec + "': dtype must be float32 or bfloat16");
+  }
+  if (s.rows < 1 || s.n < 1 || s.k < 1 || s.k > s.n || (s.dim != 0 && s.dim != -1)) {
+    throw std::runtime_error("shape '" + spec + "' is out of range");
+  }
+  return s;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// float -> bfloat16 bits, round to nearest even (the data holds no NaN).
+uint16_t to_bfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Standard-normal samples (as torch.randn feeds bench_cuda.py), element i a pure function of
+// (seed, i) so the fill splits over threads. The value distribution matters: radix-select
+// passes see how keys spread over digits.
+std::vector<uint8_t> random_input(const Shape& s, uint64_t seed) {
+  const size_t count = static_cast<size_t>(s.rows * s.n);
+  std::vector<uint8_t> host(count * s.itemsize);
+  auto fill = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const uint64_t r = splitmix64(seed * 0x100000001b3ull + i);
+      const double u1 = (static_cast<double>(r >> 40) + 1.0) / 16777217.0;  // (0, 1)
+      const double u2 = static_cast<double>(r & 0xffffff) / 16777216.0;
+      const float value = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      if (s.dtype == MTK_BFLOAT16) {
+        const uint16_t bits = to_bfloat16(value);
+        std::memcpy(&host[i * 2], &bits, 2);
+      } else {
+        std::memcpy(&host[i * 4], &value, 4);
+      }
+    }
+  };
+  const size_t workers = count < (1u << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w) threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
+  for (auto& t : threads) t.join();
+  return host;
+}
+
+mtk_tensor describe(void* data, mtk_dtype dtype, int64_t outer, int64_t inner) {
+  mtk_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes[0] = outer;
+  t.sizes[1] = inner;
+  t.strides[0] = inner;
+  t.strides[1] = 1;
+  return t;
+}
+
+// The input and output descriptors of one shape (contiguous; dim 0 swaps the two sizes).
+struct Descriptors {
+  mtk_tensor input, values, indices;
+};
+
+Descriptors describe_problem(const Shape& s, void* input, void* values, void* indices) {
+  const bool columns = s.dim == 0;
+  return {describe(input, s.dtype, columns ? s.n : s.rows, columns ? s.rows : s.n),
+          describe(values, s.dtype, columns ? s.k : s.rows, columns ? s.rows : s.k),
+          describe(indices, MTK_INT64, columns ? s.k : s.rows, columns ? s.rows : s.k)};
+}
+
+// ---- verification against the CPU backend ----------------------------------------------------
+
+struct HostResult {
+  std::vector<uint8_t> values;
+  std::vector<int64_t> indices;
+};
+
+HostResult run_cuda_once(const Shape& s, mtk_context ctx, const Descriptors& d, int sorted, cudaStream_t stream) {
+  check(mtk_topk(ctx, &d.input, s.k, s.dim, 1, sorted, &d.values, &d.indices, stream), "mtk_topk (cuda)");
+  const size_t outputs = static_cast<size_t>(s.rows * s.k);
+  HostResult r{std::vector<uint8_t>(outputs * s.itemsize), std::vector<int64_t>(outputs)};
+  check_cuda(cudaMemcpyAsync(r.values.data(), d.values.data, r.values.size(), cudaMemcpyDeviceToHost, stream), "copy values");
+  check_cuda(cudaMemcpyAsync(r.indices.data(), d.indices.data, outputs * 8, cudaMemcpyDeviceToHost, stream), "copy indices");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return r;
+}
+
+HostResult run_cpu(const Shape& s, mtk_context cpu, const std::vector<uint8_t>& input) {
+  const size_t outputs = static_cast<size_t>(s.rows * s.k);
+  HostResult r{std::vector<uint8_t>(outputs * s.itemsize), std::vector<int64_t>(outputs)};
+  const Descriptors d = describe_problem(s, const_cast<uint8_t*>(input.data()), r.values.data(), r.indices.data());
+  check(mtk_topk(cpu, &d.input, s.k, s.dim, 1, 1, &d.values, &d.indices, nullptr), "mtk_topk (cpu)");
+  return r;
+}
+
+// Output element (row, j) and input element (row, position) offsets in elements.
+size_t output_offset(const Shape& s, int64_t row, int64_t j) { return s.dim == 0 ? j * s.rows + row : row * s.k + j; }
+size_t input_offset(const Shape& s, int64_t row, int64_t p) { return s.dim == 0 ? p * s.rows + row : row * s.n + p; }
+
+// Sorted: bit-identical to the CPU backend. Unsorted: per row the same index set, and every
+// value the bits of the input element its index names.
+std::string mismatch(const Shape& s, const std::vector<uint8_t>& input, const HostResult& expected,
+                     const HostResult& got, bool sorted) {
+  if (sorted) {
+    if (got.indices != expected.indices) return "sorted indices differ from the CPU backend";
+    if (got.values != expected.values) return "sorted values differ from the CPU backend";
+    return "";
+  }
+  std::vector<int64_t> want(s.k), have(s.k);
+  for (int64_t row = 0; row < s.rows; ++row) {
+    for (int64_t j = 0; j < s.k; ++j) {
+      const size_t o = output_offset(s, row, j);
+      want[j] = expected.indices[o];
+      have[j] = got.indices[o];
+      if (have[j] < 0 || have[j] >= s.n) return "unsorted index out of range in row " + std::to_string(row);
+      if (std::memcmp(&got.values[o * s.itemsize], &input[input_offset(s, row, have[j]) * s.itemsize], s.itemsize) != 0) {
+        return "unsorted value does not match the input at its index in row " + std::to_string(row);
+      }
+    }
+    std::sort(want.begin(), want.end());
+    std::sort(have.begin(), have.end());
+    if (want != have) return "unsorted index set differs from the CPU backend in row " + std::to_string(row);
+  }
+  return "";
+}
+
+// ---- timing -----------------------------------------------------------------------------------
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+struct Settings {
+  int calls = 100, reps = 7, singles = 50;
+};
+
+struct Timing {
+  double eager_us, single_us;
+  int calls, reps, singles;
+};
+
+// `problems` are rotated call by call so inputs that fit in L2 are not all served from it.
+Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors>& problems, int sorted,
+                  cudaStream_t stream, Settings settings) {
+  auto call = [&](size_t i) {
+    const Descriptors& d = problems[i % problems.size()];
+    check(mtk_topk(ctx, &d.input, s.k, s.dim, 1, sorted, &d.values, &d.indices, stream), "mtk_topk (timed)");
+  };
+  for (size_t i = 0; i < 3 * problems.size(); ++i) call(i);  // plans and scratch exist before timing
+  check_cuda(cudaStreamSynchronize(stream), "warm-up");
+  Event start, end;
+  std::vector<double> per_call;
+  for (int rep = 0; rep < settings.reps; ++rep) {
+    check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
+    for (int i = 0; i < settings.calls; ++i) call(i);
+    check_cuda(cudaEventRecord(end.get(), stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end.get()), "cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
+    per_call.push_back(1e3 * ms / settings.calls);
+  }
+  std::vector<double> single;
+  for (int i = 0; i < settings.singles; ++i) {
+    check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
+    call(i);
+    check_cuda(cudaEventRecord(end.get(), stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end.get()), "cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
+    single.push_back(1e3 * ms);
+  }
+  return {median(per_call), median(single), settings.calls, settings.reps, settings.singles};
+}
+
+// Returns false on a mismatch (reported on stderr); throws on library or CUDA errors.
+bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream, size_t l2_bytes,
+                 Settings settings) {
+  const size_t input_bytes = static_cast<size_t>(s.rows * s.n) * s.itemsize;
+  const size_t outputs = static_cast<size_t>(s.rows * s.k);
+  const size_t rotation = input_bytes <= l2_bytes ? 4 : 1;
+  // Large inputs take ms per call: fewer calls keep the whole run within its time budget.
+  if (static_cast<double>(s.rows) * s.n >= double(1 << 26)) settings = {10, 3, 10};
+
+  std::vector<DeviceBuffer> inputs;
+  std::vector<uint8_t> first_input;
+  for (size_t b = 0; b < rotation; ++b) {
+    std::vector<uint8_t> host = random_input(s, static_cast<uint64_t>(s.rows * 31 + s.n + s.k) * 8 + b);
+    inputs.emplace_back(input_bytes);
+    check_cuda(cudaMemcpy(inputs.back().get(), host.data(), input_bytes, cudaMemcpyHostToDevice), "upload input");
+    if (b == 0) first_input = std::move(host);
+  }
+  DeviceBuffer values(outputs * s.itemsize), indices(outputs * 8);
+  std::vector<Descriptors> problems;
+  for (const DeviceBuffer& input : inputs) problems.push_back(describe_problem(s, input.get(), values.get(), indices.get()));
+
+  const HostResult expected = run_cpu(s, cpu, first_input);
+  bool ok = true;
+  for (int sorted : {1, 0}) {
+    const std::string why = mismatch(s, first_input, expected, run_cuda_once(s, cuda, problems[0], sorted, stream), sorted);
+    if (!why.empty()) {
+      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld sorted=%d: %s\n", s.family.c_str(), (long long)s.rows,
+                   (long long)s.n, (long long)s.k, s.dtype_name.c_str(), (long long)s.dim, sorted, why.c_str());
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+
+  for (int sorted : {1, 0}) {
+    const Timing t = time_calls(s, cuda, problems, sorted, stream, settings);
+    std::printf("{\"family\": \"%s\", \"rows\": %lld, \"n\": %lld, \"k\": %lld, \"dtype\": \"%s\", \"dim\": %lld, "
+                "\"sorted\": %s, \"eager_us\": %.3f, \"single_us\": %.3f, \"calls\": %d, \"reps\": %d, "
+                "\"singles\": %d, \"input_buffers\": %zu, \"verified\": true}\n",
+                s.family.c_str(), (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
+                (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.single_us, t.calls, t.reps, t.singles,
+                rotation);
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+int positive_option(int argc, char** argv, int& i) {
+  if (i + 1 >= argc) throw std::runtime_error(std::string(argv[i]) + " needs a value");
+  const int value = std::atoi(argv[++i]);
+  if (value < 1) throw std::runtime_error(std::string(argv[i - 1]) + " must be positive");
+  return value;
+}
+
+int run(int argc, char** argv) {
+  Settings settings;
+  std::vector<Shape> shapes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--calls") settings.calls = positive_option(argc, argv, i);
+    else if (arg == "--reps") settings.reps = positive_option(argc, argv, i);
+    else if (arg == "--singles") settings.singles = positive_option(argc, argv, i);
+    else shapes.push_back(parse_shape(arg));
+  }
+  if (shapes.empty()) {
+    std::fprintf(stderr, "usage: bench_c_abi [--calls N] [--reps R] [--singles S] family:rows:n:k:dtype:dim...\n");
+    return 1;
+  }
+  int available = 0;
+  check(mtk_backend_query(MTK_BACKEND_CUDA, nullptr, &available), "mtk_backend_query");
+  if (!available) {
+    std::fprintf(stderr, "bench_c_abi: no CUDA device\n");
+    return 2;
+  }
+  Context cuda(MTK_BACKEND_CUDA), cpu(MTK_BACKEND_CPU);
+  int l2_bytes = 0;
+  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "reading the L2 size");
+  Stream stream;
+  bool all_ok = true;
+  for (const Shape& s : shapes) {
+    try {
+      all_ok = bench_shape(s, cuda.get(), cpu.get(), stream.get(), static_cast<size_t>(l2_bytes), settings) && all_ok;
+    } catch (const std::exception& error) {  // report and go on: one shape's failure must not hide the rest
+      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld: %s\n", s.family.c_str(), (long long)s.rows,
+                   (long long)s.n, (long long)s.k, s.dtype_name.c_str(), (long long)s.dim, error.what());
+      all_ok = false;
+    }
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_c_abi: %s\n", error.what());
+    return 1;
+  }
+}
