@@ -1,6 +1,8 @@
 # metaltopk: `make` builds the library, `make demo` shows it, `make test` checks everything this
 # machine can check. Each area adds its own rules in a fragment included below.
 
+.DEFAULT_GOAL := all
+
 PREFIX ?= /usr/local
 BUILD ?= build
 PYTHON ?= python3

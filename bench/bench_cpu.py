@@ -98,14 +98,17 @@ def as_float32(values):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per measurement")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (metaltopk uses one per hardware thread)")
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="timing budget per shape and library")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads (metaltopk uses one per hardware thread)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(2026)
     bandwidth = copy_bandwidth()
-    print(f"metaltopk {metaltopk.__version__} ({metaltopk.library_path}), torch {torch.__version__} "
-          f"with {torch.get_num_threads()} threads, numpy {np.__version__}")
+    print(f"metaltopk {metaltopk.__version__} ({metaltopk.library_path}), "
+          f"torch {torch.__version__} with {torch.get_num_threads()} threads, "
+          f"numpy {np.__version__}")
     print(f"host copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write, numpy, one thread); "
           f"floor = input and output bytes / that bandwidth")
     header = (f"{'family':22} {'shape':>13} {'k':>5} {'dtype':>8} {'dim':>3} | {'floor ms':>8} "

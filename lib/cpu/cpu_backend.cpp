@@ -110,7 +110,8 @@ class CpuBackend final : public Backend {
     } else {
       view.shared = plan.shared_bytes != 0 ? shared_.reserve(plan.shared_bytes) : nullptr;
       owned_.resize(static_cast<size_t>(plan.workers));
-      for (int w = 0; w < plan.workers; ++w) worker_scratch_[w] = owned_[w].reserve(plan.worker_bytes);
+      for (int w = 0; w < plan.workers; ++w)
+        worker_scratch_[w] = owned_[w].reserve(plan.worker_bytes);
     }
     view.worker = worker_scratch_.data();
     kernel_(problem, plan, *pool_, view);

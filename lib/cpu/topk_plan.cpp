@@ -7,7 +7,9 @@
 namespace mtk::cpu {
 namespace {
 
-size_t round_up(size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+size_t round_up(size_t bytes) {
+  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
 
 // A tile of strided rows is transposed into at most this much scratch (about half of L2), so the
 // scan that follows reads it from cache.
@@ -71,10 +73,15 @@ TopkPlan make_topk_plan(const TopkProblem& problem, int threads) {
 
   const size_t n = static_cast<size_t>(g.n);
   switch (plan.selector) {
-    case RowSelector::ShortRow: plan.selector_bytes = n * (plan.word_bytes + elem); break;
-    case RowSelector::Insertion: plan.selector_bytes = static_cast<size_t>(g.k) * plan.word_bytes; break;
+    case RowSelector::ShortRow:  // n words and n keys
+      plan.selector_bytes = n * (plan.word_bytes + elem);
+      break;
+    case RowSelector::Insertion:
+      plan.selector_bytes = static_cast<size_t>(g.k) * plan.word_bytes;
+      break;
     case RowSelector::Buffered:
-      plan.selector_bytes = static_cast<size_t>(plan.candidate_capacity + kScanBlock) * plan.word_bytes;
+      plan.selector_bytes =
+          static_cast<size_t>(plan.candidate_capacity + kScanBlock) * plan.word_bytes;
       break;
   }
   plan.selector_bytes = round_up(plan.selector_bytes);
@@ -82,7 +89,8 @@ TopkPlan make_topk_plan(const TopkProblem& problem, int threads) {
     plan.gather_bytes = round_up(static_cast<size_t>(plan.tile_rows) * n * elem);
   } else if (plan.layout == RowLayout::Gathered) {
     // A short row is gathered whole, a long one a piece at a time.
-    const size_t piece = plan.selector == RowSelector::ShortRow ? n : std::min<size_t>(kGatherPiece, n);
+    const size_t piece =
+        plan.selector == RowSelector::ShortRow ? n : std::min<size_t>(kGatherPiece, n);
     plan.gather_bytes = round_up(piece * elem);
   }
   plan.worker_bytes = plan.selector_bytes + plan.gather_bytes;

@@ -61,16 +61,32 @@ struct Rank {
 Rank rank_of(mtk_dtype dtype, const unsigned char* p) {
   Rank r{false, 0.0, 0};
   switch (dtype) {
-    case MTK_FLOAT32: { float v; std::memcpy(&v, p, 4); r.nan = std::isnan(v); r.value = v; break; }
-    case MTK_FLOAT64: { double v; std::memcpy(&v, p, 8); r.nan = std::isnan(v); r.value = v; break; }
-    case MTK_FLOAT16: { uint16_t b; std::memcpy(&b, p, 2); r.value = half_to_double(b); r.nan = std::isnan(r.value); break; }
-    case MTK_BFLOAT16: { uint16_t b; std::memcpy(&b, p, 2); float v = f32_from_bits(uint32_t{b} << 16); r.nan = std::isnan(v); r.value = v; break; }
+    case MTK_FLOAT32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      r.value = v;
+      break;
+    }
+    case MTK_FLOAT64: std::memcpy(&r.value, p, 8); break;
+    case MTK_FLOAT16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      r.value = half_to_double(b);
+      break;
+    }
+    case MTK_BFLOAT16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      r.value = f32_from_bits(uint32_t{b} << 16);
+      break;
+    }
     case MTK_INT8: r.value = static_cast<int8_t>(*p); break;
     case MTK_UINT8: r.value = *p; break;
     case MTK_INT16: { int16_t v; std::memcpy(&v, p, 2); r.value = v; break; }
     case MTK_INT32: { int32_t v; std::memcpy(&v, p, 4); r.value = v; break; }
     case MTK_INT64: { int64_t v; std::memcpy(&v, p, 8); r.integer = v; break; }
   }
+  r.nan = std::isnan(r.value);  // floats widen to double exactly, NaN staying NaN
   if (r.nan) r.value = 0.0;
   if (r.value == 0.0) r.value = 0.0;  // -0 == +0
   return r;
@@ -91,20 +107,30 @@ void fill_random(mtk_dtype dtype, unsigned char* p, size_t count, int style, std
       if (is_float) {
         // encode small integers as floats of that width
         const double v = double(int(rng() % 5) - 2);
-        if (dtype == MTK_FLOAT32) { float f = float(v); std::memcpy(&bits, &f, 4); }
-        else if (dtype == MTK_FLOAT64) { std::memcpy(&bits, &v, 8); }
-        else if (dtype == MTK_BFLOAT16) { float f = float(v); uint32_t b; std::memcpy(&b, &f, 4); bits = b >> 16; }
-        else { const uint16_t table[] = {0xc000, 0xbc00, 0x0000, 0x3c00, 0x4000}; bits = table[int(v) + 2]; }
+        const float f = float(v);
+        uint32_t f_bits;
+        std::memcpy(&f_bits, &f, 4);
+        if (dtype == MTK_FLOAT32) {
+          bits = f_bits;
+        } else if (dtype == MTK_FLOAT64) {
+          std::memcpy(&bits, &v, 8);
+        } else if (dtype == MTK_BFLOAT16) {
+          bits = f_bits >> 16;
+        } else {  // float16 encodings of -2, -1, 0, 1, 2
+          const uint16_t table[] = {0xc000, 0xbc00, 0x0000, 0x3c00, 0x4000};
+          bits = table[int(v) + 2];
+        }
         if (pick == 0) bits |= uint64_t{1} << (size * 8 - 1);  // some -0.0 among the +0.0
       }
     } else if (style == 2 && is_float && pick < 6) {  // specials
-      const int exp_bits = dtype == MTK_FLOAT32 ? 8 : dtype == MTK_FLOAT64 ? 11 : dtype == MTK_FLOAT16 ? 5 : 8;
+      const int exp_bits = dtype == MTK_FLOAT64 ? 11 : dtype == MTK_FLOAT16 ? 5 : 8;
       const int mant_bits = int(size) * 8 - 1 - exp_bits;
       const uint64_t exp_mask = ((uint64_t{1} << exp_bits) - 1) << mant_bits;
       const uint64_t sign = (rng() & 1) ? uint64_t{1} << (size * 8 - 1) : 0;
-      if (pick < 3) bits = sign | exp_mask | (1 + rng() % ((uint64_t{1} << mant_bits) - 1));  // NaN
-      else if (pick < 5) bits = sign | exp_mask;                                               // inf
-      else bits = sign;                                                                        // ±0
+      const uint64_t payload = 1 + rng() % ((uint64_t{1} << mant_bits) - 1);
+      if (pick < 3) bits = sign | exp_mask | payload;  // NaN
+      else if (pick < 5) bits = sign | exp_mask;       // infinity
+      else bits = sign;                                // zero of either sign
     } else if (style == 3) {  // ascending: every element beats the running threshold
       bits = i;
     } else if (style == 4) {  // descending
@@ -226,7 +252,8 @@ bool run_case(mtk::Backend& backend, const Case& c, std::mt19937_64& rng, bool u
 
   std::vector<unsigned char> input(size_t(in.span) * size);
   fill_random(c.dtype, input.data(), size_t(in.span), c.style, rng, c.spike_period);
-  std::vector<unsigned char> values(size_t(vals.span) * size, 0xAB), indices(size_t(idxs.span) * index_size, 0xCD);
+  std::vector<unsigned char> values(size_t(vals.span) * size, 0xAB);
+  std::vector<unsigned char> indices(size_t(idxs.span) * index_size, 0xCD);
 
   TopkProblem p{};
   p.dtype = c.dtype;

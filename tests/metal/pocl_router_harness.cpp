@@ -146,12 +146,12 @@ uint32_t narrow_bits(mtk_dtype dtype, float value) {
   std::memcpy(&bits, &value, 4);
   if (dtype == MTK_FLOAT32) return bits;
   if (dtype == MTK_BFLOAT16) return bits >> 16;
-  // float16, for values of the tables below (normal halves, infinities, quiet NaN, zeros).
+  // float16, for values of the tables below (halves, subnormal halves, infinities, quiet NaN).
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t exponent = (bits >> 23) & 0xffu;
   const uint32_t mantissa = bits & 0x7fffffu;
   if (exponent == 0xffu) return sign | 0x7c00u | (mantissa ? 0x200u : 0u);
-  if (exponent == 0) return sign;
+  if (exponent < 113) return sign | uint32_t(std::ldexp(std::fabs(value), 24));  // subnormal: m * 2^-24
   return sign | ((exponent - 112) << 10) | (mantissa >> 13);
 }
 
@@ -169,13 +169,14 @@ uint32_t random_bits(mtk_dtype dtype, std::mt19937_64& rng) {
 
 void fill_logits(Tensor2d& logits, mtk_dtype dtype, Data data, std::mt19937_64& rng) {
   static const float kTies[] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 2.0f};
-  static const float kSpecials[] = {NAN, -NAN, INFINITY, -INFINITY, -0.0f, 0.0f};
+  // Subnormal in float16 (and exact in every dtype): 2^-20 and -3 * 2^-22.
+  static const float kSpecials[] = {NAN, -NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 0x1p-20f, -0x3p-22f};
   for (int64_t t = 0; t < logits.rows; ++t) {
     for (int64_t e = 0; e < logits.cols; ++e) {
       uint32_t bits = random_bits(dtype, rng);
       if (data == Data::Ties) bits = narrow_bits(dtype, kTies[rng() % 6]);
       // About one special value per token.
-      if (data == Data::Specials && rng() % uint64_t(logits.cols) == 0) bits = narrow_bits(dtype, kSpecials[rng() % 6]);
+      if (data == Data::Specials && rng() % uint64_t(logits.cols) == 0) bits = narrow_bits(dtype, kSpecials[rng() % 8]);
       std::memcpy(&logits.bytes[logits.offset(t, e)], &bits, logits.element);
     }
   }
