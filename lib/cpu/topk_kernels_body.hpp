@@ -368,7 +368,8 @@ class RowKernel {
       Word* storage = reinterpret_cast<Word*>(worker_scratch);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t first = t / tiles_per_run * inner + t % tiles_per_run * plan_.tile_rows;
-        const int64_t rows = std::min(plan_.tile_rows, inner - t % tiles_per_run * plan_.tile_rows);
+        const int64_t rows =
+            std::min(plan_.tile_rows, inner - t % tiles_per_run * plan_.tile_rows);
         const T* x = input_ + row_offsets(g_, first).input;
         transpose_tile(x, rows, tile);
         for (int64_t r = 0; r < rows; ++r) {
@@ -406,13 +407,10 @@ class RowKernel {
         const int64_t last = std::min(g_.n, first + plan_.chunk_len);
         const T* x = input_ + row_offsets(g_, row).input;
         const int64_t count = search(x, g_.input_stride, first, last, scratch.worker[worker]);
+        // The plan makes every segment much longer than k, so each one yields k words.
+        if (count != k) fail(MTK_ERROR_INTERNAL, "cpu topk: a segment yielded ", count, " of ", k);
         const Word* words = reinterpret_cast<const Word*>(scratch.worker[worker]);
-        Word* slot = slots + task * k;
-        std::copy(words, words + count, slot);
-        // A short last segment pads with zero words. They rank below every real candidate (a
-        // real word's index field is zero only at index kIndexMask, which rows never reach),
-        // and every row has at least k real ones.
-        std::fill(slot + count, slot + k, Word(0));
+        std::copy(words, words + k, slots + task * k);
       }
     });
     // Each segment's list is sorted best first, so the row's best k are the first k of their

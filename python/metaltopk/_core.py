@@ -2,6 +2,7 @@
 
 import atexit
 import operator
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
@@ -49,6 +50,19 @@ def dtype_name(dtype: np.dtype) -> str:
 
 def _numpy_dtype(name: str) -> np.dtype:
     return np.dtype(_bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+# Native-byte-order numpy dtype -> mtk_dtype, filled as dtypes are first seen: the per-call
+# lookup of topk's hot path (non-native byte orders are distinct dtypes and never land here).
+_native_dtype_codes = {}
+
+
+def _native_dtype_code(dtype: np.dtype) -> Optional[int]:
+    code = _native_dtype_codes.get(dtype)
+    if code is None and dtype.isnative:
+        code = DTYPE_CODES[dtype_name(dtype)]  # TypeError for unsupported dtypes
+        _native_dtype_codes[dtype] = code
+    return code
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -120,10 +134,7 @@ class _Context:
         resolved = ffi.new("mtk_backend*")
         check(lib.mtk_context_backend(self.handle, resolved))
         self.backend = ffi.string(lib.mtk_backend_name(resolved[0])).decode()
-
-    @property
-    def on_host(self) -> bool:
-        return self.backend == "cpu"
+        self.on_host = self.backend == "cpu"
 
     def destroy(self) -> None:
         if self.handle is not None:
@@ -138,6 +149,9 @@ _contexts_lock = threading.Lock()
 def context(backend: Optional[str] = None, device_index: int = 0) -> _Context:
     """The process-wide context of a backend and device, created on first use."""
     key = (_backend_key(backend), device_index)
+    ctx = _contexts.get(key)  # a dict read is atomic: only creation needs the lock
+    if ctx is not None and ctx.handle is not None:
+        return ctx
     with _contexts_lock:
         ctx = _contexts.get(key)
         if ctx is None:
@@ -231,6 +245,108 @@ def _output_shape(shape, dim, k):
     return tuple(k if d == dim else s for d, s in enumerate(shape))
 
 
+# ---- the hot path: cached geometry, descriptors packed in one step ---------------------------
+#
+# A small call's host time went mostly to building three mtk_tensor descriptors field by field
+# through cffi and to re-deriving shapes and strides. Now a call's geometry is cached by
+# (shape, strides, itemsize, k, dim), and its three descriptors are packed with one
+# struct.pack_into into a block of three mtk_tensor, laid out from cffi's own view of the header.
+
+
+class _Geometry:
+    """What a (shape, byte strides, itemsize, k, dim) call needs: the input's sizes and element
+    strides (None when a stride is not a whole number of elements), the output shape (None
+    when k or dim is out of range: the library reports that) and its sizes and strides."""
+
+    __slots__ = ("ndim", "input_dims", "out_shape", "output_dims")
+
+    def __init__(self, shape, byte_strides, itemsize, k, dim):
+        if len(shape) > _MAX_NDIM:
+            raise ValueError(f"metaltopk.topk: input.ndim = {len(shape)} exceeds MTK_MAX_NDIM = "
+                             f"{_MAX_NDIM}")
+        self.ndim = len(shape)
+        self.input_dims = None
+        if not any(stride % itemsize for stride in byte_strides):
+            self.input_dims = shape + tuple(stride // itemsize for stride in byte_strides)
+        normalized = _normalized_dim_and_k(shape, k, dim)
+        self.out_shape = self.output_dims = None
+        if normalized is not None:
+            self.out_shape = _output_shape(shape, *normalized)
+            self.output_dims = self.out_shape + _contiguous_strides(self.out_shape)
+
+
+_MAX_NDIM = lib.MTK_MAX_NDIM
+_GEOMETRY_CACHE_SIZE = 1024
+_geometries = {}
+
+
+def _geometry(shape, byte_strides, itemsize, k, dim) -> _Geometry:
+    key = (shape, byte_strides, itemsize, k, dim)
+    geometry = _geometries.get(key)
+    if geometry is None:
+        geometry = _Geometry(*key)
+        if len(_geometries) >= _GEOMETRY_CACHE_SIZE:
+            _geometries.clear()
+        _geometries[key] = geometry
+    return geometry
+
+
+def _tensor_format(ndim: int) -> str:
+    """struct format of one mtk_tensor with ndim sizes and strides; the entries past ndim are
+    skipped (the library ignores them)."""
+    fields = (("data", "Q" if ffi.sizeof("void*") == 8 else "I"), ("dtype", "i"),
+              ("ndim", "i"), ("sizes", f"{ndim}q"), ("strides", f"{ndim}q"))
+    parts, end = [], 0
+    for name, code in fields:
+        offset = ffi.offsetof("mtk_tensor", name)
+        parts.append(f"{offset - end}x{code}")
+        end = offset + struct.calcsize("=" + code)
+    parts.append(f"{ffi.sizeof('mtk_tensor') - end}x")
+    return "".join(parts)
+
+
+# Per rank: input, values and indices descriptors back to back, each (data, dtype, ndim,
+# sizes..., strides...).
+_CALL_LAYOUTS = [struct.Struct("=" + _tensor_format(ndim) * 3) for ndim in range(_MAX_NDIM + 1)]
+
+
+class _DescriptorBlock:
+    """Three mtk_tensor (input, values, indices) and a writable view of their bytes."""
+
+    __slots__ = ("tensors", "input", "values", "indices", "memory")
+
+    def __init__(self):
+        self.tensors = ffi.new("mtk_tensor[3]")  # owns the memory the pointers below address
+        self.input, self.values, self.indices = (self.tensors + i for i in range(3))
+        self.memory = ffi.buffer(self.tensors)
+
+
+# Blocks not in use. list.pop and list.append are atomic, so concurrent calls (the library
+# releases the GIL) and re-entrant ones never share a block; the list holds at most one block
+# per call that was ever in flight at once.
+_free_blocks = []
+
+_INT64 = lib.MTK_INT64
+_mtk_topk = lib.mtk_topk
+_stream_handles = {0: ffi.NULL}  # stream address -> void*, for the few streams a process uses
+
+
+def _stream_handle(stream: int):
+    handle = _stream_handles.get(stream)
+    if handle is None:
+        handle = ffi.cast("void*", stream)
+        if len(_stream_handles) < 64:
+            _stream_handles[stream] = handle
+    return handle
+
+
+def _acquire_block() -> _DescriptorBlock:
+    try:
+        return _free_blocks.pop()
+    except IndexError:
+        return _DescriptorBlock()
+
+
 def _raise_argument_error(ctx, tensor, k, dim, largest, sorted):
     """Lets the library itself reject k or dim so the exception carries its message."""
     size = ffi.new("size_t*")
@@ -252,20 +368,35 @@ def _as_native_array(x) -> np.ndarray:
     return array
 
 
-def _topk_host(ctx, array, name, k, dim, largest, sorted):
-    tensor = _describe(array.ctypes.data, name, array.shape,
-                       tuple(s // array.itemsize for s in array.strides))
-    normalized = _normalized_dim_and_k(array.shape, k, dim)
-    if normalized is None:
+def _topk_host(ctx, array, code, k, dim, largest, sorted):
+    """A numpy array on the CPU backend: described in place, outputs allocated here."""
+    geometry = _geometry(array.shape, array.strides, array.itemsize, k, dim)
+    if geometry.input_dims is None:  # misaligned strides: the library reads whole elements
+        array = np.ascontiguousarray(array)
+        geometry = _geometry(array.shape, array.strides, array.itemsize, k, dim)
+    if geometry.out_shape is None:
+        tensor = _describe(array.ctypes.data, dtype_name(array.dtype), array.shape,
+                           geometry.input_dims[geometry.ndim:])
         _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
-    out_shape = _output_shape(array.shape, *normalized)
-    values = np.empty(out_shape, dtype=array.dtype)
-    indices = np.empty(out_shape, dtype=np.int64)
-    strides = _contiguous_strides(out_shape)
-    values_t = _describe(values.ctypes.data, name, out_shape, strides)
-    indices_t = _describe(indices.ctypes.data, "int64", out_shape, strides)
-    check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
-                       ffi.NULL), ctx.backend)
+    values = np.empty(geometry.out_shape, dtype=array.dtype)
+    indices = np.empty(geometry.out_shape, dtype=np.int64)
+    ndim = geometry.ndim
+    block = _acquire_block()
+    try:
+        _CALL_LAYOUTS[ndim].pack_into(block.memory, 0, 0, code, ndim, *geometry.input_dims,
+                                      0, code, ndim, *geometry.output_dims,
+                                      0, _INT64, ndim, *geometry.output_dims)
+        # Data pointers as cdata: ffi.from_buffer is several times cheaper than .ctypes.data.
+        # It needs a C-contiguous buffer, which the outputs always are.
+        block.input.data = (ffi.from_buffer(array) if array.flags.c_contiguous
+                            else ffi.cast("void*", array.ctypes.data))
+        block.values.data = ffi.from_buffer(values)
+        block.indices.data = ffi.from_buffer(indices)
+        status = _mtk_topk(ctx.handle, block.input, k, dim, largest, sorted, block.values,
+                           block.indices, ffi.NULL)
+    finally:
+        _free_blocks.append(block)
+    check(status, ctx.backend)
     return values, indices
 
 
@@ -352,17 +483,25 @@ def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
         raise ValueError(f"metaltopk.topk: the input lives on the {view.backend} backend but "
                          f"backend = {backend!r} was asked for")
     ctx = context(view.backend, view.device_index)
-    tensor = _describe(view.data, view.dtype, view.shape, view.strides)
-    normalized = _normalized_dim_and_k(view.shape, k, dim)
-    if normalized is None:
+    geometry = _geometry(view.shape, view.strides, 1, k, dim)  # strides are in elements already
+    if geometry.out_shape is None:
+        tensor = _describe(view.data, view.dtype, view.shape, view.strides)
         _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
-    out_shape = _output_shape(view.shape, *normalized)
-    values = view.new_empty(out_shape, view.dtype)
-    indices = view.new_empty(out_shape, "int64")
-    values_t = _describe(values.data, values.dtype, values.shape, values.strides)
-    indices_t = _describe(indices.data, indices.dtype, indices.shape, indices.strides)
-    check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
-                       ffi.cast("void*", view.stream)), ctx.backend)
+    values = view.new_empty(geometry.out_shape, view.dtype)
+    indices = view.new_empty(geometry.out_shape, "int64")
+    ndim = geometry.ndim
+    block = _acquire_block()
+    try:
+        _CALL_LAYOUTS[ndim].pack_into(
+            block.memory, 0,
+            view.data, DTYPE_CODES[view.dtype], ndim, *geometry.input_dims,
+            values.data, DTYPE_CODES[values.dtype], ndim, *values.shape, *values.strides,
+            indices.data, DTYPE_CODES[indices.dtype], ndim, *indices.shape, *indices.strides)
+        status = _mtk_topk(ctx.handle, block.input, k, dim, largest, sorted, block.values,
+                           block.indices, _stream_handle(view.stream))
+    finally:
+        _free_blocks.append(block)
+    check(status, ctx.backend)
     return values.owner, indices.owner
 
 
@@ -382,8 +521,12 @@ def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
             view = adapter(x)
             if view is not None:
                 return _topk_device_tensor(view, k, dim, largest, sorted, backend)
-    array = _as_native_array(x)
-    name = dtype_name(array.dtype)
+    array = np.asarray(x)
+    code = _native_dtype_code(array.dtype)
+    if code is None or not array.flags.aligned:
+        array = _as_native_array(array)
+        code = _native_dtype_code(array.dtype)
     ctx = context(backend)
-    run = _topk_host if ctx.on_host else _topk_via_device
-    return run(ctx, array, name, k, dim, largest, sorted)
+    if ctx.on_host:
+        return _topk_host(ctx, array, code, k, dim, largest, sorted)
+    return _topk_via_device(ctx, array, dtype_name(array.dtype), k, dim, largest, sorted)

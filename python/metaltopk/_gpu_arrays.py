@@ -26,44 +26,45 @@ def _unsupported(dtype) -> TypeError:
                      + ", ".join(_SUPPORTED) + ")")
 
 
-_torch_names = {}  # torch.dtype -> contract name, filled on first use
+# Filled on first use (torch is never imported here): torch.dtype -> contract name, the
+# reverse, and torch's current-stream accessor.
+_torch_names = {}
+_torch_dtypes = {}
+_torch_current_stream = []
 
 
 def _torch_stream(torch, device_index):
     """The raw handle of torch's current stream on the device (the cheap private accessor when
     this torch has it; the public one otherwise)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device_index)
-    return torch.cuda.current_stream(device_index).cuda_stream
+    if not _torch_current_stream:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _torch_current_stream.append(
+            raw or (lambda index: torch.cuda.current_stream(index).cuda_stream))
+    return _torch_current_stream[0](device_index)
 
 
-def _torch_view(tensor, torch, stream=None) -> DeviceTensor:
+def _torch_view(tensor, torch) -> DeviceTensor:
+    """The input's view; its new_empty allocates outputs with torch.empty on the same device
+    and describes them for the same stream. This runs on every call, so it computes the
+    device, stream and dtype once and builds nothing it does not return."""
     if not _torch_names:
-        _torch_names.update({getattr(torch, name): name for name in _SUPPORTED})
+        _torch_dtypes.update({name: getattr(torch, name) for name in _SUPPORTED})
+        _torch_names.update({dtype: name for name, dtype in _torch_dtypes.items()})
     name = _torch_names.get(tensor.dtype)
     if name is None:
         raise _unsupported(tensor.dtype)
     device = tensor.device
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if stream is None:
-        stream = _torch_stream(torch, index)
+    stream = _torch_stream(torch, index)
 
     def new_empty(shape, dtype_name):
-        out = torch.empty(shape, dtype=getattr(torch, dtype_name), device=device)
-        return _torch_view(out, torch, stream)
+        out = torch.empty(shape, dtype=_torch_dtypes[dtype_name], device=device)
+        return DeviceTensor(out, out.data_ptr(), dtype_name, tuple(shape), out.stride(), "cuda",
+                            index, stream, new_empty)
 
-    return DeviceTensor(
-        owner=tensor,
-        data=tensor.data_ptr(),  # element 0, storage offset included
-        dtype=name,
-        shape=tuple(tensor.shape),
-        strides=tensor.stride(),
-        backend="cuda",
-        device_index=index,
-        stream=stream,
-        new_empty=new_empty,
-    )
+    # data_ptr() is element 0, storage offset included.
+    return DeviceTensor(tensor, tensor.data_ptr(), name, tuple(tensor.shape), tensor.stride(),
+                        "cuda", index, stream, new_empty)
 
 
 def _cupy_view(array, cupy) -> DeviceTensor:

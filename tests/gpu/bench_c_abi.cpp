@@ -15,6 +15,8 @@
 // Before timing, each shape's result (sorted and unsorted) is checked bit for bit against the
 // CPU backend on the same data, so a wrong answer is never timed.
 // Exits 0 on success, 1 on a failure or mismatch, 2 when no CUDA device is available.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,8 +28,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <cuda_runtime.h>
 
 #include "metaltopk.h"
 
@@ -50,7 +50,9 @@ void check_cuda(cudaError_t status, const char* what) {
 
 class Context {
  public:
-  explicit Context(mtk_backend backend) { check(mtk_context_create(backend, 0, &handle_), "mtk_context_create"); }
+  explicit Context(mtk_backend backend) {
+    check(mtk_context_create(backend, 0, &handle_), "mtk_context_create");
+  }
   ~Context() { mtk_context_destroy(handle_); }
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -63,24 +65,26 @@ class Context {
 // Device memory from cudaMalloc, as a runtime with its own allocator would hand to the library.
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc"); }
+  explicit DeviceBuffer(size_t bytes) {
+    check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
+  }
   ~DeviceBuffer() { cudaFree(data_); }
   DeviceBuffer(DeviceBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(other.bytes_) {}
+      : data_(std::exchange(other.data_, nullptr)) {}
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
   void* get() const { return data_; }
-  size_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
-  size_t bytes_;
 };
 
 class Stream {
  public:
-  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  Stream() {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   ~Stream() { cudaStreamDestroy(stream_); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -120,9 +124,10 @@ Shape parse_shape(const std::string& spec) {
     parts.push_back(spec.substr(start, colon - start));
   }
   parts.push_back(spec.substr(start));
-  if (parts.size() != 6) throw std::runtime_error("shape '" + spec + "' is not family:rows:n:k:dtype:dim");
-  Shape s{parts[0], std::stoll(parts[1]), std::stoll(parts[2]), std::stoll(parts[3]), parts[4],
-          MTK_FLOAT32, std::stoll(parts[5]), 4};
+  if (parts.size() != 6)
+    throw std::runtime_error("shape '" + spec + "' is not family:rows:n:k:dtype:dim");
+  Shape s{parts[0], std::stoll(parts[1]), std::stoll(parts[2]), std::stoll(parts[3]),
+          parts[4], MTK_FLOAT32,          std::stoll(parts[5]), 4};
   if (s.dtype_name == "bfloat16") {
     s.dtype = MTK_BFLOAT16;
     s.itemsize = 2;
@@ -161,7 +166,8 @@ std::vector<uint8_t> random_input(const Shape& s, uint64_t seed) {
       const uint64_t r = splitmix64(seed * 0x100000001b3ull + i);
       const double u1 = (static_cast<double>(r >> 40) + 1.0) / 16777217.0;  // (0, 1)
       const double u2 = static_cast<double>(r & 0xffffff) / 16777216.0;
-      const float value = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      const float value =
+          static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
       if (s.dtype == MTK_BFLOAT16) {
         const uint16_t bits = to_bfloat16(value);
         std::memcpy(&host[i * 2], &bits, 2);
@@ -172,7 +178,8 @@ std::vector<uint8_t> random_input(const Shape& s, uint64_t seed) {
   };
   const size_t workers = count < (1u << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> threads;
-  for (size_t w = 0; w < workers; ++w) threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
   for (auto& t : threads) t.join();
   return host;
 }
@@ -208,12 +215,18 @@ struct HostResult {
   std::vector<int64_t> indices;
 };
 
-HostResult run_cuda_once(const Shape& s, mtk_context ctx, const Descriptors& d, int sorted, cudaStream_t stream) {
-  check(mtk_topk(ctx, &d.input, s.k, s.dim, 1, sorted, &d.values, &d.indices, stream), "mtk_topk (cuda)");
+HostResult run_cuda_once(const Shape& s, mtk_context ctx, const Descriptors& d, int sorted,
+                         cudaStream_t stream) {
+  check(mtk_topk(ctx, &d.input, s.k, s.dim, 1, sorted, &d.values, &d.indices, stream),
+        "mtk_topk (cuda)");
   const size_t outputs = static_cast<size_t>(s.rows * s.k);
   HostResult r{std::vector<uint8_t>(outputs * s.itemsize), std::vector<int64_t>(outputs)};
-  check_cuda(cudaMemcpyAsync(r.values.data(), d.values.data, r.values.size(), cudaMemcpyDeviceToHost, stream), "copy values");
-  check_cuda(cudaMemcpyAsync(r.indices.data(), d.indices.data, outputs * 8, cudaMemcpyDeviceToHost, stream), "copy indices");
+  check_cuda(cudaMemcpyAsync(r.values.data(), d.values.data, r.values.size(),
+                             cudaMemcpyDeviceToHost, stream),
+             "copy values");
+  check_cuda(cudaMemcpyAsync(r.indices.data(), d.indices.data, outputs * 8, cudaMemcpyDeviceToHost,
+                             stream),
+             "copy indices");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return r;
 }
@@ -221,14 +234,20 @@ HostResult run_cuda_once(const Shape& s, mtk_context ctx, const Descriptors& d, 
 HostResult run_cpu(const Shape& s, mtk_context cpu, const std::vector<uint8_t>& input) {
   const size_t outputs = static_cast<size_t>(s.rows * s.k);
   HostResult r{std::vector<uint8_t>(outputs * s.itemsize), std::vector<int64_t>(outputs)};
-  const Descriptors d = describe_problem(s, const_cast<uint8_t*>(input.data()), r.values.data(), r.indices.data());
-  check(mtk_topk(cpu, &d.input, s.k, s.dim, 1, 1, &d.values, &d.indices, nullptr), "mtk_topk (cpu)");
+  const Descriptors d =
+      describe_problem(s, const_cast<uint8_t*>(input.data()), r.values.data(), r.indices.data());
+  check(mtk_topk(cpu, &d.input, s.k, s.dim, 1, 1, &d.values, &d.indices, nullptr),
+        "mtk_topk (cpu)");
   return r;
 }
 
 // Output element (row, j) and input element (row, position) offsets in elements.
-size_t output_offset(const Shape& s, int64_t row, int64_t j) { return s.dim == 0 ? j * s.rows + row : row * s.k + j; }
-size_t input_offset(const Shape& s, int64_t row, int64_t p) { return s.dim == 0 ? p * s.rows + row : row * s.n + p; }
+size_t output_offset(const Shape& s, int64_t row, int64_t j) {
+  return s.dim == 0 ? j * s.rows + row : row * s.k + j;
+}
+size_t input_offset(const Shape& s, int64_t row, int64_t p) {
+  return s.dim == 0 ? p * s.rows + row : row * s.n + p;
+}
 
 // Sorted: bit-identical to the CPU backend. Unsorted: per row the same index set, and every
 // value the bits of the input element its index names.
@@ -245,14 +264,17 @@ std::string mismatch(const Shape& s, const std::vector<uint8_t>& input, const Ho
       const size_t o = output_offset(s, row, j);
       want[j] = expected.indices[o];
       have[j] = got.indices[o];
-      if (have[j] < 0 || have[j] >= s.n) return "unsorted index out of range in row " + std::to_string(row);
-      if (std::memcmp(&got.values[o * s.itemsize], &input[input_offset(s, row, have[j]) * s.itemsize], s.itemsize) != 0) {
+      if (have[j] < 0 || have[j] >= s.n)
+        return "unsorted index out of range in row " + std::to_string(row);
+      if (std::memcmp(&got.values[o * s.itemsize],
+                      &input[input_offset(s, row, have[j]) * s.itemsize], s.itemsize) != 0) {
         return "unsorted value does not match the input at its index in row " + std::to_string(row);
       }
     }
     std::sort(want.begin(), want.end());
     std::sort(have.begin(), have.end());
-    if (want != have) return "unsorted index set differs from the CPU backend in row " + std::to_string(row);
+    if (want != have)
+      return "unsorted index set differs from the CPU backend in row " + std::to_string(row);
   }
   return "";
 }
@@ -275,13 +297,15 @@ struct Timing {
 };
 
 // `problems` are rotated call by call so inputs that fit in L2 are not all served from it.
-Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors>& problems, int sorted,
-                  cudaStream_t stream, Settings settings) {
+Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors>& problems,
+                  int sorted, cudaStream_t stream, Settings settings) {
   auto call = [&](size_t i) {
     const Descriptors& d = problems[i % problems.size()];
-    check(mtk_topk(ctx, &d.input, s.k, s.dim, 1, sorted, &d.values, &d.indices, stream), "mtk_topk (timed)");
+    check(mtk_topk(ctx, &d.input, s.k, s.dim, 1, sorted, &d.values, &d.indices, stream),
+          "mtk_topk (timed)");
   };
-  for (size_t i = 0; i < 3 * problems.size(); ++i) call(i);  // plans and scratch exist before timing
+  for (size_t i = 0; i < 3 * problems.size(); ++i)
+    call(i);  // plans and scratch exist before timing
   check_cuda(cudaStreamSynchronize(stream), "warm-up");
   Event start, end;
   std::vector<double> per_call;
@@ -308,8 +332,8 @@ Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors
 }
 
 // Returns false on a mismatch (reported on stderr); throws on library or CUDA errors.
-bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream, size_t l2_bytes,
-                 Settings settings) {
+bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream,
+                 size_t l2_bytes, Settings settings) {
   const size_t input_bytes = static_cast<size_t>(s.rows * s.n) * s.itemsize;
   const size_t outputs = static_cast<size_t>(s.rows * s.k);
   const size_t rotation = input_bytes <= l2_bytes ? 4 : 1;
@@ -319,22 +343,27 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
   std::vector<DeviceBuffer> inputs;
   std::vector<uint8_t> first_input;
   for (size_t b = 0; b < rotation; ++b) {
-    std::vector<uint8_t> host = random_input(s, static_cast<uint64_t>(s.rows * 31 + s.n + s.k) * 8 + b);
+    std::vector<uint8_t> host =
+        random_input(s, static_cast<uint64_t>(s.rows * 31 + s.n + s.k) * 8 + b);
     inputs.emplace_back(input_bytes);
-    check_cuda(cudaMemcpy(inputs.back().get(), host.data(), input_bytes, cudaMemcpyHostToDevice), "upload input");
+    check_cuda(cudaMemcpy(inputs.back().get(), host.data(), input_bytes, cudaMemcpyHostToDevice),
+               "upload input");
     if (b == 0) first_input = std::move(host);
   }
   DeviceBuffer values(outputs * s.itemsize), indices(outputs * 8);
   std::vector<Descriptors> problems;
-  for (const DeviceBuffer& input : inputs) problems.push_back(describe_problem(s, input.get(), values.get(), indices.get()));
+  for (const DeviceBuffer& input : inputs)
+    problems.push_back(describe_problem(s, input.get(), values.get(), indices.get()));
 
   const HostResult expected = run_cpu(s, cpu, first_input);
   bool ok = true;
   for (int sorted : {1, 0}) {
-    const std::string why = mismatch(s, first_input, expected, run_cuda_once(s, cuda, problems[0], sorted, stream), sorted);
+    const std::string why = mismatch(s, first_input, expected,
+                                     run_cuda_once(s, cuda, problems[0], sorted, stream), sorted);
     if (!why.empty()) {
-      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld sorted=%d: %s\n", s.family.c_str(), (long long)s.rows,
-                   (long long)s.n, (long long)s.k, s.dtype_name.c_str(), (long long)s.dim, sorted, why.c_str());
+      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld sorted=%d: %s\n", s.family.c_str(),
+                   (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
+                   (long long)s.dim, sorted, why.c_str());
       ok = false;
     }
   }
@@ -342,12 +371,14 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
 
   for (int sorted : {1, 0}) {
     const Timing t = time_calls(s, cuda, problems, sorted, stream, settings);
-    std::printf("{\"family\": \"%s\", \"rows\": %lld, \"n\": %lld, \"k\": %lld, \"dtype\": \"%s\", \"dim\": %lld, "
-                "\"sorted\": %s, \"eager_us\": %.3f, \"single_us\": %.3f, \"calls\": %d, \"reps\": %d, "
-                "\"singles\": %d, \"input_buffers\": %zu, \"verified\": true}\n",
-                s.family.c_str(), (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
-                (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.single_us, t.calls, t.reps, t.singles,
-                rotation);
+    std::printf(
+        "{\"family\": \"%s\", \"rows\": %lld, \"n\": %lld, \"k\": %lld, \"dtype\": \"%s\", "
+        "\"dim\": %lld, "
+        "\"sorted\": %s, \"eager_us\": %.3f, \"single_us\": %.3f, \"calls\": %d, \"reps\": %d, "
+        "\"singles\": %d, \"input_buffers\": %zu, \"verified\": true}\n",
+        s.family.c_str(), (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
+        (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.single_us, t.calls, t.reps,
+        t.singles, rotation);
     std::fflush(stdout);
   }
   return true;
@@ -365,13 +396,19 @@ int run(int argc, char** argv) {
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--calls") settings.calls = positive_option(argc, argv, i);
-    else if (arg == "--reps") settings.reps = positive_option(argc, argv, i);
-    else if (arg == "--singles") settings.singles = positive_option(argc, argv, i);
-    else shapes.push_back(parse_shape(arg));
+    if (arg == "--calls")
+      settings.calls = positive_option(argc, argv, i);
+    else if (arg == "--reps")
+      settings.reps = positive_option(argc, argv, i);
+    else if (arg == "--singles")
+      settings.singles = positive_option(argc, argv, i);
+    else
+      shapes.push_back(parse_shape(arg));
   }
   if (shapes.empty()) {
-    std::fprintf(stderr, "usage: bench_c_abi [--calls N] [--reps R] [--singles S] family:rows:n:k:dtype:dim...\n");
+    std::fprintf(
+        stderr,
+        "usage: bench_c_abi [--calls N] [--reps R] [--singles S] family:rows:n:k:dtype:dim...\n");
     return 1;
   }
   int available = 0;
@@ -387,10 +424,14 @@ int run(int argc, char** argv) {
   bool all_ok = true;
   for (const Shape& s : shapes) {
     try {
-      all_ok = bench_shape(s, cuda.get(), cpu.get(), stream.get(), static_cast<size_t>(l2_bytes), settings) && all_ok;
-    } catch (const std::exception& error) {  // report and go on: one shape's failure must not hide the rest
-      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld: %s\n", s.family.c_str(), (long long)s.rows,
-                   (long long)s.n, (long long)s.k, s.dtype_name.c_str(), (long long)s.dim, error.what());
+      all_ok = bench_shape(s, cuda.get(), cpu.get(), stream.get(), static_cast<size_t>(l2_bytes),
+                           settings) &&
+               all_ok;
+    } catch (const std::exception&
+                 error) {  // report and go on: one shape's failure must not hide the rest
+      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld: %s\n", s.family.c_str(),
+                   (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
+                   (long long)s.dim, error.what());
       all_ok = false;
     }
   }

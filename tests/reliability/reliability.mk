@@ -93,7 +93,8 @@ test-faults: $(REL_OUT)/fault_sweep $(REL_OUT)/bad_input rel-asan-programs
 	$(REL_OUT)/fault_sweep
 	$(REL_ASAN_ENV) $(REL_ASAN_OUT)/fault_sweep
 
-# The fuzzer's corpus dir starts from the checked-in seeds and keeps what it finds, outside git.
+# The fuzzer keeps what it finds in a corpus outside git, and replays the checked-in inputs of
+# past failures (fuzz_regressions/) first.
 REL_CORPUS := $(REL_FUZZ_BUILD)/corpus
 
 test-sanitize: rel-asan-programs rel-tsan-programs rel-fuzzer
@@ -101,9 +102,9 @@ test-sanitize: rel-asan-programs rel-tsan-programs rel-fuzzer
 	$(REL_TSAN_ENV) $(REL_TSAN_OUT)/thread_stress
 	@mkdir -p $(REL_CORPUS)
 	$(REL_ASAN_ENV) $(REL_FUZZER) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS)
+	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS) $(REL_DIR)/fuzz_regressions
 
 fuzz: rel-fuzzer
 	@mkdir -p $(REL_CORPUS)
 	$(REL_ASAN_ENV) $(REL_FUZZER) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS)
+	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS) $(REL_DIR)/fuzz_regressions
