@@ -454,6 +454,10 @@ uint64_t router_threadgroup_total(const uint64_t (&bytes)[kRouterThreadgroupBuff
 }
 }  // namespace
 
+std::string metal_router_function(mtk_dtype dtype) {
+  return std::string("mtk_moe_route_") + metal_dtype_suffix(dtype);
+}
+
 MetalLimits metal_router_limits_for_pipeline(uint64_t pipeline_max_threads) {
   MetalLimits limits;
   const uint64_t threads = std::min<uint64_t>(pipeline_max_threads, limits.max_threads) / kSimdWidth * kSimdWidth;
@@ -475,11 +479,11 @@ MetalRouterPlan make_metal_router_plan(const RouterProblem& problem, const Metal
   const uint64_t groups = static_cast<uint64_t>(problem.n_group);
 
   MetalRouterPlan plan{};
-  plan.function = std::string("mtk_moe_route_") + metal_dtype_suffix(problem.dtype);
+  plan.function = metal_router_function(problem.dtype);
   plan.threadgroups_y = to_u32(static_cast<uint64_t>(problem.tokens), "tokens");
 
-  // One thread per expert up to the limit; fewer threads only if their reduction scratch is
-  // what keeps a token's experts out of threadgroup memory.
+  // One thread per expert up to the limit; fewer (the most that fit) only if their reduction
+  // scratch is what keeps a token's experts out of threadgroup memory.
   uint64_t threads = std::min<uint64_t>(round_up(experts, kSimdWidth), limits.max_threads);
   uint64_t bytes[kRouterThreadgroupBuffers] = {};
   for (;;) {
@@ -493,7 +497,7 @@ MetalRouterPlan make_metal_router_plan(const RouterProblem& problem, const Metal
            " experts with k = ", k, " need ", router_threadgroup_total(bytes), " bytes, over the limit of ",
            limits.threadgroup_memory_bytes);
     }
-    threads = std::max<uint64_t>(threads / 2 / kSimdWidth * kSimdWidth, kSimdWidth);
+    threads -= kSimdWidth;
   }
   plan.threads = static_cast<uint32_t>(threads);
   for (int i = 0; i < kRouterThreadgroupBuffers; ++i) {

@@ -173,6 +173,9 @@ struct MetalRouterPlan {
   uint32_t threadgroup_bytes[kRouterThreadgroupBuffers];  // each a multiple of 16, at least 16
 };
 
+// "mtk_moe_route_<dtype suffix>": the router pipeline for logits of `dtype`.
+std::string metal_router_function(mtk_dtype dtype);
+
 // The router kernel's limits for a device whose router pipeline allows `pipeline_max_threads`
 // threads per threadgroup (it needs only one SIMD-group). Throws MTK_ERROR_DEVICE below 32.
 MetalLimits metal_router_limits_for_pipeline(uint64_t pipeline_max_threads);

@@ -316,6 +316,40 @@ void encode_metal_topk(MetalDevice& device, const TopkProblem& problem, Workspac
   });
 }
 
+void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, void* stream) {
+  // The plan's threadgroup is capped by what this device's router pipeline allows.
+  const ObjcRef<id<MTLComputePipelineState>> pipeline = device.pipeline(metal_router_function(problem.dtype));
+  MetalRouterPlan plan =
+      make_metal_router_plan(problem, metal_router_limits_for_pipeline([pipeline.get() maxTotalThreadsPerThreadgroup]));
+  const MetalRouterExtents extents = metal_router_extents(problem);
+  const BufferSlice logits = device.resolve_tensor(problem.logits, extents.logits, "logits");
+  const BufferSlice weights = device.resolve_tensor(problem.weights, extents.weights, "weights");
+  const BufferSlice ids = device.resolve_tensor(problem.ids, extents.ids, "ids");
+  // Without a bias the kernel never reads buffer 1; the logits' buffer fills the slot.
+  const BufferSlice bias =
+      problem.bias != nullptr ? device.resolve_tensor(problem.bias, extents.bias, "params.bias") : logits;
+  set_metal_router_buffer_offsets(plan, problem, logits.offset, bias.offset, weights.offset, ids.offset);
+
+  objc_call("encoding the Metal MoE router", [&] {
+    ObjcRef<id<MTLCommandBuffer>> command_buffer = device.command_buffer(stream);
+    id<MTLComputeCommandEncoder> encoder = [command_buffer.get() computeCommandEncoder];
+    if (encoder == nil) fail(MTK_ERROR_DEVICE, "Metal could not create a compute command encoder");
+    [encoder setComputePipelineState:pipeline.get()];
+    [encoder setBuffer:logits.buffer.get() offset:0 atIndex:0];
+    [encoder setBuffer:bias.buffer.get() offset:0 atIndex:1];
+    [encoder setBuffer:weights.buffer.get() offset:0 atIndex:2];
+    [encoder setBuffer:ids.buffer.get() offset:0 atIndex:3];
+    [encoder setBytes:&plan.params length:sizeof plan.params atIndex:4];
+    for (NSUInteger t = 0; t < kRouterThreadgroupBuffers; ++t) {
+      [encoder setThreadgroupMemoryLength:plan.threadgroup_bytes[t] atIndex:t];
+    }
+    [encoder dispatchThreadgroups:MTLSizeMake(1, plan.threadgroups_y, 1)
+            threadsPerThreadgroup:MTLSizeMake(plan.threads, 1, 1)];
+    [encoder endEncoding];
+    device.submit(command_buffer, stream);
+  });
+}
+
 namespace {
 
 class MetalBackend final : public Backend {
@@ -338,8 +372,8 @@ class MetalBackend final : public Backend {
   void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
     encode_metal_topk(device_, problem, workspace, stream);
   }
-  void moe_route(const RouterProblem&, void*) override {
-    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "mtk_moe_route is not implemented by the Metal backend yet");
+  void moe_route(const RouterProblem& problem, void* stream) override {
+    encode_metal_moe_route(device_, problem, stream);
   }
 
   CacheCounters cache_counters() const override { return device_.pipeline_counters(); }

@@ -151,5 +151,8 @@ class MetalDevice {
 void encode_metal_topk(MetalDevice& device, const TopkProblem& problem, Workspace workspace,
                        void* stream);
 
+// The Metal backend's MoE router (one kernel), which the MPSGraph backend also runs.
+void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, void* stream);
+
 }  // namespace metal
 }  // namespace mtk

@@ -194,8 +194,10 @@ class MpsGraphBackend final : public Backend {
     });
   }
 
-  void moe_route(const RouterProblem&, void*) override {
-    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "mtk_moe_route is not implemented by the MPSGraph backend");
+  // MPSGraph has no fused router (and its top-k's tie order is undocumented): the Metal kernel
+  // runs it, on this context's device and queue.
+  void moe_route(const RouterProblem& problem, void* stream) override {
+    encode_metal_moe_route(device_, problem, stream);
   }
 
   // Graphs and the Metal pipelines of routed problems, together.

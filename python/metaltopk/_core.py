@@ -252,6 +252,8 @@ def _output_shape(shape, dim, k):
 # (shape, strides, itemsize, k, dim), and its three descriptors are packed with one
 # struct.pack_into into a block of three mtk_tensor, laid out from cffi's own view of the header.
 
+_MAX_NDIM = lib.MTK_MAX_NDIM
+
 
 class _Geometry:
     """What a (shape, byte strides, itemsize, k, dim) call needs: the input's sizes and element
@@ -275,7 +277,6 @@ class _Geometry:
             self.output_dims = self.out_shape + _contiguous_strides(self.out_shape)
 
 
-_MAX_NDIM = lib.MTK_MAX_NDIM
 _GEOMETRY_CACHE_SIZE = 1024
 _geometries = {}
 

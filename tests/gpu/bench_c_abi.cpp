@@ -417,10 +417,11 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "bench_c_abi: no CUDA device\n");
     return 2;
   }
+  // The stream outlives the contexts: the CUDA context keeps scratch per stream until destroyed.
+  Stream stream;
   Context cuda(MTK_BACKEND_CUDA), cpu(MTK_BACKEND_CPU);
   int l2_bytes = 0;
   check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "reading the L2 size");
-  Stream stream;
   bool all_ok = true;
   for (const Shape& s : shapes) {
     try {

@@ -181,6 +181,8 @@ def run_c_abi_bench(binary, shapes, timeout):
     except subprocess.TimeoutExpired as expired:
         output, status = expired.stdout or "", f"timeout after {timeout} s"
         output = output.decode() if isinstance(output, bytes) else output
+    except OSError as error:  # missing or not executable: the Python columns still run
+        output, status = "", f"{type(error).__name__}: {error}"
     if status != 0:
         print(f"# bench_c_abi: exit {status}", flush=True)
     lines = {}

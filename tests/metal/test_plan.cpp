@@ -389,6 +389,167 @@ void test_mpsgraph_routing() {
   EXPECT(!mtk::plan_mpsgraph_topk(three_d, new_os, at_start).use_graph);
 }
 
+// ---- MoE router plan -------------------------------------------------------------------------
+
+mtk::RouterProblem router(mtk_dtype dtype, int64_t tokens, int64_t experts, int64_t k, int64_t n_group = 1,
+                          int64_t topk_group = 1) {
+  mtk::RouterProblem p{};
+  p.dtype = dtype;
+  p.index_dtype = MTK_INT32;
+  p.tokens = tokens;
+  p.experts = experts;
+  p.k = k;
+  p.scoring = MTK_SCORING_SOFTMAX;
+  p.n_group = n_group;
+  p.topk_group = topk_group;
+  p.renormalize = true;
+  p.scale = 1.0f;
+  p.logits_token_stride = experts;
+  p.logits_expert_stride = 1;
+  p.weights_token_stride = k;
+  p.weights_k_stride = 1;
+  p.ids_token_stride = k;
+  p.ids_k_stride = 1;
+  return p;
+}
+
+uint32_t padded(uint64_t bytes) { return uint32_t(std::max<uint64_t>((bytes + 15) / 16 * 16, 16)); }
+
+// What the kernel needs (lib/metal/router_kernels.h), checked against any router plan.
+void check_router_plan(const mtk::MetalRouterPlan& plan, const mtk::RouterProblem& p, const MetalLimits& limits) {
+  uint64_t total = 0;
+  for (uint32_t bytes : plan.threadgroup_bytes) {
+    EXPECT(bytes >= 16 && bytes % 16 == 0);
+    total += bytes;
+  }
+  EXPECT(total <= limits.threadgroup_memory_bytes);
+  EXPECT(plan.threads % 32 == 0 && plan.threads >= 32 && plan.threads <= limits.max_threads);
+  EXPECT(plan.threadgroups_y == uint64_t(p.tokens));
+  EXPECT(plan.function == std::string("mtk_moe_route_") + mtk::metal_dtype_suffix(p.dtype));
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgScores] >= 4 * p.experts);
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgKeys] >= 4 * p.experts);
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgReduce] >= 4 * (64 + 2 * uint64_t(plan.threads)));
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgRoute] >= 4 * (2 * p.n_group + 2 * p.k));
+}
+
+void test_router_benchmark_shapes() {
+  // DeepSeek-style 4096 tokens x 256 experts, top-8 in 8 groups keeping 4: one thread per expert.
+  mtk::RouterProblem ds = router(MTK_BFLOAT16, 4096, 256, 8, 8, 4);
+  ds.scoring = MTK_SCORING_SIGMOID;
+  const float bias[256] = {};
+  ds.bias = bias;
+  ds.bias_stride = 1;
+  ds.scale = 2.5f;
+  ds.index_dtype = MTK_INT64;
+  const mtk::MetalRouterPlan plan = mtk::make_metal_router_plan(ds);
+  check_router_plan(plan, ds, MetalLimits());
+  EXPECT(plan.function == "mtk_moe_route_bf16");
+  EXPECT(plan.threads == 256);
+  EXPECT(plan.threadgroups_y == 4096);
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgScores] == 1024);
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgKeys] == 1024);
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgReduce] == (64 + 512) * 4);
+  EXPECT(plan.threadgroup_bytes[mtk::kRouterTgRoute] == padded((16 + 16) * 4));
+  const MtkRouterParams& q = plan.params;
+  EXPECT(q.experts == 256 && q.k == 8 && q.n_group == 8 && q.topk_group == 4);
+  EXPECT(q.scoring == MTK_SCORING_SIGMOID && q.has_bias == 1 && q.renormalize == 1 && q.index_is_64 == 1);
+  EXPECT(q.scale == 2.5f && q.logits_token_stride == 256 && q.logits_expert_stride == 1);
+  EXPECT(q.weights_token_stride == 8 && q.ids_k_stride == 1 && q.bias_stride == 1);
+
+  // 512 experts, top-10, float32 logits; odd expert counts round up to whole SIMD-groups.
+  const mtk::MetalRouterPlan wide = mtk::make_metal_router_plan(router(MTK_FLOAT32, 7, 512, 10));
+  EXPECT(wide.threads == 512 && wide.params.has_bias == 0 && wide.params.n_group == 1);
+  EXPECT(mtk::make_metal_router_plan(router(MTK_FLOAT16, 1, 8, 2)).threads == 32);
+  EXPECT(mtk::make_metal_router_plan(router(MTK_FLOAT16, 1, 200, 2)).threads == 224);
+  EXPECT(mtk::make_metal_router_plan(router(MTK_FLOAT16, 1, 3000, 2)).threads == 1024);
+}
+
+void test_router_threadgroup_memory_limit() {
+  std::mt19937_64 rng(7);
+  int planned = 0, rejected = 0, shrunk = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t experts = 1 + int64_t(rng() % 5000);
+    const int64_t k = 1 + int64_t(rng() % uint64_t(experts));
+    int64_t groups = 1;
+    for (int64_t g : {2, 4, 8, 16, 32}) {
+      if (experts % g == 0 && rng() % 2) groups = g;
+    }
+    MetalLimits limits;
+    if (rng() % 3 == 0) limits.threadgroup_memory_bytes = 4096 + 16 * (rng() % 1024);
+    if (rng() % 3 == 0) limits.max_threads = 32 * uint32_t(1 + rng() % 32);
+    const mtk::RouterProblem p = router(MTK_FLOAT32, 3, experts, k, groups, groups);
+    // Even one SIMD-group cannot hold the token: the only reason a plan may be refused.
+    const uint64_t smallest = padded(4 * experts) * 2 + padded(4 * (64 + 64)) + padded(4 * (2 * groups + 2 * k));
+    const mtk_status status = status_of([&] {
+      const mtk::MetalRouterPlan plan = mtk::make_metal_router_plan(p, limits);
+      check_router_plan(plan, p, limits);
+      const uint64_t wanted = std::min<uint64_t>((experts + 31) / 32 * 32, limits.max_threads);
+      EXPECT(plan.threads <= wanted);
+      if (plan.threads < wanted) {
+        ++shrunk;
+        // The most threads that fit: one more SIMD-group would not have.
+        const uint64_t one_more = padded(4 * experts) * 2 + padded(4 * (64 + 2 * (uint64_t(plan.threads) + 32))) +
+                                  padded(4 * (2 * groups + 2 * k));
+        EXPECT(one_more > limits.threadgroup_memory_bytes);
+      }
+    });
+    if (status == MTK_SUCCESS) {
+      ++planned;
+      EXPECT(smallest <= limits.threadgroup_memory_bytes);
+    } else {
+      ++rejected;
+      EXPECT(status == MTK_ERROR_INVALID_ARGUMENT);
+      EXPECT(smallest > limits.threadgroup_memory_bytes);
+    }
+  }
+  EXPECT(planned > 1000 && rejected > 100 && shrunk > 100);
+  // Apple's 32 KB: 4000 experts with a small k still fit, 4096 do not.
+  EXPECT(status_of([] { mtk::make_metal_router_plan(router(MTK_FLOAT32, 1, 4000, 8)); }) == MTK_SUCCESS);
+  EXPECT(status_of([] { mtk::make_metal_router_plan(router(MTK_FLOAT32, 1, 4096, 8)); }) ==
+         MTK_ERROR_INVALID_ARGUMENT);
+  // More tokens than a grid dimension holds.
+  EXPECT(status_of([] { mtk::make_metal_router_plan(router(MTK_FLOAT32, int64_t(1) << 32, 64, 8)); }) ==
+         MTK_ERROR_INVALID_ARGUMENT);
+}
+
+void test_router_limits_offsets_and_extents() {
+  EXPECT(mtk::metal_router_limits_for_pipeline(100).max_threads == 96);
+  EXPECT(mtk::metal_router_limits_for_pipeline(4096).max_threads == 1024);
+  EXPECT(status_of([] { mtk::metal_router_limits_for_pipeline(31); }) == MTK_ERROR_DEVICE);
+  EXPECT(mtk::make_metal_router_plan(router(MTK_FLOAT32, 2, 512, 8), mtk::metal_router_limits_for_pipeline(100))
+             .threads == 96);
+
+  mtk::RouterProblem p = router(MTK_FLOAT16, 5, 64, 4);
+  p.index_dtype = MTK_INT64;
+  const float bias[128] = {};
+  p.bias = bias;
+  p.bias_stride = 2;
+  mtk::MetalRouterPlan plan = mtk::make_metal_router_plan(p);
+  mtk::set_metal_router_buffer_offsets(plan, p, 6, 8, 12, 16);
+  EXPECT(plan.params.logits_base == 3 && plan.params.bias_base == 2 && plan.params.weights_base == 3 &&
+         plan.params.ids_base == 2);
+  EXPECT(status_of([&] { mtk::set_metal_router_buffer_offsets(plan, p, 3, 8, 12, 16); }) == MTK_ERROR_INVALID_ARGUMENT);
+  EXPECT(status_of([&] { mtk::set_metal_router_buffer_offsets(plan, p, 6, 8, 12, 12); }) == MTK_ERROR_INVALID_ARGUMENT);
+  p.bias = nullptr;
+  mtk::set_metal_router_buffer_offsets(plan, p, 6, 3, 12, 16);  // no bias: its offset is not used
+  EXPECT(plan.params.bias_base == 0);
+
+  // Extents: negative token stride for the logits, transposed outputs, stepped bias.
+  mtk::RouterProblem q = router(MTK_BFLOAT16, 4, 16, 3);
+  q.logits_token_stride = -16;
+  q.weights_token_stride = 1;
+  q.weights_k_stride = 4;
+  q.bias = bias;
+  q.bias_stride = 3;
+  const mtk::MetalRouterExtents e = mtk::metal_router_extents(q);
+  EXPECT(e.logits.first == -3 * 16 * 2 && e.logits.bytes == 4 * 16 * 2);
+  EXPECT(e.weights.first == 0 && e.weights.bytes == 12 * 4);
+  EXPECT(e.ids.first == 0 && e.ids.bytes == 12 * 4);
+  EXPECT(e.bias.first == 0 && e.bias.bytes == (15 * 3 + 1) * 4);
+  q.bias = nullptr;
+  EXPECT(mtk::metal_router_extents(q).bias.bytes == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -404,6 +565,9 @@ int main() {
   test_workspace_checks();
   test_tensor_extents();
   test_pipeline_thread_limits();
+  test_router_benchmark_shapes();
+  test_router_threadgroup_memory_limit();
+  test_router_limits_offsets_and_extents();
   if (g_failures) {
     std::printf("test_plan: %d failures\n", g_failures);
     return 1;

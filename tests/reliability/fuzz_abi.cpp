@@ -481,7 +481,9 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
   // Rows: every multi-index over the batch dims.
   int64_t counter[MTK_MAX_NDIM] = {};
   const int64_t rows = n == 0 ? 0 : ein.numel / n;
-  for (int64_t r = 0; r < rows && k > 0; ++r) {
+  // A 0-d input gives 0-d outputs holding (x, 0) for k = 0 as for k = 1 (contract rule 7).
+  const int64_t out_k = in.ndim == 0 ? 1 : k;
+  for (int64_t r = 0; r < rows && out_k > 0; ++r) {
     int64_t in_off = 0, v_off = 0, i_off = 0;
     for (int e = 0; e < in.ndim; ++e) {
       if (e == d) continue;
@@ -490,9 +492,9 @@ void fuzz_topk(FuzzedDataProvider& fdp, mtk_context ctx, bool allocating) {
       i_off += counter[e] * it.strides[e];
     }
     const unsigned char* row0 = static_cast<const unsigned char*>(in.data) + in_off * static_cast<int64_t>(item);
-    const std::vector<int64_t> expect = reference_row(raw_dtype(in), item, row0, in_stride, n, k, largest);
-    std::vector<int64_t> got(static_cast<size_t>(k));
-    for (int64_t j = 0; j < k; ++j) {
+    const std::vector<int64_t> expect = reference_row(raw_dtype(in), item, row0, in_stride, n, out_k, largest);
+    std::vector<int64_t> got(static_cast<size_t>(out_k));
+    for (int64_t j = 0; j < out_k; ++j) {
       const unsigned char* vp = static_cast<const unsigned char*>(vt.data) + (v_off + j * v_stride) * static_cast<int64_t>(item);
       const unsigned char* ip = static_cast<const unsigned char*>(it.data) + (i_off + j * i_stride) * static_cast<int64_t>(index_item);
       int64_t index = 0;

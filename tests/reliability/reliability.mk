@@ -63,10 +63,10 @@ $(REL_OUT)/fault_sweep: $(REL_DIR)/fault_sweep.cpp include/metaltopk.h \
 REL_ASAN_OUT := $(REL_ASAN_BUILD)/tests/reliability
 REL_TSAN_OUT := $(REL_TSAN_BUILD)/tests/reliability
 
+# bad_input.c is linked by the C++ driver: the library's UBSan checks need the C++ runtime part.
 rel-asan-programs: rel-asan-library
 	@mkdir -p $(REL_ASAN_OUT)
 	$(CC) $(REL_CC_FLAGS) $(REL_ASAN) -c $(REL_DIR)/bad_input.c -o $(REL_ASAN_OUT)/bad_input.o
-	# Linked by the C++ driver: the library's UBSan checks need the C++ part of the runtime.
 	$(CXX) $(REL_ASAN) $(REL_ASAN_OUT)/bad_input.o -o $(REL_ASAN_OUT)/bad_input \
 	  -L$(REL_ASAN_BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(REL_ASAN_BUILD))
 	$(CXX) $(REL_CXX_FLAGS) $(REL_ASAN) $(REL_DIR)/fault_sweep.cpp -o $(REL_ASAN_OUT)/fault_sweep \
