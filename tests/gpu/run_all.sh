@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
-#   build for sm_90 -> exhaustive CUDA conformance -> pytest (CUDA params + torch/CuPy interop)
-#   -> compute-sanitizer memcheck and racecheck on the small set -> benchmark (Python, torch, and
-#   the C-ABI harness tests/gpu/bench_c_abi in one table).
-# Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance pytest sanitize bench
-#        (default: all). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
+#   build for sm_90 -> exhaustive CUDA conformance -> benchmark (Python, torch and the C-ABI
+#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark -> pytest
+#   (CUDA params + torch/CuPy interop) -> compute-sanitizer memcheck and racecheck.
+# Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
+#        pytest sanitize (default: all). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
-STEPS=${*:-build conformance bench pytest sanitize}
+STEPS=${*:-build conformance bench router router-bench pytest sanitize}
 export PYTHONUNBUFFERED=1
 
 if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import cffi" 2>/dev/null; then
@@ -52,6 +52,12 @@ for s in $STEPS; do
         "$BUILD/tests/cuda_conformance" --quick
       step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;;
+    router)
+      step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/router/test_router.py tests/router/test_router_torch_cuda.py -k cuda ;;
+    router-bench)
+      step router-bench 200 python3 tests/gpu/bench_router_cuda.py \
+        --json "$OUT/bench_router_cuda.json" ;;
     bench)
       step bench 240 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" \
         --c-abi-bench "$BUILD/tests/bench_c_abi" ${BENCH_ARGS:-} ;;
