@@ -9,6 +9,7 @@
 #include "core/backend.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/fault_injection.hpp"
 #include "cpu/moe_route.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/topk_kernels.hpp"
@@ -26,12 +27,17 @@ std::byte* align_up(std::byte* p) {
   return p + (round_up(address, kScratchAlign) - address);
 }
 
+// Frees scratch and tells the reliability tests' live-allocation count.
 struct FreeDeleter {
-  void operator()(void* p) const noexcept { std::free(p); }
+  void operator()(void* p) const noexcept {
+    std::free(p);
+    track_release();
+  }
 };
 
 // A 64-byte aligned host buffer; null when empty.
 void* aligned_host_alloc(size_t bytes) {
+  fault_point(FaultSite::HostAllocation);
   // aligned_alloc wants a multiple of the alignment.
   void* p = std::aligned_alloc(kScratchAlign, round_up(std::max<size_t>(bytes, 1), kScratchAlign));
   if (p == nullptr) fail(MTK_ERROR_OUT_OF_MEMORY, "cpu: allocating ", bytes, " bytes failed");
@@ -46,6 +52,7 @@ class ScratchBuffer {
       data_.reset();
       bytes_ = 0;
       data_.reset(static_cast<std::byte*>(aligned_host_alloc(bytes)));
+      track_allocation();
       bytes_ = bytes;
     }
     return data_.get();

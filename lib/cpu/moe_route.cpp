@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/fault_injection.hpp"
 #include "core/ordered_key.hpp"
 
 namespace mtk::cpu {
@@ -255,6 +256,7 @@ class TokenRouter {
 
 void cpu_moe_route(const RouterProblem& problem, ThreadPool& pool) {
   const TokenRouter router(problem);
+  fault_point(FaultSite::HostAllocation);  // the per-worker scratch below
   std::vector<Scratch> scratch(static_cast<size_t>(pool.num_threads()));
   for (Scratch& s : scratch) router.prepare(s);
   pool.parallel_for_worker(problem.tokens, [&](int worker, int64_t begin, int64_t end) {

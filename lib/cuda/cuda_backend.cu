@@ -9,6 +9,7 @@
 #include "core/backend.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/fault_injection.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/moe_route.hpp"
 #include "cuda/scratch_cache.hpp"
@@ -25,7 +26,11 @@ ScratchCache::~ScratchCache() {
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
                         cudaSetDevice(device_) == cudaSuccess;
   cudaDeviceSynchronize();
-  for (auto& entry : blocks_) cudaFree(entry.second.data);
+  for (auto& entry : blocks_) {
+    if (entry.second.data == nullptr) continue;
+    cudaFree(entry.second.data);
+    track_release();
+  }
   cudaGetLastError();
   if (switched) cudaSetDevice(previous);
 }
@@ -46,13 +51,17 @@ ScratchCache::Lease ScratchCache::acquire(cudaStream_t stream, size_t bytes) {
   // Grow by at least half again so that slowly increasing sizes reallocate rarely.
   const size_t grown = std::max(bytes, block.bytes + block.bytes / 2);
   void* fresh = nullptr;
+  fault_point(FaultSite::DeviceAllocation);
   check_cuda(cudaMallocAsync(&fresh, grown, stream), "allocating top-k scratch");
+  track_allocation();
   if (block.data != nullptr) {
     const cudaError_t freed = cudaFreeAsync(block.data, stream);
     if (freed != cudaSuccess) {
       cudaFreeAsync(fresh, stream);
+      track_release();
       check_cuda(freed, "releasing the previous top-k scratch");
     }
+    track_release();
   }
   block.data = fresh;
   block.bytes = grown;
@@ -158,6 +167,7 @@ class CudaBackend final : public Backend {
 
   void moe_route(const RouterProblem& problem, void* stream) override {
     DeviceGuard guard(device_);
+    fault_point(FaultSite::DeviceCall);  // the router's launch
     cuda_moe_route(problem, static_cast<cudaStream_t>(stream));
   }
 
@@ -181,6 +191,7 @@ class CudaBackend final : public Backend {
 
   static void launch(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
                      cudaStream_t stream) {
+    fault_point(FaultSite::DeviceCall);  // the kernel launches below
     switch (dtype_info(problem.dtype)->size) {
       case 1: launch_topk_key8(problem, plan, scratch, stream); return;
       case 2: launch_topk_key16(problem, plan, scratch, stream); return;
