@@ -53,11 +53,17 @@ class TokenRoute:
         return self.group_near_tie or self.expert_near_tie
 
 
-def _boundary_near_tie(sorted_scores: np.ndarray, count: int) -> bool:
+def _boundary_near_tie(sorted_scores: np.ndarray, count: int, sorted_origins) -> bool:
     """Whether any of the first count+1 ranked scores are near-ties of their neighbour: then
-    which `count` win, or their order, depends on rounding."""
+    which `count` win, or their order, depends on rounding. Scores equal in float64 but computed
+    from different terms (s(1) + 0.5 + s(-3) against s(-3) + 0.5 + s(1) in another order, or
+    s(x) + b against s(y) + b') are near-ties too: float32 implementations round them apart."""
     last = min(count, sorted_scores.size - 1)
-    return any(scores_near_tie(sorted_scores[r], sorted_scores[r + 1]) for r in range(last))
+    for r in range(last):
+        a, b = sorted_scores[r], sorted_scores[r + 1]
+        if scores_near_tie(a, b) or (a == b and sorted_origins[r] != sorted_origins[r + 1]):
+            return True
+    return False
 
 
 def route_token(x: np.ndarray, k: int, scoring: str, bias: Optional[np.ndarray], n_group: int,
@@ -75,6 +81,9 @@ def route_token(x: np.ndarray, k: int, scoring: str, bias: Optional[np.ndarray],
             u = s = x.copy()
         plain = bias is None and n_group <= 1
         selection = x if plain else (s + bias.astype(np.float64) if bias is not None else s)
+    # What each selection score is computed from: equal inputs give equal float32 bits anywhere.
+    bias_terms = bias.astype(np.float64) if bias is not None else np.zeros(experts)
+    origins = [(float(xe), float(be)) for xe, be in zip(x, bias_terms)]
     eligible = np.ones(experts, dtype=bool)
     group_near_tie = expert_near_tie = False
     group_scores = None
@@ -82,22 +91,25 @@ def route_token(x: np.ndarray, k: int, scoring: str, bias: Optional[np.ndarray],
     if n_group > 1:
         size = experts // n_group
         group_scores = np.empty(n_group)
+        group_origins = []
         for g in range(n_group):
             members = selection[g * size:(g + 1) * size]
-            best = members[ranking(members)[:2]]
-            group_scores[g] = best.sum()
+            best_members = ranking(members)[:2]
+            group_scores[g] = members[best_members].sum()
+            group_origins.append(tuple(sorted(origins[g * size + m] for m in best_members)))
         group_order = ranking(group_scores)
         kept = group_order[:topk_group]
         eligible[:] = False
         for g in kept:
             eligible[g * size:(g + 1) * size] = True
-        group_near_tie = _boundary_near_tie(group_scores[group_order], topk_group)
+        group_near_tie = _boundary_near_tie(group_scores[group_order], topk_group,
+                                            [group_origins[g] for g in group_order])
         kept_floor = group_scores[group_order[topk_group - 1]]
     candidates = np.flatnonzero(eligible)
     order = candidates[ranking(selection[candidates])]
     ids = order[:k]
     if not plain:
-        expert_near_tie = _boundary_near_tie(selection[order], k)
+        expert_near_tie = _boundary_near_tie(selection[order], k, [origins[e] for e in order])
     return TokenRoute(ids=ids, weights=weights_for(ids, u, s, renormalize, scale),
                       group_near_tie=group_near_tie, expert_near_tie=expert_near_tie, u=u, s=s,
                       selection=selection, eligible=eligible, group_scores=group_scores,
