@@ -15,8 +15,8 @@
  * thread-local message naming the bad argument and its value, valid until the thread's next call.
  *
  * Threads: a context may be used from many threads at once; its caches are internally locked.
- * Distinct contexts share nothing. mtk_context_destroy must not race with other calls on the
- * same context.
+ * Distinct contexts share nothing. mtk_context_destroy and mtk_context_set_num_threads must not
+ * race with other calls on the same context.
  *
  * Streams: GPU calls are stream-ordered and asynchronous. `stream` is the backend's queue
  * handle: a cudaStream_t for CUDA (NULL = the legacy default stream); for Metal and MPSGraph an
@@ -128,7 +128,8 @@ MTK_API mtk_status mtk_context_create(mtk_backend backend, int device_index, mtk
 MTK_API mtk_status mtk_context_destroy(mtk_context ctx);
 MTK_API mtk_status mtk_context_backend(mtk_context ctx, mtk_backend* out);
 MTK_API mtk_status mtk_context_cache_stats(mtk_context ctx, mtk_cache_stats* out);
-/* CPU only: worker threads for later calls (0 = one per hardware thread, the default). */
+/* CPU only: worker threads for later calls (0 = one per hardware thread, the default). A CPU
+ * workspace size depends on it: query mtk_topk_workspace_size again after changing it. */
 MTK_API mtk_status mtk_context_set_num_threads(mtk_context ctx, int num_threads);
 
 /* ---- Device memory ---------------------------------------------------------------------- */

@@ -127,10 +127,9 @@ mtk_tensor matrix(void* data, mtk_dtype dtype, int64_t rows, int64_t cols) {
 }
 
 // One random top-k call on `ctx`, checked. `label` names the thread in failure messages.
-// OPEN ISSUE (CPU backend): mtk_topk_workspace_size depends on the context's thread count, so a
-// concurrent mtk_context_set_num_threads can make a queried size too small for the call that
-// follows ("workspace_bytes = 1472 is smaller than the 2176 bytes this problem needs"). Until
-// that is fixed, the phase that resizes the pool leaves out the workspace variant.
+// A CPU workspace size depends on the context's thread count, and the header forbids racing
+// mtk_context_set_num_threads with other calls, so the phase that resizes the pool concurrently
+// (to stress the pool itself) leaves out the workspace variant.
 void random_topk(mtk_context ctx, std::mt19937_64& rng, const std::string& label,
                  bool pool_resized_concurrently) {
   const DtypeCase& t = kDtypes[rng() % (sizeof kDtypes / sizeof kDtypes[0])];
