@@ -4,7 +4,7 @@
 
 CPU_TEST := $(BUILD)/tests/cpu/test_cpu_topk
 CPU_TEST_OBJ := $(filter $(BUILD)/lib/cpu/%,$(HOST_OBJ)) $(BUILD)/lib/core/dtype.o \
-  $(BUILD)/lib/core/error.o
+  $(BUILD)/lib/core/error.o $(BUILD)/lib/core/fault_injection.o
 CPU_TEST_ITERATIONS ?= 3000
 
 TEST_TARGETS += test-cpu
