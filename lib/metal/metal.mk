@@ -43,6 +43,8 @@ METAL_CLCPP := $(METAL_CLANG) -x clcpp -cl-std=clc++ -Xclang -finclude-default-h
                -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -Werror
 METAL_PLAN_SRC := lib/core/metal_plan.cpp lib/core/dtype.cpp
 
+TEST_TARGETS += test-metal
+
 .PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
         test-metal-objc
 
