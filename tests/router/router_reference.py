@@ -58,11 +58,17 @@ def _boundary_near_tie(sorted_scores: np.ndarray, count: int, sorted_origins) ->
     which `count` win, or their order, depends on rounding. Scores equal in float64 but computed
     from different terms (s(1) + 0.5 + s(-3) against s(-3) + 0.5 + s(1) in another order, or
     s(x) + b against s(y) + b') are near-ties too: float32 implementations round them apart."""
-    last = min(count, sorted_scores.size - 1)
-    for r in range(last):
-        a, b = sorted_scores[r], sorted_scores[r + 1]
-        if scores_near_tie(a, b) or (a == b and sorted_origins[r] != sorted_origins[r + 1]):
-            return True
+    # A winner's score is compared with every later score equal or near to it, not only the
+    # next one: a run of equal scores of which only some share the winner's terms can reorder.
+    for r in range(min(count, sorted_scores.size)):
+        for later in range(r + 1, sorted_scores.size):
+            a, b = sorted_scores[r], sorted_scores[later]
+            if scores_near_tie(a, b):
+                return True
+            if a != b:
+                break
+            if sorted_origins[r] != sorted_origins[later]:
+                return True
     return False
 
 
