@@ -280,6 +280,7 @@ Scenario topk_scenario(TopkShape s, TopkVariant variant) {
       injector.arm();
       o.status = mtk_topk(ctx, &in, s.k, s.dim, s.largest, 1, &v, &i, nullptr);
       injector.disarm();
+      o.message = mtk_last_error_message();
     } else {
       size_t bytes = 0;
       mtk_topk_workspace_size(ctx, &in, s.k, s.dim, s.largest, 1, MTK_INT64, &bytes);
@@ -287,10 +288,11 @@ Scenario topk_scenario(TopkShape s, TopkVariant variant) {
       injector.arm();
       o.status = mtk_topk_with_workspace(ctx, &in, s.k, s.dim, s.largest, 1, &v, &i,
                                          workspace.get(), bytes, nullptr);
-      // Disarmed while the workspace lives: its mtk_free is the test's, not the call's.
+      // Disarmed while the workspace lives: its mtk_free is the test's, not the call's, and
+      // clears the message.
       injector.disarm();
+      o.message = mtk_last_error_message();
     }
-    o.message = mtk_last_error_message();
     mtk_synchronize(ctx, nullptr);
     values_bytes = values.download();
     indices_bytes = indices.download();
