@@ -27,7 +27,10 @@ def emulator(tmp_path_factory):
     library = tmp_path_factory.mktemp("warp") / "libwarp_emulation.so"
     subprocess.run([compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra",
                     "-Werror", f"-I{REPO / 'include'}", f"-I{REPO / 'lib'}",
-                    str(HERE / "warp_emulation.cpp"), "-o", str(library)], check=True)
+                    str(HERE / "warp_emulation.cpp"),
+                    *(str(REPO / "lib" / "core" / name)
+                      for name in ("validate.cpp", "dtype.cpp", "error.cpp")),
+                    "-o", str(library)], check=True)
     ffi = cffi.FFI()
     ffi.cdef(package_ffi.cdef_from_header(package_ffi.header_text))
     ffi.cdef("int emulate_moe_route(const mtk_tensor*, const mtk_router_params*, "

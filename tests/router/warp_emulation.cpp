@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.hpp"
+#include "core/validate.hpp"
 #include "cuda/moe_route_warp.cuh"
 #include "metaltopk.h"
 
@@ -106,27 +108,12 @@ extern "C" __attribute__((visibility("default"))) int emulate_moe_route(
     const mtk_tensor* logits, const mtk_router_params* params, const mtk_tensor* weights,
     const mtk_tensor* ids) {
   mtk::RouterProblem p{};
-  p.dtype = logits->dtype;
-  p.index_dtype = ids->dtype;
-  p.tokens = logits->sizes[0];
-  p.experts = logits->sizes[1];
-  p.k = params->k;
-  p.scoring = params->scoring;
-  p.n_group = params->n_group > 1 ? params->n_group : 1;
-  p.topk_group = params->n_group > 1 ? params->topk_group : 1;
-  p.renormalize = params->renormalize != 0;
-  p.scale = params->scale;
-  p.logits = logits->data;
-  p.logits_token_stride = logits->strides[0];
-  p.logits_expert_stride = logits->strides[1];
-  p.bias = params->bias != nullptr ? static_cast<const float*>(params->bias->data) : nullptr;
-  p.bias_stride = params->bias != nullptr ? params->bias->strides[0] : 0;
-  p.weights = static_cast<float*>(weights->data);
-  p.weights_token_stride = weights->strides[0];
-  p.weights_k_stride = weights->strides[1];
-  p.ids = ids->data;
-  p.ids_token_stride = ids->strides[0];
-  p.ids_k_stride = ids->strides[1];
+  try {
+    // The core's own validation and canonical form, exactly what the library hands a backend.
+    p = mtk::make_router_problem(logits, params, weights, ids);
+  } catch (const mtk::Error&) {
+    return 2;
+  }
   switch (p.dtype) {
     case MTK_FLOAT32: route_all<F32>(p); return 0;
     case MTK_FLOAT16: route_all<F16>(p); return 0;
