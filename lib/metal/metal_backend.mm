@@ -352,39 +352,15 @@ void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, v
 
 namespace {
 
-class MetalBackend final : public Backend {
+class MetalBackend final : public MetalDeviceBackend {
  public:
-  explicit MetalBackend(int device_index) : device_(device_index) {}
+  using MetalDeviceBackend::MetalDeviceBackend;
 
   mtk_backend kind() const override { return MTK_BACKEND_METAL; }
-  bool supports_dtype(mtk_dtype dtype) const override { return dtype != MTK_FLOAT64 && dtype_info(dtype) != nullptr; }
-
-  void* allocate(size_t bytes) override { return device_.allocate(bytes); }
-  void deallocate(void* ptr) noexcept override { device_.deallocate(ptr); }
-  void copy(void* dst, const void* src, size_t bytes, mtk_copy_kind kind, void* stream) override {
-    device_.copy(dst, src, bytes, kind, stream);
-  }
-  void synchronize(void* stream) override { device_.synchronize(stream); }
-
-  size_t workspace_size(const TopkProblem& problem) override {
-    return make_metal_plan(problem, device_.limits(problem.dtype)).workspace_bytes;
-  }
   void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
     encode_metal_topk(device_, problem, workspace, stream);
   }
-  void moe_route(const RouterProblem& problem, void* stream) override {
-    encode_metal_moe_route(device_, problem, stream);
-  }
-
   CacheCounters cache_counters() const override { return device_.pipeline_counters(); }
-  // Scratch is allocated per call and owned by the command buffer that uses it.
-  size_t scratch_bytes() const override { return 0; }
-  void set_num_threads(int) override {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "num_threads applies to CPU contexts only; a Metal context has no worker threads");
-  }
-
- private:
-  MetalDevice device_;
 };
 
 }  // namespace

@@ -120,26 +120,13 @@ std::shared_ptr<CachedGraph> build_graph(const GraphKey& key) {
   return built;
 }
 
-class MpsGraphBackend final : public Backend {
+class MpsGraphBackend final : public MetalDeviceBackend {
  public:
-  explicit MpsGraphBackend(int device_index) : device_(device_index) {
+  explicit MpsGraphBackend(int device_index) : MetalDeviceBackend(device_index) {
     if (@available(macOS 14.0, *)) capabilities_.macos14 = true;
   }
 
   mtk_backend kind() const override { return MTK_BACKEND_MPSGRAPH; }
-  bool supports_dtype(mtk_dtype dtype) const override { return dtype != MTK_FLOAT64 && dtype_info(dtype) != nullptr; }
-
-  void* allocate(size_t bytes) override { return device_.allocate(bytes); }
-  void deallocate(void* ptr) noexcept override { device_.deallocate(ptr); }
-  void copy(void* dst, const void* src, size_t bytes, mtk_copy_kind kind, void* stream) override {
-    device_.copy(dst, src, bytes, kind, stream);
-  }
-  void synchronize(void* stream) override { device_.synchronize(stream); }
-
-  // The routed problems need the Metal kernels' scratch; the graph path needs none.
-  size_t workspace_size(const TopkProblem& problem) override {
-    return make_metal_plan(problem, device_.limits(problem.dtype)).workspace_bytes;
-  }
 
   void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
     const RowGeometry& g = problem.geometry;
@@ -194,12 +181,6 @@ class MpsGraphBackend final : public Backend {
     });
   }
 
-  // MPSGraph has no fused router (and its top-k's tie order is undocumented): the Metal kernel
-  // runs it, on this context's device and queue.
-  void moe_route(const RouterProblem& problem, void* stream) override {
-    encode_metal_moe_route(device_, problem, stream);
-  }
-
   // Graphs and the Metal pipelines of routed problems, together.
   CacheCounters cache_counters() const override {
     const CacheCounters graphs = graphs_.counters();
@@ -207,13 +188,7 @@ class MpsGraphBackend final : public Backend {
     return CacheCounters{graphs.hits + pipelines.hits, graphs.misses + pipelines.misses,
                          graphs.entries + pipelines.entries};
   }
-  size_t scratch_bytes() const override { return 0; }
-  void set_num_threads(int) override {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "num_threads applies to CPU contexts only; an MPSGraph context has no worker threads");
-  }
-
  private:
-  MetalDevice device_;
   MpsGraphCapabilities capabilities_;
   LruCache<GraphKey, std::shared_ptr<CachedGraph>, GraphKeyHash> graphs_{128};
   std::mutex encode_mutex_;
