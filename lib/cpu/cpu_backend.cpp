@@ -139,10 +139,7 @@ class CpuBackend final : public Backend {
     return bytes;
   }
 
-  void set_num_threads(int num_threads) override {
-    if (num_threads < 0) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "num_threads = ", num_threads, " is negative");
-    }
+  void set_num_threads(int num_threads) override {  // the core rejected negative counts
     std::lock_guard<std::mutex> lock(mutex_);
     pool_ = std::make_unique<cpu::ThreadPool>(num_threads);
     const size_t workers = static_cast<size_t>(pool_->num_threads());
