@@ -19,3 +19,16 @@ bench-router: $(LIBRARY) python-deps
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) PYTHONPATH=$(abspath python) \
 	  $(PYTHON) bench/bench_router.py
+
+# bench-cpu-kernel: single-thread CPU time of the CPU backend per shape (bench/CPU_NOTES.md's
+# version table); not part of `make bench`, which compares against the anchors.
+CPU_KERNEL_TIME := $(BUILD)/bench/cpu_kernel_time
+
+$(CPU_KERNEL_TIME): bench/cpu_kernel_time.c include/metaltopk.h $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -Iinclude $< -o $@ -L$(BUILD) -lmetaltopk -lm \
+	  -Wl,-rpath,$(abspath $(BUILD))
+
+.PHONY: bench-cpu-kernel
+bench-cpu-kernel: $(CPU_KERNEL_TIME)
+	$(CPU_KERNEL_TIME)
