@@ -1,8 +1,9 @@
 #include "context.hpp"
 
+#include <mutex>
+#include <shared_mutex>
 #include <unordered_set>
 #include <utility>
-#include <vector>
 
 #include "error.hpp"
 #include "fault_injection.hpp"
@@ -55,7 +56,9 @@ size_t Context::live_allocations() const {
 }
 
 namespace {
-std::mutex registry_mutex;
+// Every call looks its context up here, so lookups share the lock; only create and destroy
+// take it alone.
+std::shared_mutex registry_mutex;
 std::unordered_set<mtk_context>& live_contexts() {
   static auto* contexts = new std::unordered_set<mtk_context>();  // outlives static destructors
   return *contexts;
@@ -63,7 +66,7 @@ std::unordered_set<mtk_context>& live_contexts() {
 }  // namespace
 
 mtk_context register_context(std::unique_ptr<mtk_context_s> context) {
-  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::lock_guard<std::shared_mutex> lock(registry_mutex);
   fault_point(FaultSite::HostAllocation);  // the set node below
   live_contexts().insert(context.get());
   return context.release();
@@ -71,7 +74,7 @@ mtk_context register_context(std::unique_ptr<mtk_context_s> context) {
 
 Context& checked_context(mtk_context handle) {
   if (handle == nullptr) fail(MTK_ERROR_INVALID_CONTEXT, "ctx is NULL");
-  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::shared_lock<std::shared_mutex> lock(registry_mutex);
   if (live_contexts().count(handle) == 0) {
     fail(MTK_ERROR_INVALID_CONTEXT, "ctx = ", static_cast<const void*>(handle),
          " is not a live context (destroyed, or never created by mtk_context_create)");
@@ -82,7 +85,7 @@ Context& checked_context(mtk_context handle) {
 void destroy_context(mtk_context handle) {
   std::unique_ptr<mtk_context_s> owned;
   {
-    std::lock_guard<std::mutex> lock(registry_mutex);
+    std::lock_guard<std::shared_mutex> lock(registry_mutex);
     if (live_contexts().erase(handle) == 0) {
       fail(MTK_ERROR_INVALID_CONTEXT, "ctx = ", static_cast<const void*>(handle),
            " is not a live context (destroyed, or never created by mtk_context_create)");
