@@ -173,6 +173,8 @@ struct RowState {
   uint32_t next_count;        // candidates written by the pass running now
   uint32_t blocks_done;       // pass-completion ticket: the last block finalises the pass
   uint32_t complete;          // all k winners are written
+  uint32_t fallback;          // the sampled threshold missed: run the exact passes on the input
+  Comp threshold;             // sampled plans: candidates are the composites at or above it
   uint32_t hist[kMultiBins];
 };
 
@@ -276,7 +278,8 @@ __device__ void choose_multi_digit(RowState<Comp>* state, uint32_t* sh_hist, uin
 template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
-                           RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                           bool only_on_fallback) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -288,6 +291,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
   RowState<Comp>* state = states + row;
+  if (only_on_fallback && !state->fallback) return;  // uniform across the row's blocks
   const RowOffsets o = device_row_offsets(g, row);
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
 
@@ -316,14 +320,190 @@ __global__ void __launch_bounds__(kMultiThreads)
   }
 }
 
-// Filter pass `pass`: splits the elements under the previous prefix by the digit just chosen.
+// ---------------------------------------------------------------------------------------------
+// Sampled threshold: one read of the input instead of two.
+//
+// One block per row ranks a strided sample of the row and takes the key of its
+// `sample_rank`-th largest element as a threshold; the plan picks the rank so that the row's
+// elements at or above it are, with overwhelming probability, at least k and few enough for the
+// candidate buffer. One pass over the input then copies exactly those elements to the buffer and
+// histograms their top digit, and the exact radix passes continue on the buffer alone. The top k
+// of the row are always among the candidates when there are at least k of them, so the result
+// is exact whatever the sample says; when the count misses (too few, or more than the buffer
+// holds: adversarial or heavily tied data), the row falls back to the passes over the input.
+
+constexpr int kSampleThreads = 512;
+constexpr int kNarrowSamplesPerThread = 4;   // 2048 samples: rows up to a few million
+constexpr int kWideSamplesPerThread = 32;    // 16384 samples: huge rows
+
+// Ranks the sample and initialises the row's state (so sampled plans need no memset). The
+// threshold is the lower edge of the narrowest key bucket that holds the sample's
+// `sample_rank`-th largest key: exact when the bucket narrows to one key, and never above it.
+template <class T, int SamplesPerThread>
+__global__ void __launch_bounds__(kSampleThreads)
+    multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
+                        RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kKeyBits = int(sizeof(Key)) * 8;
+  constexpr int kSamples = kSampleThreads * SamplesPerThread;
+  __shared__ uint32_t hist[kBlockBins];
+  __shared__ uint32_t scan[kSampleThreads / 32];
+  __shared__ BucketChoice choice;
+
+  const int64_t row = blockIdx.x;
+  RowState<Comp>* state = states + row;
+  uint32_t* state_words = reinterpret_cast<uint32_t*>(state);
+  for (size_t w = threadIdx.x; w < sizeof(RowState<Comp>) / 4; w += kSampleThreads) {
+    state_words[w] = 0;
+  }
+  const RowOffsets o = device_row_offsets(g, row);
+  const T* base = input + o.input;
+  Key keys[SamplesPerThread];
+#pragma unroll
+  for (int j = 0; j < SamplesPerThread; ++j) {
+    // Midpoints of kSamples equal strata: spread over the whole row, deterministic.
+    const uint64_t s = uint64_t(j) * kSampleThreads + threadIdx.x;
+    const int64_t position = int64_t((2 * s + 1) * uint64_t(g.n) / (2 * uint64_t(kSamples)));
+    keys[j] = selection_key(base[position * g.input_stride], largest);
+  }
+
+  Key prefix = 0;
+  int resolved = 0;
+  uint32_t needed = sample_rank;
+  while (resolved < kKeyBits) {
+    const int shift = kKeyBits - resolved - kBlockDigitBits;
+    for (int b = threadIdx.x; b < kBlockBins; b += kSampleThreads) hist[b] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < SamplesPerThread; ++j) {
+      if (resolved == 0 || (keys[j] >> (shift + kBlockDigitBits)) == prefix) {
+        atomicAdd(&hist[uint32_t(keys[j] >> shift) & (kBlockBins - 1)], 1u);
+      }
+    }
+    __syncthreads();
+    const BucketChoice c = choose_bucket<kBlockBins, kSampleThreads>(hist, needed, scan, &choice);
+    prefix = Key((prefix << kBlockDigitBits) | Key(c.digit));
+    resolved += kBlockDigitBits;
+    needed -= c.above;
+    if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
+  }
+  __syncthreads();  // the state is cleared before thread 0 writes into it
+  if (threadIdx.x == 0) {
+    const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
+    state->threshold = Comp(threshold_key) << 32;
+  }
+}
+
+// Appends every flagged item of the warp's active lanes with one atomic: up to
+// capacity items land in `out`; `counter` still counts them all, so a count above capacity
+// tells the pass's last block that the buffer overflowed.
+template <int Count, class Item>
+__device__ __forceinline__ void warp_append_bounded(const bool (&take)[Count],
+                                                    const Item (&items)[Count], Item* out,
+                                                    uint32_t* counter, uint32_t capacity) {
+  const uint32_t active = __activemask();
+  uint32_t ballots[Count];
+  uint32_t total = 0;
+#pragma unroll
+  for (int e = 0; e < Count; ++e) {
+    ballots[e] = __ballot_sync(active, take[e]);
+    total += __popc(ballots[e]);
+  }
+  if (total == 0) return;
+  const int lane = threadIdx.x & 31;
+  const int leader = __ffs(active) - 1;
+  uint32_t position = 0;
+  if (lane == leader) position = atomicAdd(counter, total);
+  position = __shfl_sync(active, position, leader);
+  const uint32_t lanes_below = (1u << lane) - 1;
+#pragma unroll
+  for (int e = 0; e < Count; ++e) {
+    const uint32_t at = position + __popc(ballots[e] & lanes_below);
+    if (take[e] && at < capacity) out[at] = items[e];
+    position += __popc(ballots[e]);
+  }
+}
+
+// The one read of the input for sampled plans: candidates (composites at or above the row's
+// threshold) go to the buffer and their top digit to the row's histogram. The last block of the
+// row either chooses the first digit over the candidates, or, when the threshold missed, clears
+// what the pass left and flags the row for the exact passes over the input.
+template <class T>
+__global__ void __launch_bounds__(kMultiThreads)
+    multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                           Composite<typename KeyTraits<T>::Key>* candidates) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ uint32_t hist[kMultiBins];
+  __shared__ uint32_t scan[kMultiThreads / 32];
+  __shared__ BucketChoice choice;
+  __shared__ uint32_t last_flag;
+
+  const int64_t row = blockIdx.x / layout.blocks_per_row;
+  const int seg = int(blockIdx.x % layout.blocks_per_row);
+  RowState<Comp>* state = states + row;
+  const Comp threshold = state->threshold;
+  const uint32_t capacity = uint32_t(layout.capacity);
+  Comp* row_candidates = candidates + row * layout.capacity;
+
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+  __syncthreads();
+  const RowOffsets o = device_row_offsets(g, row);
+  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+  int64_t begin, end;
+  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  visit_row_segment<kMultiThreads>(source, begin, end, [&](const auto& items) {
+    constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
+    bool take[kCount];
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      take[e] = items[e] >= threshold;
+      any |= take[e];
+    }
+    // Candidates are rare: most warps decide with this one vote per vector.
+    if (!__any_sync(__activemask(), any)) return;
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      if (take[e]) atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
+    }
+    warp_append_bounded(take, items, row_candidates, &state->next_count, capacity);
+  });
+  __syncthreads();
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+    if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+  }
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
+    const uint32_t count = __ldcg(&state->next_count);
+    const bool hit = count >= uint32_t(g.k) && count <= capacity;
+    if (threadIdx.x == 0) {
+      state->blocks_done = 0;
+      state->next_count = 0;
+      state->needed = uint32_t(g.k);
+      state->source_is_buffer = hit ? 1u : 0u;
+      state->source_count = hit ? count : 0u;
+      state->fallback = hit ? 0u : 1u;
+    }
+    __syncthreads();
+    if (hit) {
+      choose_multi_digit(state, hist, scan, &choice);
+    } else {
+      for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
+    }
+  }
+}
+
+// A filter pass: splits the elements under the previous prefix by the digit just chosen.
 template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_filter_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                         RowState<Composite<typename KeyTraits<T>::Key>>* states,
                         Composite<typename KeyTraits<T>::Key>* winners,
                         const Composite<typename KeyTraits<T>::Key>* candidates_in,
-                        Composite<typename KeyTraits<T>::Key>* candidates_out, int pass,
+                        Composite<typename KeyTraits<T>::Key>* candidates_out,
                         bool histogram_next) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
@@ -341,7 +521,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   const Comp prefix = state->prefix;
   const int resolved = int(state->resolved);
   const uint32_t needed = state->needed, in_bucket = state->in_bucket;
-  const bool from_buffer = pass > 0 && state->source_is_buffer;
+  const bool from_buffer = state->source_is_buffer;
   const int64_t source_count = from_buffer ? int64_t(state->source_count) : g.n;
   const bool take_all = in_bucket == needed;
   const bool fits = !take_all && int64_t(in_bucket) <= layout.capacity;

@@ -74,17 +74,35 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       auto* buffer1 = reinterpret_cast<Comp*>(base + plan.candidates_offset[1]);
       const MultiLayout layout{plan.blocks_per_row, plan.capacity};
       const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
-      check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
-                 "clearing top-k row state");
+      if (plan.sample_rank > 0) {
+        // The sample kernel initialises the row state; the histogram pass runs only for rows
+        // whose threshold missed.
+        if (plan.samples_per_thread == kWideSamplesPerThread) {
+          multi_sample_kernel<T, kWideSamplesPerThread>
+              <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
+                                                                plan.sample_rank, states);
+        } else {
+          multi_sample_kernel<T, kNarrowSamplesPerThread>
+              <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
+                                                                plan.sample_rank, states);
+        }
+        multi_threshold_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest, layout,
+                                                                      states, buffer0);
+      } else {
+        check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
+                   "clearing top-k row state");
+      }
       multi_histogram_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest, layout,
-                                                                    states);
+                                                                    states, plan.sample_rank > 0);
+      // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
+      // buffer0 -> finish.
       static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
       multi_filter_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
-          g, input, p.largest, layout, states, winners, buffer1, buffer0, 0, true);
+          g, input, p.largest, layout, states, winners, buffer0, buffer1, true);
       multi_filter_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
-          g, input, p.largest, layout, states, winners, buffer0, buffer1, 1, false);
+          g, input, p.largest, layout, states, winners, buffer1, buffer0, false);
       finish_kernel<T><<<unsigned(g.rows), kBlockThreads, 0, stream>>>(
-          g, input, p.values, p.indices, index64, p.largest, layout, states, winners, buffer1,
+          g, input, p.values, p.indices, index64, p.largest, layout, states, winners, buffer0,
           plan.sort_in_block);
       if (!plan.sort_in_block) {
         void* temp = base + plan.sort_temp_offset;

@@ -1,5 +1,6 @@
 // make_topk_plan: the shape-class heuristic and the exact scratch layout (see topk_plan.hpp).
 #include <algorithm>
+#include <cmath>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -15,6 +16,28 @@ constexpr int64_t kMinElementsPerBlock = 2048;
 constexpr int64_t kMinCapacity = 16384;
 constexpr int64_t kCapacityDivisor = 32;  // candidate buffer: 1/32 of the row, at least 16384
 constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);  // indices fit 32 bits, see Composite
+// Below this many input bytes the sample kernel's launch costs more than the read it saves.
+constexpr int64_t kSampledMinBytes = int64_t(4) << 20;
+constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
+
+// Chooses the sample size and the sample rank whose key becomes the row's threshold, or leaves
+// the plan unsampled. With S samples of a row of n, the row's elements at or above the sample's
+// r-th largest key number about r*n/S, spread like a Gamma(r) variable around it (sd ~ sqrt(r)
+// in units of n/S). The rank keeps k more than 4 sd below that count (plus 8 samples, so the
+// miss probability stays negligible when k*S/n is tiny), and the plan takes the sampled path
+// only when the expected candidates fill at most a quarter of the buffer.
+void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes) {
+  if (rows * n * element_bytes < kSampledMinBytes) return;
+  const int per_thread = n >= kWideSampleRowLength ? kWideSamplesPerThread : kNarrowSamplesPerThread;
+  const double samples = double(kSampleThreads) * per_thread;
+  if (double(n) < 2 * samples) return;
+  const double k_in_sample = double(k) * samples / double(n);
+  const double rank = std::ceil(k_in_sample + 4 * std::sqrt(k_in_sample) + 8);
+  const double expected_candidates = rank * double(n) / samples;
+  if (rank > samples / 4 || expected_candidates > double(plan.capacity) / 4) return;
+  plan.sample_rank = uint32_t(rank);
+  plan.samples_per_thread = per_thread;
+}
 
 size_t align_up(size_t bytes) {
   return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
@@ -70,6 +93,7 @@ TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
   plan.sort_in_block = k <= kSortCapacity;
 
   const int key_bytes = int(dtype_info(key.dtype)->size);
+  choose_sampling(plan, rows, n, k, key_bytes);
   const size_t comp = composite_bytes(key_bytes);
   size_t offset = 0;
   plan.states_offset = offset;

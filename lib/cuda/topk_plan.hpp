@@ -11,7 +11,8 @@
 //    blocks_per_row blocks so that rows * blocks_per_row ~ kTargetBlocksPerSm * SMs, with at
 //    least kMinElementsPerBlock elements each. Scratch: per-row state, the k winners, and two
 //    candidate buffers of `capacity` composites per row; plus CUB merge-sort temporary storage
-//    when k > kSortCapacity.
+//    when k > kSortCapacity. Large problems whose k is small next to the row take a sampled
+//    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,8 @@ struct TopkPlan {
   int blocks_per_row = 1;       // Multi
   int64_t capacity = 0;         // Multi: candidate slots per row and buffer
   bool sort_in_block = true;    // Multi: k fits the finish kernel's shared-memory sort
+  uint32_t sample_rank = 0;     // Multi: > 0 reads the input once through a sampled threshold
+  int samples_per_thread = 0;   // Multi, sampled: which sample size
   size_t states_offset = 0, winners_offset = 0, candidates_offset[2] = {0, 0};
   size_t sort_temp_offset = 0, sort_temp_bytes = 0;
   size_t workspace_bytes = 0;   // exact scratch for the call (0 for Warp and Block)

@@ -100,9 +100,12 @@ int compare(const Value& a, const Value& b) {
 
 // ---- random inputs that stress the contract ----------------------------------------------
 
-enum class Data { Random, Special, FewDistinct, AllEqual, Ascending };
+// Spikes: ones where the CUDA plan's 16384-sample threshold looks on rows of 2^22 (every 256th
+// element from the 128th), zeros elsewhere, so the sample promises more candidates than exist.
+enum class Data { Random, Special, FewDistinct, AllEqual, Ascending, Spikes };
 const char* data_label(Data d) {
-  static const char* names[] = {"random", "special", "few-distinct", "all-equal", "ascending"};
+  static const char* names[] = {"random", "special", "few-distinct", "all-equal", "ascending",
+                                "spikes"};
   return names[int(d)];
 }
 
@@ -119,6 +122,7 @@ void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std
       case Data::Special: x = normal(rng); break;
       case Data::FewDistinct: x = small(rng); break;
       case Data::AllEqual: x = 1; break;
+      case Data::Spikes: x = i % 256 == 128 ? 1 : 0; break;
       default: x = double(i % 100000) - 500; break;
     }
     uint8_t* p = bytes.data() + i * size;
@@ -566,6 +570,30 @@ int main(int argc, char** argv) {
     c.data = Data::AllEqual;
     c.largest = false;
     check_case(ctx, c, rng, true);
+  }
+  // Sampled-threshold plans (inputs of 4 MB and more, k small next to the row): the threshold
+  // hits on random and ascending data; on few-distinct and all-equal data the candidates
+  // overflow the buffer, on spikes there are fewer than k, and both fall back to the exact
+  // passes over the input.
+  if (!quick) {
+    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT64, MTK_INT8, MTK_UINT8}) {
+      for (Data data : {Data::Random, Data::Ascending, Data::FewDistinct}) {
+        Case c{d, 16, 262144, 64, data, contiguous, data != Data::Ascending, true, d == MTK_UINT8};
+        check_case(ctx, c, rng, true);
+      }
+    }
+    Case huge{MTK_FLOAT32, 1, int64_t(1) << 22, 3000, Data::Random, contiguous, true, true, false};
+    check_case(ctx, huge, rng, true);
+    huge.sorted = false;
+    check_case(ctx, huge, rng, true);
+    huge.data = Data::AllEqual;
+    check_case(ctx, huge, rng, true);
+    huge.data = Data::Spikes;
+    huge.k = 20000;
+    huge.sorted = true;
+    check_case(ctx, huge, rng, true);
+    Case strided{MTK_BFLOAT16, 8, 524288, 100, Data::Special, layouts[1], true, true, false};
+    check_case(ctx, strided, rng, true);
   }
   check_workspace_and_alloc(ctx.cuda);
 

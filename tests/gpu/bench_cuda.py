@@ -300,8 +300,9 @@ def main():
 
     print_table(results)
     if args.profile:
-        profile_kernels([s for s in SHAPES if s[1:4] in ((16384, 256, 8), (256, 151936, 50),
-                                                         (1, 2 ** 28, 100), (1, 151936, 1024))])
+        profiled = ((16384, 256, 8), (4096, 512, 10), (256, 151936, 50), (256, 151936, 1024),
+                    (1, 2 ** 28, 100), (1, 2 ** 26, 1000), (1, 151936, 1024))
+        profile_kernels([s for s in SHAPES if s[1:4] in profiled])
     stats = metaltopk.cache_stats("cuda")
     print(f"# cuda plan cache: {stats}")
     c_abi_complete = not args.c_abi_bench or len(c_abi) == 2 * len(shapes)
