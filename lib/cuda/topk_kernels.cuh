@@ -479,6 +479,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
     const uint32_t count = __ldcg(&state->next_count);
     const bool hit = count >= uint32_t(g.k) && count <= capacity;
+    __syncthreads();  // every thread has its count before thread 0 resets it
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
       state->next_count = 0;
