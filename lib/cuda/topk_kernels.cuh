@@ -12,6 +12,9 @@
 //    the candidates again, and one block per row resolves the last bits (finish_kernel) and
 //    sorts. When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
 //    input instead, so scratch stays bounded and any input is handled.
+//    Large inputs with k small next to the row replace the first histogram by a sampled
+//    threshold (multi_sample_kernel, multi_threshold_kernel): the input is read once, the
+//    passes above continue on the candidates alone, and a missed threshold falls back to them.
 #pragma once
 
 #include <cstdint>
@@ -174,6 +177,7 @@ struct RowState {
   uint32_t blocks_done;       // pass-completion ticket: the last block finalises the pass
   uint32_t complete;          // all k winners are written
   uint32_t fallback;          // the sampled threshold missed: run the exact passes on the input
+  uint32_t finish_direct;     // few candidates: the finish kernel selects from all of them
   Comp threshold;             // sampled plans: candidates are the composites at or above it
   uint32_t hist[kMultiBins];
 };
@@ -359,13 +363,19 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
   const RowOffsets o = device_row_offsets(g, row);
   const T* base = input + o.input;
+  // The sample is kSamples / 32 runs of 32 adjacent elements, one run per warp load, centred
+  // in equal strata of the row: spread over the whole row and deterministic, and each load is
+  // one contiguous segment rather than 32 scattered ones (scattered loads made this kernel a
+  // sizeable part of a sampling call).
+  constexpr int kRuns = kSamples / 32;
+  const int lane = int(threadIdx.x & 31);
   Key keys[SamplesPerThread];
 #pragma unroll
   for (int j = 0; j < SamplesPerThread; ++j) {
-    // Midpoints of kSamples equal strata: spread over the whole row, deterministic.
-    const uint64_t s = uint64_t(j) * kSampleThreads + threadIdx.x;
-    const int64_t position = int64_t((2 * s + 1) * uint64_t(g.n) / (2 * uint64_t(kSamples)));
-    keys[j] = selection_key(base[position * g.input_stride], largest);
+    const uint64_t run = uint64_t(j) * (kSampleThreads / 32) + (threadIdx.x >> 5);
+    const int64_t centre = int64_t((2 * run + 1) * uint64_t(g.n) / (2 * uint64_t(kRuns)));
+    const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
+    keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
   }
 
   Key prefix = 0;
@@ -425,10 +435,19 @@ __device__ __forceinline__ void warp_append_bounded(const bool (&take)[Count],
   }
 }
 
+// Up to this many candidates the finish kernel ranks them all itself: two more multi-block
+// passes cost more in launches and row-state round trips than they save it.
+constexpr uint32_t kDirectFinishCandidates = 8192;
+
 // The one read of the input for sampled plans: candidates (composites at or above the row's
 // threshold) go to the buffer and their top digit to the row's histogram. The last block of the
-// row either chooses the first digit over the candidates, or, when the threshold missed, clears
-// what the pass left and flags the row for the exact passes over the input.
+// row then either leaves few candidates to the finish kernel alone, or chooses the first digit
+// over them for the filter passes, or, when the threshold missed, clears what the pass left and
+// flags the row for the exact passes over the input.
+//
+// Candidates are staged in shared memory and copied out once per block: a global atomic whose
+// result a warp waits for costs an L2 round trip, and on a single long row every warp would wait
+// on the same counter. Beyond the stage's capacity they go straight to the buffer.
 template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
@@ -437,10 +456,13 @@ __global__ void __launch_bounds__(kMultiThreads)
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
+  constexpr uint32_t kStageCapacity = 1024;
   __shared__ uint32_t hist[kMultiBins];
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
   __shared__ uint32_t last_flag;
+  __shared__ Comp staged[kStageCapacity];
+  __shared__ uint32_t staged_count, staged_base;
 
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
@@ -450,6 +472,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   Comp* row_candidates = candidates + row * layout.capacity;
 
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+  if (threadIdx.x == 0) staged_count = 0;
   __syncthreads();
   const RowOffsets o = device_row_offsets(g, row);
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
@@ -470,28 +493,63 @@ __global__ void __launch_bounds__(kMultiThreads)
     for (int e = 0; e < kCount; ++e) {
       if (take[e]) atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
     }
-    warp_append_bounded(take, items, row_candidates, &state->next_count, capacity);
+    bool spill[kCount];
+    bool any_spill = false;
+    const uint32_t active = __activemask();
+    const int lane = threadIdx.x & 31;
+    const int leader = __ffs(active) - 1;
+    const uint32_t lanes_below = (1u << lane) - 1;
+    uint32_t ballots[kCount];
+    uint32_t total = 0;
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      ballots[e] = __ballot_sync(active, take[e]);
+      total += __popc(ballots[e]);
+    }
+    uint32_t position = 0;
+    if (lane == leader) position = atomicAdd(&staged_count, total);
+    position = __shfl_sync(active, position, leader);
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      const uint32_t at = position + __popc(ballots[e] & lanes_below);
+      spill[e] = take[e] && at >= kStageCapacity;
+      if (take[e] && !spill[e]) staged[at] = items[e];
+      any_spill |= spill[e];
+      position += __popc(ballots[e]);
+    }
+    if (__any_sync(active, any_spill)) {
+      warp_append_bounded(spill, items, row_candidates, &state->next_count, capacity);
+    }
   });
   __syncthreads();
+  const uint32_t stage_size = min(staged_count, kStageCapacity);
+  if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
     if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < stage_size; i += kMultiThreads) {
+    if (staged_base + i < capacity) row_candidates[staged_base + i] = staged[i];
   }
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
     const uint32_t count = __ldcg(&state->next_count);
     const bool hit = count >= uint32_t(g.k) && count <= capacity;
+    const bool direct = hit && count <= kDirectFinishCandidates;
     __syncthreads();  // every thread has its count before thread 0 resets it
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
       state->next_count = 0;
       state->needed = uint32_t(g.k);
+      state->in_bucket = count;  // under the empty prefix: the whole buffer
       state->source_is_buffer = hit ? 1u : 0u;
       state->source_count = hit ? count : 0u;
       state->fallback = hit ? 0u : 1u;
+      state->finish_direct = direct ? 1u : 0u;
     }
     __syncthreads();
-    if (hit) {
+    if (hit && !direct) {
       choose_multi_digit(state, hist, scan, &choice);
-    } else {
+    } else if (!hit) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
     }
   }
@@ -517,7 +575,8 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
   RowState<Comp>* state = states + row;
-  if (state->complete) return;  // uniform across the row's blocks: set by an earlier kernel
+  // Uniform across the row's blocks: set by an earlier kernel.
+  if (state->complete || state->finish_direct) return;
 
   const Comp prefix = state->prefix;
   const int resolved = int(state->resolved);
