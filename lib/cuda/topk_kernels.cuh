@@ -461,7 +461,7 @@ __device__ __forceinline__ void warp_append_bounded(const bool (&take)[Count],
 
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it.
-constexpr uint32_t kDirectFinishCandidates = 8192;
+constexpr uint32_t kDirectFinishCandidates = 16384;
 
 // The one read of the input for sampled plans: candidates (composites at or above the row's
 // threshold) go to the buffer and their top digit to the row's histogram. The last block of the
@@ -476,7 +476,8 @@ template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
-                           Composite<typename KeyTraits<T>::Key>* candidates) {
+                           Composite<typename KeyTraits<T>::Key>* candidates,
+                           bool histogram_candidates) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -511,45 +512,36 @@ __global__ void __launch_bounds__(kMultiThreads)
       take[e] = Key(items[e] >> 32) >= threshold_key;  // the index half cannot matter
       any |= take[e];
     }
-    // Candidates are rare: most warps decide with this one vote per vector.
-    if (!__any_sync(__activemask(), any)) return;
-#pragma unroll
-    for (int e = 0; e < kCount; ++e) {
-      if (take[e]) atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
-    }
+    if (!any) return;
+    // A candidate costs its thread one shared atomic; a warp-wide ballot per vector cost more,
+    // as candidates are too rare to share it and too common to skip it.
     bool spill[kCount];
     bool any_spill = false;
-    const uint32_t active = __activemask();
-    const int lane = threadIdx.x & 31;
-    const int leader = __ffs(active) - 1;
-    const uint32_t lanes_below = (1u << lane) - 1;
-    uint32_t ballots[kCount];
-    uint32_t total = 0;
 #pragma unroll
     for (int e = 0; e < kCount; ++e) {
-      ballots[e] = __ballot_sync(active, take[e]);
-      total += __popc(ballots[e]);
+      spill[e] = false;
+      if (!take[e]) continue;
+      if (histogram_candidates) {
+        atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
+      }
+      const uint32_t at = atomicAdd(&staged_count, 1u);
+      if (at < kStageCapacity) {
+        staged[at] = items[e];
+      } else {
+        spill[e] = any_spill = true;
+      }
     }
-    uint32_t position = 0;
-    if (lane == leader) position = atomicAdd(&staged_count, total);
-    position = __shfl_sync(active, position, leader);
-#pragma unroll
-    for (int e = 0; e < kCount; ++e) {
-      const uint32_t at = position + __popc(ballots[e] & lanes_below);
-      spill[e] = take[e] && at >= kStageCapacity;
-      if (take[e] && !spill[e]) staged[at] = items[e];
-      any_spill |= spill[e];
-      position += __popc(ballots[e]);
-    }
-    if (__any_sync(active, any_spill)) {
+    if (any_spill) {
       warp_append_bounded(spill, items, row_candidates, &state->next_count, capacity);
     }
   });
   __syncthreads();
   const uint32_t stage_size = min(staged_count, kStageCapacity);
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
-  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
-    if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+  if (histogram_candidates) {
+    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+      if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+    }
   }
   __syncthreads();
   for (uint32_t i = threadIdx.x; i < stage_size; i += kMultiThreads) {
@@ -557,8 +549,11 @@ __global__ void __launch_bounds__(kMultiThreads)
   }
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
     const uint32_t count = __ldcg(&state->next_count);
-    const bool hit = count >= uint32_t(g.k) && count <= capacity;
+    bool hit = count >= uint32_t(g.k) && count <= capacity;
     const bool direct = hit && count <= kDirectFinishCandidates;
+    // Without the histogram the filter passes cannot start: more candidates than the finish
+    // kernel takes count as a miss (the plan makes that negligibly rare).
+    if (!histogram_candidates) hit = direct;
     __syncthreads();  // every thread has its count before thread 0 resets it
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
@@ -702,6 +697,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   Comp* row_winners = winners + row * g.k;
   const RowOffsets o = device_row_offsets(g, row);
 
+  // When the row is sorted here, the winners of the filter passes move to shared memory first
+  // and the last ones join them there: a global append makes each warp wait on an L2 atomic.
+  if (sort_here) {
+    const uint32_t earlier = state->winners;
+    for (uint32_t r = threadIdx.x; r < earlier; r += kBlockThreads) sh.winners[r] = row_winners[r];
+    if (threadIdx.x == 0) sh.winner_count = earlier;
+    __syncthreads();
+  }
+  auto append = [&](bool take, Comp c) {
+    if (sort_here) {
+      if (take) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+    } else {
+      warp_append(take, c, row_winners, &state->winners);
+    }
+  };
   if (!state->complete) {
     const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
                                 state->in_bucket};
@@ -709,20 +719,16 @@ __global__ void __launch_bounds__(kBlockThreads)
       const BufferSource<Comp> source{candidates + row * layout.capacity,
                                       int64_t(state->source_count)};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
-      for_each_composite(source, [&](Comp c) {
-        warp_append(is_winner<kBits>(c, start, final_sel), c, row_winners, &state->winners);
-      });
+      for_each_composite(source,
+                         [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });
     } else {
       const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
-      for_each_composite(source, [&](Comp c) {
-        warp_append(is_winner<kBits>(c, start, final_sel), c, row_winners, &state->winners);
-      });
+      for_each_composite(source,
+                         [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });
     }
   }
   if (!sort_here) return;
-  __syncthreads();
-  for (int r = threadIdx.x; r < g.k; r += kBlockThreads) sh.winners[r] = row_winners[r];
   __syncthreads();
   sort_and_write(sh, int(g.k), g, input, values, indices, index64, o);
 }

@@ -86,8 +86,8 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
                                                                 plan.sample_rank, states);
         }
-        multi_threshold_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest, layout,
-                                                                      states, buffer0);
+        multi_threshold_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
+            g, input, p.largest, layout, states, buffer0, plan.histogram_candidates);
       } else {
         check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
                    "clearing top-k row state");

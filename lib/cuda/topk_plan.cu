@@ -37,6 +37,9 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   if (rank > samples / 4 || expected_candidates > double(plan.capacity) / 4) return;
   plan.sample_rank = uint32_t(rank);
   plan.samples_per_thread = per_thread;
+  // Below a quarter of what the finish kernel takes alone, overshooting it is as unlikely as a
+  // miss, so the threshold pass need not histogram the candidates for the filter passes.
+  plan.histogram_candidates = expected_candidates > double(kDirectFinishCandidates) / 4;
 }
 
 size_t align_up(size_t bytes) {
