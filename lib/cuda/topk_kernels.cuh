@@ -462,6 +462,10 @@ __device__ __forceinline__ void warp_append_bounded(const bool (&take)[Count],
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it.
 constexpr uint32_t kDirectFinishCandidates = 16384;
+// Resident threshold blocks per SM that the register budget must allow: the plan sizes the
+// grid to one wave of them. Sixteen 1-byte elements per vector need more registers than four
+// blocks leave (ptxas spilled over a kilobyte per thread), so those get two.
+constexpr int threshold_blocks_per_sm(int element_bytes) { return element_bytes == 1 ? 2 : 4; }
 
 // The one read of the input for sampled plans: candidates (composites at or above the row's
 // threshold) go to the buffer and their top digit to the row's histogram. The last block of the
@@ -473,7 +477,7 @@ constexpr uint32_t kDirectFinishCandidates = 16384;
 // result a warp waits for costs an L2 round trip, and on a single long row every warp would wait
 // on the same counter. Beyond the stage's capacity they go straight to the buffer.
 template <class T>
-__global__ void __launch_bounds__(kMultiThreads)
+__global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(sizeof(T))))
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            Composite<typename KeyTraits<T>::Key>* candidates,

@@ -26,7 +26,8 @@ constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
 // in units of n/S). The rank keeps k more than 4 sd below that count (plus 8 samples, so the
 // miss probability stays negligible when k*S/n is tiny), and the plan takes the sampled path
 // only when the expected candidates fill at most a quarter of the buffer.
-void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes) {
+void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
+                     int sm_count) {
   if (rows * n * element_bytes < kSampledMinBytes) return;
   const int per_thread = n >= kWideSampleRowLength ? kWideSamplesPerThread : kNarrowSamplesPerThread;
   const double samples = double(kSampleThreads) * per_thread;
@@ -40,6 +41,12 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   // Below a quarter of what the finish kernel takes alone, overshooting it is as unlikely as a
   // miss, so the threshold pass need not histogram the candidates for the filter passes.
   plan.histogram_candidates = expected_candidates > double(kDirectFinishCandidates) / 4;
+  // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
+  // flight each already cover the memory latency) pays the per-block setup and the row-state
+  // round trips once per SM slot instead of a wave and a half of short blocks.
+  const int64_t one_wave = int64_t(threshold_blocks_per_sm(int(element_bytes))) *
+                           std::max(sm_count, 1) / rows;
+  plan.blocks_per_row = int(std::max<int64_t>(1, std::min<int64_t>(plan.blocks_per_row, one_wave)));
 }
 
 size_t align_up(size_t bytes) {
@@ -96,7 +103,7 @@ TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
   plan.sort_in_block = k <= kSortCapacity;
 
   const int key_bytes = int(dtype_info(key.dtype)->size);
-  choose_sampling(plan, rows, n, k, key_bytes);
+  choose_sampling(plan, rows, n, k, key_bytes, sm_count);
   const size_t comp = composite_bytes(key_bytes);
   size_t offset = 0;
   plan.states_offset = offset;

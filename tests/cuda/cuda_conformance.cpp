@@ -572,9 +572,10 @@ int main(int argc, char** argv) {
     check_case(ctx, c, rng, true);
   }
   // Sampled-threshold plans (inputs of 4 MB and more, k small next to the row): the threshold
-  // hits on random and ascending data; on few-distinct and all-equal data the candidates
-  // overflow the buffer, on spikes there are fewer than k, and both fall back to the exact
-  // passes over the input.
+  // hits on random and ascending data (the finish kernel takes the candidates alone, or the
+  // filter passes narrow them first); on few-distinct and all-equal data the candidates
+  // overflow, on spikes there are fewer than k, and both fall back to the exact passes over
+  // the input.
   if (!quick) {
     for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT64, MTK_INT8, MTK_UINT8}) {
       for (Data data : {Data::Random, Data::Ascending, Data::FewDistinct}) {
@@ -587,6 +588,9 @@ int main(int argc, char** argv) {
     huge.sorted = false;
     check_case(ctx, huge, rng, true);
     huge.data = Data::AllEqual;
+    check_case(ctx, huge, rng, true);
+    huge.data = Data::Random;  // more candidates than the finish takes: the filter passes run
+    huge.k = 20000;
     check_case(ctx, huge, rng, true);
     huge.data = Data::Spikes;
     huge.k = 20000;
