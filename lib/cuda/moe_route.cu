@@ -1,6 +1,6 @@
-// The fused MoE router on CUDA: one launch, one warp per token. Up to 512 experts the token's
-// scores live in registers and its row is read once, vectorised where the layout allows; past
-// that the warp streams the row (see moe_route_warp.cuh, which holds the per-token routine).
+// The fused MoE router on CUDA: one launch. Up to 512 experts a token's row is read once into
+// the registers of a group of lanes (a warp, or a part of one for rows of up to 128 experts);
+// past that a warp per token streams the row (moe_route_warp.cuh holds the per-token routines).
 // Stream-ordered, no allocation, no host synchronisation.
 #include <cuda_runtime.h>
 
@@ -14,74 +14,87 @@ namespace {
 
 using namespace cuda_router;
 
-// Tokens (warps) per block: small blocks spread few tokens over many SMs.
-constexpr int kWarpsPerBlock = 4;
+// Small blocks spread few tokens over many SMs.
+constexpr int kThreadsPerBlock = 128;
 
-struct WarpLanes {
-  __device__ __forceinline__ int lane() const { return int(threadIdx.x) % kWarpSize; }
+// The collectives of moe_route_warp.cuh over the aligned group of kLanes lanes that routes this
+// thread's token. Every lane of a warp runs every collective (route_token keeps groups past the
+// last token in step), so the full mask is always right; it is also what keeps them cheap: a
+// redux.sync whose mask differs between the groups of a warp is serialised per distinct mask, so
+// groups narrower than a warp take their maximum by a butterfly, which never leaves the group.
+template <int kLanes>
+struct GroupLanes {
+  static constexpr int kSize = kLanes;
+  static constexpr unsigned kWholeWarp = 0xffffffffu;
+
+  __device__ __forceinline__ int lane() const { return int(threadIdx.x) % kLanes; }
   __device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) const {
-    return __shfl_xor_sync(0xffffffffu, value, lane_mask);
+    return __shfl_xor_sync(kWholeWarp, value, lane_mask, kLanes);
   }
   __device__ __forceinline__ uint32_t shuffle(uint32_t value, int source_lane) const {
-    return __shfl_sync(0xffffffffu, value, source_lane);
+    return __shfl_sync(kWholeWarp, value, source_lane, kLanes);
+  }
+  __device__ __forceinline__ uint32_t reduce_max(uint32_t value) const {
+    if constexpr (kLanes == kWarpSize) {
+      return __reduce_max_sync(kWholeWarp, value);
+    } else {
+#pragma unroll
+      for (int mask = kLanes / 2; mask > 0; mask >>= 1) {
+        value = max(value, shuffle_xor(value, mask));
+      }
+      return value;
+    }
   }
 };
 
-__device__ __forceinline__ int64_t warp_token() {
-  return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+__device__ __forceinline__ int64_t global_thread() {
+  return int64_t(blockIdx.x) * kThreadsPerBlock + threadIdx.x;
 }
 
-// The plain routine gets its own kernel: it needs far fewer registers than the general one,
-// and it is what most models run.
-template <class Logit, int kItems, bool kPlain>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
-    route_in_registers(const RouterProblem p, bool vector_loads) {
-  const int64_t token = warp_token();
-  if (token >= p.tokens) return;  // whole warps leave together
-  WarpLanes lanes;
-  if constexpr (kPlain) {
-    route_plain<Logit, kItems>(p, token, vector_loads, lanes);
-  } else {
-    route_general<Logit, kItems>(p, token, vector_loads, lanes);
-  }
-}
-
-template <class Logit, int kItems>
-void launch_in_registers(const RouterProblem& p, dim3 grid, dim3 block, bool vectors,
-                         cudaStream_t stream) {
-  if (p.bias == nullptr && p.n_group == 1) {
-    route_in_registers<Logit, kItems, true><<<grid, block, 0, stream>>>(p, vectors);
-  } else {
-    route_in_registers<Logit, kItems, false><<<grid, block, 0, stream>>>(p, vectors);
-  }
+// Whole warps past the last token leave together; inside the last warp, route_token keeps the
+// surplus groups in step without writing.
+template <class Logit, int kItems, int kLanes, bool kPlain>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    route_in_registers(const RouterProblem p, const RegisterPlan plan) {
+  const int64_t thread = global_thread();
+  if ((thread - thread % kWarpSize) / kLanes >= p.tokens) return;
+  GroupLanes<kLanes> lanes;
+  route_token<Logit, kItems, kPlain>(p, thread / kLanes, plan, lanes);
 }
 
 template <class Logit>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
-    route_streamed(const RouterProblem p) {
-  const int64_t token = warp_token();
-  if (token >= p.tokens) return;
-  WarpLanes lanes;
+__global__ void __launch_bounds__(kThreadsPerBlock) route_streamed(const RouterProblem p) {
+  const int64_t token = global_thread() / kWarpSize;
+  if (token >= p.tokens) return;  // whole warps leave together
+  GroupLanes<kWarpSize> lanes;
   route_streaming<Logit>(p, token, lanes);
 }
 
-template <class Logit>
-void launch(const RouterProblem& p, cudaStream_t stream) {
-  const int64_t blocks = (p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+dim3 grid_for(const RouterProblem& p, int tokens_per_block) {
+  const int64_t blocks = (p.tokens + tokens_per_block - 1) / tokens_per_block;
   if (blocks > 0x7fffffff) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "logits.sizes[0] = ", p.tokens,
          " tokens exceed the CUDA router's grid");
   }
-  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarpsPerBlock * kWarpSize);
-  const int items = items_per_lane(p.experts);
-  const bool vectors = items > 0 && can_load_vectors(p, items, sizeof(typename Logit::Storage));
-  switch (items) {
-    case 1: launch_in_registers<Logit, 1>(p, grid, block, vectors, stream); break;
-    case 2: launch_in_registers<Logit, 2>(p, grid, block, vectors, stream); break;
-    case 4: launch_in_registers<Logit, 4>(p, grid, block, vectors, stream); break;
-    case 8: launch_in_registers<Logit, 8>(p, grid, block, vectors, stream); break;
-    case 16: launch_in_registers<Logit, 16>(p, grid, block, vectors, stream); break;
-    default: route_streamed<Logit><<<grid, block, 0, stream>>>(p); break;
+  return dim3(static_cast<unsigned>(blocks));
+}
+
+template <class Logit>
+void launch(const RouterProblem& p, cudaStream_t stream) {
+  const dim3 block(kThreadsPerBlock);
+  const bool in_registers = visit_register_layout(p.experts, [&](auto layout) {
+    using L = decltype(layout);
+    const RegisterPlan plan =
+        plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage));
+    const dim3 grid = grid_for(p, kThreadsPerBlock / L::kLanes);
+    if (is_plain(p)) {
+      route_in_registers<Logit, L::kItems, L::kLanes, true><<<grid, block, 0, stream>>>(p, plan);
+    } else {
+      route_in_registers<Logit, L::kItems, L::kLanes, false><<<grid, block, 0, stream>>>(p, plan);
+    }
+  });
+  if (!in_registers) {
+    route_streamed<Logit><<<grid_for(p, kThreadsPerBlock / kWarpSize), block, 0, stream>>>(p);
   }
   cuda::check_cuda(cudaGetLastError(), "launching the MoE router");
 }

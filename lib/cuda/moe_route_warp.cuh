@@ -1,24 +1,32 @@
-// The CUDA router's per-token routines (lib/core/router_semantics.md gives the semantics): one
-// warp routes one token. Up to 512 experts every score lives in registers, lane l holding experts
-// [l * kItems, (l + 1) * kItems), so a contiguous row is one coalesced, vectorised read; past
-// that, route_streaming re-reads the row for each step.
+// The CUDA router's per-token routines (lib/core/router_semantics.md gives the semantics).
 //
-// The routines are __host__ __device__ templates over `Lanes`, the warp's collective operations:
-// on the GPU they are shuffles (WarpLanes in moe_route.cu); the host tests run the very same code
-// with 32 fibers playing the lanes (tests/router/warp_emulation.cpp), so the selection logic is
-// checked on machines without a GPU.
+// Up to 512 experts a token's scores live in registers. A group of lanes routes one token: a
+// whole warp for E > 128, a power-of-two part of one below that, so that short rows share a warp
+// and the k selection rounds are paid once per warp, not once per token. Lane l of a group holds
+// experts [l * kItems, (l + 1) * kItems), so a contiguous row is one coalesced, vectorised read.
+// Each lane packs (key, expert) into one unsigned rank, sorts its ranks once, and each of the k
+// rounds is one group-wide maximum after which only the winner's lane drops its best. Weights are
+// derived at the end from the selected logits, re-read from the row (L1-resident by then), so the
+// rounds carry no values. Past 512 experts, route_streaming re-reads the row for each step, one
+// warp per token.
 //
-// Lanes provides three primitives, called by all 32 lanes together: int lane();
-// uint32_t shuffle_xor(uint32_t value, int lane_mask) (the value of lane ^ lane_mask);
-// uint32_t shuffle(uint32_t value, int source_lane). Every reduction below is a butterfly built
-// on them, whose result all lanes receive bit-identical.
+// The routines are __host__ __device__ templates over `Lanes`, the group's collective operations:
+// on the GPU they are shuffles and redux (GroupLanes in moe_route.cu); the host tests run the very
+// same code with 32 fibers playing the lanes (tests/router/warp_emulation.cpp), so the selection
+// logic is checked on machines without a GPU.
+//
+// Lanes provides `static constexpr int kSize` (lanes per token: 1, 2, ..., 32) and four
+// primitives over the aligned group of kSize lanes that routes this lane's token, called by all
+// 32 lanes of the warp together (every group of a warp runs the same steps): int lane() (0 ..
+// kSize - 1); uint32_t shuffle_xor(uint32_t value, int lane_mask) (lane_mask < kSize);
+// uint32_t shuffle(uint32_t value, int source_lane); uint32_t reduce_max(uint32_t value). Every
+// reduction below gives all lanes of the group bit-identical results.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "core/ordered_key.hpp"
 #include "core/problem.hpp"
 
 #if defined(__CUDACC__)
@@ -32,15 +40,17 @@
 // GCC, nvcc's host compiler, warns about the pragma).
 #if defined(__CUDA_ARCH__)
 #define MTK_ROUTER_UNROLL _Pragma("unroll")
+#define MTK_ROUTER_NO_UNROLL _Pragma("unroll 1")
 #else
 #define MTK_ROUTER_UNROLL
+#define MTK_ROUTER_NO_UNROLL
 #endif
 
 namespace mtk::cuda_router {
 
 constexpr int kWarpSize = 32;
-// Experts per lane for the widest token the register routine takes (E <= 512).
-constexpr int kMaxItems = 16;
+// The widest token the register routines take.
+constexpr int64_t kMaxRegisterExperts = 512;
 
 MTK_ROUTER_HD float float_from_bits(uint32_t bits) {
 #if defined(__CUDA_ARCH__)
@@ -62,7 +72,18 @@ MTK_ROUTER_HD uint32_t bits_from_float(float value) {
 #endif
 }
 
-MTK_ROUTER_HD uint32_t key_of(float value) { return key_from_f32_bits(bits_from_float(value)); }
+// core/ordered_key.hpp's key of a float's bits (NaN above +inf, all NaNs equal, -0.0 == +0.0),
+// without branches: `sign` is the format's sign bit, `infinity` the bits of +inf. The emulation
+// tests compare it with ordered_key.hpp on every 16-bit pattern and the f32 edge cases.
+MTK_ROUTER_HD uint32_t float_bits_key(uint32_t bits, uint32_t sign, uint32_t infinity) {
+  const uint32_t all = sign | (sign - 1u);
+  const uint32_t key = bits > sign ? ~bits & all : bits | sign;  // negative, non-zero: reversed
+  return (bits & (sign - 1u)) > infinity ? all : key;            // NaN, of either sign
+}
+
+MTK_ROUTER_HD uint32_t key_of(float value) {
+  return float_bits_key(bits_from_float(value), 0x80000000u, 0x7f800000u);
+}
 
 // The float a key came from, up to what keys forget (the sign of zero, NaN payloads), which no
 // later step can observe.
@@ -70,10 +91,21 @@ MTK_ROUTER_HD float float_from_key(uint32_t key) {
   return float_from_bits((key & 0x80000000u) ? (key ^ 0x80000000u) : ~key);
 }
 
-// Logit element types, by storage.
-struct F32 { using Storage = float; };
-struct F16 { using Storage = uint16_t; };
-struct BF16 { using Storage = uint16_t; };
+// Logit element types, by storage. The plain path ranks experts by the keys of the stored bits
+// (a 16-bit float's key orders exactly as the key of its float32 value), packed with the expert
+// into `PlainRank`: 32 bits for 16-bit logits, so a selection round reduces one word.
+struct F32 {
+  using Storage = float;
+  using PlainRank = uint64_t;
+};
+struct F16 {
+  using Storage = uint16_t;
+  using PlainRank = uint32_t;
+};
+struct BF16 {
+  using Storage = uint16_t;
+  using PlainRank = uint32_t;
+};
 
 MTK_ROUTER_HD float to_float(float v, F32) { return v; }
 MTK_ROUTER_HD float to_float(uint16_t bits, BF16) { return float_from_bits(uint32_t{bits} << 16); }
@@ -96,6 +128,14 @@ MTK_ROUTER_HD float to_float(uint16_t bits, F16) {
 #endif
 }
 
+MTK_ROUTER_HD uint32_t storage_key(float v, F32) { return key_of(v); }
+MTK_ROUTER_HD uint32_t storage_key(uint16_t bits, F16) {
+  return float_bits_key(bits, 0x8000u, 0x7c00u);
+}
+MTK_ROUTER_HD uint32_t storage_key(uint16_t bits, BF16) {
+  return float_bits_key(bits, 0x8000u, 0x7f80u);
+}
+
 MTK_ROUTER_HD float exp_f32(float x) {
 #if defined(__CUDA_ARCH__)
   return expf(x);
@@ -104,118 +144,82 @@ MTK_ROUTER_HD float exp_f32(float x) {
 #endif
 }
 
-// Expert and rank key in one word: integer order is the router's order (key descending, then
-// expert ascending). Both ends stay free as sentinels: 0 ranks below every real expert (no float
-// has key 0) and ~0 above all (the low word of a real rank is at most 0xfffffffe, even for a NaN
-// at index 0), so "below ~0" means "any".
-constexpr uint32_t kIndexComplement = 0xfffffffeu;
+MTK_ROUTER_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+// Key and index in one unsigned word, the key in the high half: integer order is the router's
+// order (key descending, then index ascending). The index is stored as kIndexBase - index, so no
+// real rank is 0 (no key is 0 either) and none is ~0 (the low half is at most kIndexBase), which
+// leaves 0 for "nothing" and ~0 for "above everything".
+template <class Rank>
+constexpr int kRankIndexBits = int(sizeof(Rank)) * 4;
+template <class Rank>
+constexpr uint32_t kRankIndexBase = uint32_t((uint64_t{1} << kRankIndexBits<Rank>) - 2);
+
+template <class Rank>
+MTK_ROUTER_HD Rank make_rank(uint32_t key, int64_t index) {
+  return Rank(key) << kRankIndexBits<Rank> | Rank(kRankIndexBase<Rank> - uint32_t(index));
+}
+template <class Rank>
+MTK_ROUTER_HD int64_t rank_index(Rank rank) {
+  constexpr Rank kLowHalf = Rank(kRankIndexBase<Rank>) | 1u;
+  return int64_t(kRankIndexBase<Rank> - uint32_t(rank & kLowHalf));
+}
 MTK_ROUTER_HD uint64_t rank_of(uint32_t key, int64_t index) {
-  return uint64_t{key} << 32 | (kIndexComplement - uint32_t(index));
+  return make_rank<uint64_t>(key, index);
 }
-MTK_ROUTER_HD int64_t index_of(uint64_t rank) {
-  return int64_t(kIndexComplement - uint32_t(rank));
-}
+MTK_ROUTER_HD uint32_t rank_key(uint64_t rank) { return uint32_t(rank >> 32); }
 
-template <class Logit, int kItems>
-MTK_ROUTER_HD void load_items(const RouterProblem& p, int64_t token, int lane, bool vector_loads,
-                              float (&x)[kItems]) {
-  using Storage = typename Logit::Storage;
-  const Storage* row = static_cast<const Storage*>(p.logits) + token * p.logits_token_stride;
-  const int64_t first = int64_t{lane} * kItems;
-MTK_ROUTER_UNROLL
-  for (int i = 0; i < kItems; ++i) x[i] = 0.0f;  // lanes past the last expert keep zeros
-  if (vector_loads) {
-    if (first >= p.experts) return;
-    alignas(16) Storage chunk[kItems];
-#if defined(__CUDA_ARCH__)
-    // Whole 16-, 8- or 4-byte words; the caller checked the alignment.
-    constexpr int kBytes = kItems * int(sizeof(Storage));
-    if constexpr (kBytes % 16 == 0) {
-      const uint4* src = reinterpret_cast<const uint4*>(row + first);
-MTK_ROUTER_UNROLL
-      for (int w = 0; w < kBytes / 16; ++w) reinterpret_cast<uint4*>(chunk)[w] = src[w];
-    } else if constexpr (kBytes % 8 == 0) {
-      const uint2* src = reinterpret_cast<const uint2*>(row + first);
-MTK_ROUTER_UNROLL
-      for (int w = 0; w < kBytes / 8; ++w) reinterpret_cast<uint2*>(chunk)[w] = src[w];
-    } else if constexpr (kBytes % 4 == 0) {
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(row + first);
-MTK_ROUTER_UNROLL
-      for (int w = 0; w < kBytes / 4; ++w) reinterpret_cast<uint32_t*>(chunk)[w] = src[w];
-    } else {
-MTK_ROUTER_UNROLL
-      for (int i = 0; i < kItems; ++i) chunk[i] = row[first + i];
-    }
-#else
-    std::memcpy(chunk, row + first, sizeof chunk);
-#endif
-MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) x[i] = to_float(chunk[i], Logit{});
-    return;
-  }
-MTK_ROUTER_UNROLL
-  for (int i = 0; i < kItems; ++i) {
-    if (first + i < p.experts) x[i] = to_float(row[(first + i) * p.logits_expert_stride], Logit{});
-  }
-}
-
-// Butterfly all-reductions over the warp.
-template <class Lanes>
-MTK_ROUTER_HD uint32_t warp_max(Lanes& lanes, uint32_t value) {
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
-    const uint32_t other = lanes.shuffle_xor(value, mask);
-    value = other > value ? other : value;
-  }
-  return value;
-}
+// ---- Group collectives ---------------------------------------------------------------------
 
 template <class Lanes>
-MTK_ROUTER_HD uint64_t warp_max(Lanes& lanes, uint64_t value) {
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
-    const uint64_t other = uint64_t{lanes.shuffle_xor(uint32_t(value >> 32), mask)} << 32 |
-                           lanes.shuffle_xor(uint32_t(value), mask);
-    value = other > value ? other : value;
-  }
-  return value;
+MTK_ROUTER_HD uint32_t group_max(Lanes& lanes, uint32_t value) {
+  return lanes.reduce_max(value);
+}
+
+// The high words first, then the low words of the lanes that hold the highest high word.
+template <class Lanes>
+MTK_ROUTER_HD uint64_t group_max(Lanes& lanes, uint64_t value) {
+  const uint32_t high = lanes.reduce_max(uint32_t(value >> 32));
+  const uint32_t low = lanes.reduce_max(uint32_t(value >> 32) == high ? uint32_t(value) : 0u);
+  return uint64_t{high} << 32 | low;
 }
 
 // Partners add each other's partial sums; a + b == b + a, so every lane ends with the same bits.
 template <class Lanes>
-MTK_ROUTER_HD float warp_sum(Lanes& lanes, float value) {
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
+MTK_ROUTER_HD float group_sum(Lanes& lanes, float value) {
+  for (int mask = Lanes::kSize / 2; mask > 0; mask >>= 1) {
     value += float_from_bits(lanes.shuffle_xor(bits_from_float(value), mask));
   }
   return value;
 }
 
 template <class Lanes>
-MTK_ROUTER_HD float warp_broadcast(Lanes& lanes, float value, int source_lane) {
+MTK_ROUTER_HD float group_broadcast(Lanes& lanes, float value, int source_lane) {
   return float_from_bits(lanes.shuffle(bits_from_float(value), source_lane));
 }
+
+MTK_ROUTER_HD uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+MTK_ROUTER_HD uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 // The two highest keys of a multiset (first >= second); 0 where there are fewer.
 struct TopTwo {
   uint32_t first = 0, second = 0;
+  // Branch-free: a new first pushes the old one down, anything else competes for second.
   MTK_ROUTER_HD void add(uint32_t key) {
-    if (key > first) {
-      second = first;
-      first = key;
-    } else if (key > second) {
-      second = key;
-    }
+    second = max_u32(second, min_u32(first, key));
+    first = max_u32(first, key);
   }
   // Merges a disjoint set's top two: the runner-up is the lower first or the higher second.
   MTK_ROUTER_HD void merge(uint32_t other_first, uint32_t other_second) {
-    const uint32_t low_first = other_first < first ? other_first : first;
-    const uint32_t high_second = other_second > second ? other_second : second;
-    first = other_first > first ? other_first : first;
-    second = low_first > high_second ? low_first : high_second;
+    second = max_u32(min_u32(first, other_first), max_u32(second, other_second));
+    first = max_u32(first, other_first);
   }
 };
 
+// Merges the top twos of the aligned runs of `span` lanes (a power of two up to kSize).
 template <class Lanes>
-MTK_ROUTER_HD TopTwo warp_top_two(Lanes& lanes, TopTwo top) {
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
+MTK_ROUTER_HD TopTwo top_two_over(Lanes& lanes, TopTwo top, int span) {
+  for (int mask = span / 2; mask > 0; mask >>= 1) {
     const uint32_t other_first = lanes.shuffle_xor(top.first, mask);
     const uint32_t other_second = lanes.shuffle_xor(top.second, mask);
     top.merge(other_first, other_second);
@@ -223,241 +227,488 @@ MTK_ROUTER_HD TopTwo warp_top_two(Lanes& lanes, TopTwo top) {
   return top;
 }
 
-// A lane's best rank below a threshold, among its items, with the value carried along.
-template <int kItems>
-MTK_ROUTER_HD void best_below(const uint64_t (&rank)[kItems], const float (&value)[kItems],
-                              uint64_t threshold, uint64_t& best, float& best_value) {
-  best = 0;
-  best_value = 0.0f;
+// A group's score from its top two selection keys: c_first + c_second (c_first alone for
+// single-expert groups).
+MTK_ROUTER_HD uint32_t group_score_key(const TopTwo& top, int64_t group_size) {
+  const float best = float_from_key(top.first);
+  return key_of(group_size == 1 ? best : best + float_from_key(top.second));
+}
+
+// ---- Register layout, chosen on the host for the launch and the emulation alike -------------
+
+// kItems experts per lane, kLanes lanes per token.
+template <int kItemsValue, int kLanesValue>
+struct Layout {
+  static constexpr int kItems = kItemsValue;
+  static constexpr int kLanes = kLanesValue;
+};
+
+// Eight experts per lane (sixteen past 256 experts) and as few lanes as hold the row: the
+// sorting network and the per-round shift stay short, and rows of up to 128 experts share a
+// warp. Calls `visit(Layout<...>{})`; returns false for rows that need route_streaming.
+template <class Visit>
+bool visit_register_layout(int64_t experts, Visit&& visit) {
+  if (experts > kMaxRegisterExperts) return false;
+  if (experts > 256) {
+    visit(Layout<16, 32>{});
+  } else if (experts > 128) {
+    visit(Layout<8, 32>{});
+  } else if (experts > 64) {
+    visit(Layout<8, 16>{});
+  } else if (experts > 32) {
+    visit(Layout<8, 8>{});
+  } else if (experts > 16) {
+    visit(Layout<8, 4>{});
+  } else if (experts > 8) {
+    visit(Layout<8, 2>{});
+  } else {
+    visit(Layout<8, 1>{});
+  }
+  return true;
+}
+
+// What the register routines learn from the whole problem once, on the host.
+struct RegisterPlan {
+  bool logit_vectors;  // every lane's chunk of every row may be read as whole aligned words
+  bool bias_vectors;   // and of the bias
+  // Groups that cover whole lanes (a power of two of them, up to a token's lanes): log2 of lanes
+  // per group, so a group's top two is a short butterfly. -1: groups straddle lanes or share
+  // one, and take the general per-group loop.
+  int group_lane_shift;
+  int group_size;  // experts per group (E / n_group, at most 512)
+};
+
+// Vector loads are 16-byte words: every layout's chunk (8 or 16 items of 2 or 4 bytes) is a
+// whole number of them.
+constexpr int64_t kVectorBytes = 16;
+
+inline RegisterPlan plan_registers(const RouterProblem& p, int items, int lanes,
+                                   size_t logit_bytes) {
+  RegisterPlan plan{};
+  const int64_t row_bytes = p.logits_token_stride * int64_t(logit_bytes);
+  plan.logit_vectors = p.logits_expert_stride == 1 &&
+                       reinterpret_cast<uintptr_t>(p.logits) % kVectorBytes == 0 &&
+                       row_bytes % kVectorBytes == 0;
+  plan.bias_vectors = p.bias != nullptr && p.bias_stride == 1 &&
+                      reinterpret_cast<uintptr_t>(p.bias) % kVectorBytes == 0;
+  plan.group_size = int(p.experts / p.n_group);
+  plan.group_lane_shift = -1;
+  if (p.n_group > 1 && plan.group_size % items == 0) {
+    const int lanes_per_group = plan.group_size / items;
+    for (int shift = 0; (1 << shift) <= lanes; ++shift) {
+      if ((1 << shift) == lanes_per_group) plan.group_lane_shift = shift;
+    }
+  }
+  return plan;
+}
+
+MTK_ROUTER_HD bool is_plain(const RouterProblem& p) { return p.bias == nullptr && p.n_group == 1; }
+
+// ---- Per-lane building blocks ---------------------------------------------------------------
+// On the register path E <= 512, so experts, k and positions are plain ints.
+
+// Where a lane's chunk of a token lies: experts [first, first + valid) of the row.
+struct Chunk {
+  int first;  // lane * kItems
+  int valid;  // how many of the lane's kItems items are experts (0 past the last one)
+};
+
+template <int kItems, class Lanes>
+MTK_ROUTER_HD Chunk chunk_of(const RouterProblem& p, Lanes& lanes) {
+  const int first = lanes.lane() * kItems;
+  const int experts = int(p.experts);
+  return {first, first >= experts ? 0 : experts - first < kItems ? experts - first : kItems};
+}
+
+// out[i] = row[(first + i) * stride] for the chunk's experts; the other items keep their value.
+// With `vectors` (stride 1, row aligned to kVectorBytes) a full chunk is read as 16-byte words.
+// `out` must be 16-byte aligned.
+template <int kItems, class T>
+MTK_ROUTER_HD void load_chunk(const T* row, Chunk chunk, int64_t stride, bool vectors,
+                              T (&out)[kItems]) {
+  constexpr int kBytes = kItems * int(sizeof(T));
+  static_assert(kBytes % kVectorBytes == 0, "a chunk is whole 16-byte words");
+  if (vectors && chunk.valid == kItems) {
+#if defined(__CUDA_ARCH__)
+    const uint4* src = reinterpret_cast<const uint4*>(row + chunk.first);
+MTK_ROUTER_UNROLL
+    for (int w = 0; w < kBytes / 16; ++w) reinterpret_cast<uint4*>(out)[w] = src[w];
+#else
+    std::memcpy(out, row + chunk.first, sizeof out);
+#endif
+    return;
+  }
 MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
-    if (rank[i] < threshold && rank[i] > best) {
-      best = rank[i];
-      best_value = value[i];
-    }
+    if (i < chunk.valid) out[i] = row[(chunk.first + i) * stride];
   }
 }
 
-// Selects the k best ranks of the warp (rank 0 never wins: k never exceeds the real candidates).
-// Selection r lands in lane r % 32, slot r / 32, as (id, value); `on_select(value)` runs on every
-// lane, in selection order, and returns what to store (so weights can be derived as they come).
-template <int kItems, class Lanes, class OnSelect>
-MTK_ROUTER_HD void select_top_k(Lanes& lanes, int64_t k, const uint64_t (&rank)[kItems],
-                                const float (&value)[kItems], int32_t (&id_slot)[kItems],
-                                float (&value_slot)[kItems], OnSelect&& on_select) {
+// Zeroes the items past the chunk's experts. Computing every item and clearing afterwards keeps
+// the common full chunk free of per-item branches.
+template <int kItems, class T>
+MTK_ROUTER_HD void clear_past_valid(Chunk chunk, T (&items)[kItems]) {
+  if (chunk.valid == kItems) return;
+MTK_ROUTER_UNROLL
+  for (int i = 0; i < kItems; ++i) {
+    if (i >= chunk.valid) items[i] = 0;
+  }
+}
+
+// Sorts a lane's ranks into descending order in registers: Batcher's odd-even merge sort (19
+// compare-exchanges for 8 items, 63 for 16). Unrolled by templates rather than pragmas, so every
+// index is a compile-time constant whatever the unroller decides and nothing goes to local memory.
+// Pass (P, K) compares item A with A + K where A lies in an even K-block counted from K % P and
+// both lie in one 2P-block.
+template <int N, int P, int K, int A, class T>
+MTK_ROUTER_HD void merge_pass_from(T (&v)[N]) {
+  if constexpr (A + K < N) {
+    constexpr int kOffset = A - K % P;
+    if constexpr (kOffset >= 0 && kOffset / K % 2 == 0 && A / (2 * P) == (A + K) / (2 * P)) {
+      const T high = v[A] > v[A + K] ? v[A] : v[A + K];
+      const T low = v[A] > v[A + K] ? v[A + K] : v[A];
+      v[A] = high;
+      v[A + K] = low;
+    }
+    merge_pass_from<N, P, K, A + 1>(v);
+  }
+}
+
+template <int N, int P, int K, class T>
+MTK_ROUTER_HD void merge_passes(T (&v)[N]) {
+  merge_pass_from<N, P, K, 0>(v);
+  if constexpr (K > 1) merge_passes<N, P, K / 2>(v);
+}
+
+template <int N, int P = 1, class T>
+MTK_ROUTER_HD void sort_descending(T (&v)[N]) {
+  if constexpr (P < N) {
+    merge_passes<N, P, P>(v);
+    sort_descending<N, 2 * P>(v);
+  }
+}
+
+// k rounds of a group maximum over the lanes' best ranks, each lane's ranks sorted descending
+// (rank 0 never wins: k never exceeds the real candidates). Selection r's expert lands in lane
+// r % kSize, slot r / kSize; the winner's lane shifts its ranks down by one. The owner loop stays
+// rolled: unrolled, the shifts become register renaming that costs more moves than the shifts.
+template <int kItems, class Rank, class Lanes>
+MTK_ROUTER_HD void select_sorted(Lanes& lanes, int k, Rank (&rank)[kItems],
+                                 int (&chosen)[kItems]) {
+  constexpr int kLanes = Lanes::kSize;
   const int lane = lanes.lane();
 MTK_ROUTER_UNROLL
-  for (int slot = 0; slot < kItems; ++slot) {  // slots past k stay unused, but defined
-    id_slot[slot] = 0;
-    value_slot[slot] = 0.0f;
-  }
-  uint64_t local;
-  float local_value;
-  best_below(rank, value, ~uint64_t{0}, local, local_value);
+  for (int slot = 0; slot < kItems; ++slot) chosen[slot] = 0;
 MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) {
-    if (int64_t{slot} * kWarpSize >= k) break;
-    for (int owner_lane = 0; owner_lane < kWarpSize; ++owner_lane) {
-      if (int64_t{slot} * kWarpSize + owner_lane >= k) break;
-      const uint64_t winner = warp_max(lanes, local);
-      const int64_t expert = index_of(winner);
-      const int source = int(expert / kItems);
-      const float chosen = on_select(warp_broadcast(lanes, local_value, source));
-      if (lane == owner_lane) {
-        id_slot[slot] = int32_t(expert);
-        value_slot[slot] = chosen;
+    if (slot * kLanes >= k) break;
+MTK_ROUTER_NO_UNROLL
+    for (int owner = 0; owner < kLanes && slot * kLanes + owner < k; ++owner) {
+      const Rank winner = group_max(lanes, rank[0]);
+      if (lane == owner) chosen[slot] = int(rank_index(winner));
+      if (rank[0] == winner) {
+MTK_ROUTER_UNROLL
+        for (int i = 0; i + 1 < kItems; ++i) rank[i] = rank[i + 1];
+        rank[kItems - 1] = 0;
       }
-      // Only the winner's lane loses its best; everyone else's is still below the winner.
-      if (lane == source) best_below(rank, value, winner, local, local_value);
     }
   }
 }
 
-// Writes the k selections held in the lanes' slots, weights derived by `weight_of`.
-template <int kItems, class WeightOf>
-MTK_ROUTER_HD void write_slots(const RouterProblem& p, int64_t token, int lane,
-                               const int32_t (&id_slot)[kItems],
-                               const float (&value_slot)[kItems], WeightOf&& weight_of) {
+// u of a logit: the weight numerator (m: softmax's largest logit).
+MTK_ROUTER_HD float numerator(mtk_scoring scoring, float x, float m) {
+  return scoring == MTK_SCORING_SOFTMAX   ? exp_f32(x - m)
+         : scoring == MTK_SCORING_SIGMOID ? sigmoid(x)
+                                          : x;
+}
+
+template <class Logit>
+MTK_ROUTER_HD const typename Logit::Storage* logits_row(const RouterProblem& p, int64_t token) {
+  return static_cast<const typename Logit::Storage*>(p.logits) + token * p.logits_token_stride;
+}
+
+// The selections this lane holds: slot s is selection s * kSize + lane, for those below k.
+template <class Lanes>
+MTK_ROUTER_HD bool selections_held(Lanes& lanes, int slot, int k) {
+  return slot * Lanes::kSize + lanes.lane() < k;
+}
+
+// The logits of the selections this lane holds (0 in the other slots), re-read from the row.
+template <class Logit, int kItems, class Lanes>
+MTK_ROUTER_HD void chosen_logits(const RouterProblem& p, const typename Logit::Storage* row,
+                                 Lanes& lanes, int k, const int (&chosen)[kItems],
+                                 float (&x)[kItems]) {
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) x[slot] = 0.0f;
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems && selections_held(lanes, slot, k); ++slot) {
+    x[slot] = to_float(row[chosen[slot] * p.logits_expert_stride], Logit{});
+  }
+}
+
+// u of the selections this lane holds (0 in the other slots).
+template <int kItems, class Lanes>
+MTK_ROUTER_HD void chosen_numerators(mtk_scoring scoring, Lanes& lanes, int k,
+                                     const float (&x)[kItems], float m, float (&u)[kItems]) {
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) u[slot] = 0.0f;
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems && selections_held(lanes, slot, k); ++slot) {
+    u[slot] = numerator(scoring, x[slot], m);
+  }
+}
+
+// U = u_0 + u_1 + ... + u_{k-1}, left to right, on every lane of the group.
+template <int kItems, class Lanes>
+MTK_ROUTER_HD float sum_in_selection_order(Lanes& lanes, int k, const float (&u)[kItems]) {
+  constexpr int kLanes = Lanes::kSize;
+  float total = 0.0f;
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) {
+    if (slot * kLanes >= k) break;
+    for (int owner = 0; owner < kLanes && slot * kLanes + owner < k; ++owner) {
+      total += group_broadcast(lanes, u[slot], owner);
+    }
+  }
+  return total;
+}
+
+template <int kItems, class Lanes>
+MTK_ROUTER_HD void write_selections(const RouterProblem& p, int64_t token, Lanes& lanes, int k,
+                                    const int (&chosen)[kItems], const float (&u)[kItems],
+                                    float denominator) {
   float* weights = p.weights + token * p.weights_token_stride;
 MTK_ROUTER_UNROLL
-  for (int slot = 0; slot < kItems; ++slot) {
-    const int64_t r = int64_t{slot} * kWarpSize + lane;
-    if (r >= p.k) break;
-    weights[r * p.weights_k_stride] = weight_of(value_slot[slot]);
+  for (int slot = 0; slot < kItems && selections_held(lanes, slot, k); ++slot) {
+    const int r = slot * Lanes::kSize + lanes.lane();
+    weights[r * p.weights_k_stride] = u[slot] / denominator * p.scale;
+    const int64_t at = token * p.ids_token_stride + r * p.ids_k_stride;
     if (p.index_dtype == MTK_INT32) {
-      static_cast<int32_t*>(p.ids)[token * p.ids_token_stride + r * p.ids_k_stride] = id_slot[slot];
+      static_cast<int32_t*>(p.ids)[at] = chosen[slot];
     } else {
-      static_cast<int64_t*>(p.ids)[token * p.ids_token_stride + r * p.ids_k_stride] = id_slot[slot];
+      static_cast<int64_t*>(p.ids)[at] = chosen[slot];
     }
   }
 }
 
-MTK_ROUTER_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+// ---- The register routines ----------------------------------------------------------------
 
-// The plain path: no bias, no groups. Experts are ranked by the logits' own keys, so only the
-// k selected scores (and S for unnormalised softmax) are ever computed.
+// The plain path: no bias, no groups. Experts are ranked by the logits' own keys (every scoring
+// is monotone), so only the k selected numerators (and S for unnormalised softmax) are computed.
 template <class Logit, int kItems, class Lanes>
-MTK_ROUTER_HD void route_plain(const RouterProblem& p, int64_t token, bool vector_loads,
-                               Lanes& lanes) {
-  const int lane = lanes.lane();
-  float x[kItems];
-  load_items<Logit, kItems>(p, token, lane, vector_loads, x);
-  uint64_t rank[kItems];
+MTK_ROUTER_HD void route_plain(const RouterProblem& p, int64_t token, bool owns_token,
+                               const RegisterPlan& plan, Lanes& lanes) {
+  using Storage = typename Logit::Storage;
+  using Rank = typename Logit::PlainRank;
+  const int k = int(p.k);
+  const Chunk chunk = chunk_of<kItems>(p, lanes);
+  const Storage* row = logits_row<Logit>(p, token);
+  alignas(16) Storage raw[kItems];
+MTK_ROUTER_UNROLL
+  for (int i = 0; i < kItems; ++i) raw[i] = Storage{0};
+  load_chunk(row, chunk, p.logits_expert_stride, plan.logit_vectors, raw);
+  Rank rank[kItems];
 MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
-    const int64_t e = int64_t{lane} * kItems + i;
-    rank[i] = e < p.experts ? rank_of(key_of(x[i]), e) : 0;
+    rank[i] = make_rank<Rank>(storage_key(raw[i], Logit{}), chunk.first + i);
   }
-  // u of each selection, and their running sum in selection order (the same on every lane).
-  float m = 0.0f, u_total = 0.0f;
-  bool first = true;
-  int32_t id_slot[kItems];
-  float u_slot[kItems];
-  select_top_k(lanes, p.k, rank, x, id_slot, u_slot, [&](float chosen_x) {
-    if (first) m = chosen_x, first = false;  // the first selection is the largest logit
-    const float u = p.scoring == MTK_SCORING_SOFTMAX   ? exp_f32(chosen_x - m)
-                    : p.scoring == MTK_SCORING_SIGMOID ? sigmoid(chosen_x)
-                                                       : chosen_x;
-    u_total += u;
-    return u;
-  });
+  clear_past_valid(chunk, rank);
+  sort_descending(rank);
+  int chosen[kItems];
+  select_sorted(lanes, k, rank, chosen);
+
+  float x[kItems];
+  chosen_logits<Logit>(p, row, lanes, k, chosen, x);
+  // Selection 0, in lane 0, is the largest logit (or a NaN): softmax's m.
+  const float m = p.scoring == MTK_SCORING_SOFTMAX ? group_broadcast(lanes, x[0], 0) : 0.0f;
+  float u[kItems];
+  chosen_numerators(p.scoring, lanes, k, x, m, u);
   float denominator = 1.0f;  // S where s = u / S
   if (p.renormalize) {
-    denominator = u_total;
+    denominator = sum_in_selection_order(lanes, k, u);
   } else if (p.scoring == MTK_SCORING_SOFTMAX) {
+    // S needs every logit: read the chunk again (from L1) rather than hold it through the rounds.
+    load_chunk(row, chunk, p.logits_expert_stride, plan.logit_vectors, raw);
     float local = 0.0f;
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
-      if (rank[i] != 0) local += exp_f32(x[i] - m);
+      if (i < chunk.valid) local += exp_f32(to_float(raw[i], Logit{}) - m);
     }
-    denominator = warp_sum(lanes, local);
+    denominator = group_sum(lanes, local);
   }
-  write_slots(p, token, lane, id_slot, u_slot,
-              [&](float u) { return u / denominator * p.scale; });
+  if (owns_token) write_selections(p, token, lanes, k, chosen, u, denominator);
+}
+
+// Clears `eligible` for lanes whose group is not among the topk_group best, where each group
+// covers 2^shift whole lanes: a group's top two is a butterfly over its lanes, and each lane
+// carries its group's rank into topk_group rounds of "best rank below the previous winner".
+template <int kItems, class Lanes>
+MTK_ROUTER_HD void keep_lane_aligned_groups(const RouterProblem& p, const RegisterPlan& plan,
+                                            Lanes& lanes, Chunk chunk,
+                                            const uint32_t (&c_key)[kItems],
+                                            uint32_t& eligible) {
+  TopTwo top;
+MTK_ROUTER_UNROLL
+  for (int i = 0; i < kItems; ++i) {
+    if (i < chunk.valid) top.add(c_key[i]);
+  }
+  top = top_two_over(lanes, top, 1 << plan.group_lane_shift);
+  // Lanes past the last expert form whole groups of their own, which rank 0 keeps out.
+  const int group = lanes.lane() >> plan.group_lane_shift;
+  const uint64_t group_rank =
+      chunk.valid > 0 ? rank_of(group_score_key(top, plan.group_size), group) : 0;
+  uint64_t threshold = ~uint64_t{0};
+  for (int round = 0; round < int(p.topk_group); ++round) {
+    threshold = group_max(lanes, group_rank < threshold ? group_rank : uint64_t{0});
+  }
+  if (group_rank < threshold) eligible = 0;
+}
+
+// The same for any grouping: groups one at a time, each one's top two reduced over the token's
+// lanes. Group g's rank lands in lane g % kSize, slot g / kSize (n_group <= E <= kSize * kItems).
+template <int kItems, class Lanes>
+MTK_ROUTER_HD void keep_any_groups(const RouterProblem& p, const RegisterPlan& plan,
+                                   Lanes& lanes, Chunk chunk, const uint32_t (&c_key)[kItems],
+                                   uint32_t& eligible) {
+  constexpr int kLanes = Lanes::kSize;
+  const int lane = lanes.lane();
+  const int n_group = int(p.n_group);
+  int item_group[kItems];
+  uint64_t group_rank[kItems];
+  uint32_t item_group_key[kItems];
+MTK_ROUTER_UNROLL
+  for (int i = 0; i < kItems; ++i) {
+    item_group[i] = (chunk.first + i) / plan.group_size;
+    group_rank[i] = 0;
+    item_group_key[i] = 0;
+  }
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) {
+    if (slot * kLanes >= n_group) break;
+    for (int owner = 0; owner < kLanes && slot * kLanes + owner < n_group; ++owner) {
+      const int g = slot * kLanes + owner;
+      TopTwo top;
+MTK_ROUTER_UNROLL
+      for (int i = 0; i < kItems; ++i) {
+        if (i < chunk.valid && item_group[i] == g) top.add(c_key[i]);
+      }
+      top = top_two_over(lanes, top, kLanes);
+      const uint32_t key = group_score_key(top, plan.group_size);
+      if (lane == owner) group_rank[slot] = rank_of(key, g);
+MTK_ROUTER_UNROLL
+      for (int i = 0; i < kItems; ++i) {
+        if (item_group[i] == g) item_group_key[i] = key;
+      }
+    }
+  }
+  // The last kept group's rank: topk_group rounds of "best below the previous winner".
+  uint64_t threshold = ~uint64_t{0};
+  for (int round = 0; round < int(p.topk_group); ++round) {
+    uint64_t local = 0;
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) {
+      if (group_rank[i] < threshold && group_rank[i] > local) local = group_rank[i];
+    }
+    threshold = group_max(lanes, local);
+  }
+MTK_ROUTER_UNROLL
+  for (int i = 0; i < kItems; ++i) {
+    if (i < chunk.valid && rank_of(item_group_key[i], item_group[i]) < threshold) {
+      eligible &= ~(1u << i);
+    }
+  }
 }
 
 // The general path: bias and/or groups. Selection runs on c = s + bias, inside the kept groups.
 template <class Logit, int kItems, class Lanes>
-MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool vector_loads,
-                                 Lanes& lanes) {
-  const int lane = lanes.lane();
-  float u[kItems];  // logits first, then the weight numerators
-  load_items<Logit, kItems>(p, token, lane, vector_loads, u);
-  int valid = 0;  // items of this lane that are experts
+MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool owns_token,
+                                 const RegisterPlan& plan, Lanes& lanes) {
+  using Storage = typename Logit::Storage;
+  const int k = int(p.k);
+  const Chunk chunk = chunk_of<kItems>(p, lanes);
+  const Storage* row = logits_row<Logit>(p, token);
+  float s[kItems];  // the scores s of router_semantics.md, then c = s + bias
+  {
+    alignas(16) Storage raw[kItems];
 MTK_ROUTER_UNROLL
-  for (int i = 0; i < kItems; ++i) {
-    if (int64_t{lane} * kItems + i < p.experts) valid = i + 1;
+    for (int i = 0; i < kItems; ++i) raw[i] = Storage{0};
+    load_chunk(row, chunk, p.logits_expert_stride, plan.logit_vectors, raw);
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) s[i] = to_float(raw[i], Logit{});
   }
-  float total = 1.0f;  // S for softmax, so that s = u / total for every scoring
+  float m = 0.0f, total = 1.0f;  // softmax's largest logit and S
   if (p.scoring == MTK_SCORING_SOFTMAX) {
     uint32_t max_key = 0;
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
-      if (i < valid && key_of(u[i]) > max_key) max_key = key_of(u[i]);
+      if (i < chunk.valid && key_of(s[i]) > max_key) max_key = key_of(s[i]);
     }
-    const float m = float_from_key(warp_max(lanes, max_key));
+    m = float_from_key(group_max(lanes, max_key));
     float local = 0.0f;
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
-      if (i < valid) local += u[i] = exp_f32(u[i] - m);
+      if (i < chunk.valid) local += s[i] = exp_f32(s[i] - m);
     }
-    total = warp_sum(lanes, local);
+    total = group_sum(lanes, local);
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) s[i] = s[i] / total;
   } else if (p.scoring == MTK_SCORING_SIGMOID) {
 MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) u[i] = sigmoid(u[i]);
+    for (int i = 0; i < kItems; ++i) s[i] = sigmoid(s[i]);
+  }
+  if (p.bias != nullptr) {
+    alignas(16) float bias[kItems];
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) bias[i] = 0.0f;
+    load_chunk(p.bias, chunk, p.bias_stride, plan.bias_vectors, bias);
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) s[i] += bias[i];
   }
   uint32_t c_key[kItems];
 MTK_ROUTER_UNROLL
-  for (int i = 0; i < kItems; ++i) {
-    const int64_t e = int64_t{lane} * kItems + i;
-    float c = u[i] / total;
-    if (p.bias != nullptr && i < valid) c += p.bias[e * p.bias_stride];
-    c_key[i] = i < valid ? key_of(c) : 0;
-  }
-  uint32_t eligible = (1u << valid) - 1u;  // bit i: item i may be selected
+  for (int i = 0; i < kItems; ++i) c_key[i] = key_of(s[i]);
+  clear_past_valid(chunk, c_key);
+  uint32_t eligible = (1u << chunk.valid) - 1u;  // bit i: item i may be selected
   if (p.n_group > 1) {
-    const int64_t group_size = p.experts / p.n_group;
-    // 32-bit division (E <= 512 here): 64-bit division is a long software routine on GPUs.
-    int item_group[kItems];
-MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) item_group[i] = (lane * kItems + i) / int(group_size);
-    // Group g's rank lands in lane g % 32, slot g / 32 (n_group <= E <= 32 * kItems), and its
-    // score key in item_group_key of the items of group g.
-    uint64_t group_rank[kItems];
-    float no_value[kItems];
-    uint32_t item_group_key[kItems];
-MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) {
-      group_rank[i] = 0;
-      no_value[i] = 0.0f;
-      item_group_key[i] = 0;
-    }
-MTK_ROUTER_UNROLL
-    for (int slot = 0; slot < kItems; ++slot) {
-      if (int64_t{slot} * kWarpSize >= p.n_group) break;
-      for (int owner_lane = 0; owner_lane < kWarpSize; ++owner_lane) {
-        const int64_t g = int64_t{slot} * kWarpSize + owner_lane;
-        if (g >= p.n_group) break;
-        TopTwo top;
-MTK_ROUTER_UNROLL
-        for (int i = 0; i < kItems; ++i) {
-          if (i < valid && item_group[i] == g) top.add(c_key[i]);
-        }
-        top = warp_top_two(lanes, top);
-        const float best = float_from_key(top.first);
-        const float score = group_size == 1 ? best : best + float_from_key(top.second);
-        const uint32_t key = key_of(score);
-        if (lane == owner_lane) group_rank[slot] = rank_of(key, g);
-MTK_ROUTER_UNROLL
-        for (int i = 0; i < kItems; ++i) {
-          if (item_group[i] == g) item_group_key[i] = key;
-        }
-      }
-    }
-    // The last kept group's rank: topk_group rounds of "best below the previous winner".
-    uint64_t threshold = ~uint64_t{0};
-    for (int64_t round = 0; round < p.topk_group; ++round) {
-      uint64_t local;
-      float unused;
-      best_below(group_rank, no_value, threshold, local, unused);
-      threshold = warp_max(lanes, local);
-    }
-MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) {
-      if (i < valid && rank_of(item_group_key[i], item_group[i]) < threshold) {
-        eligible &= ~(1u << i);
-      }
+    if (plan.group_lane_shift >= 0) {
+      keep_lane_aligned_groups(p, plan, lanes, chunk, c_key, eligible);
+    } else {
+      keep_any_groups(p, plan, lanes, chunk, c_key, eligible);
     }
   }
   uint64_t rank[kItems];
 MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
-    rank[i] = (eligible >> i) & 1u ? rank_of(c_key[i], int64_t{lane} * kItems + i) : 0;
+    rank[i] = (eligible >> i) & 1u ? rank_of(c_key[i], chunk.first + i) : 0;
   }
-  float u_total = 0.0f;
-  int32_t id_slot[kItems];
-  float u_slot[kItems];
-  select_top_k(lanes, p.k, rank, u, id_slot, u_slot, [&](float chosen_u) {
-    u_total += chosen_u;
-    return chosen_u;
-  });
-  const float denominator = p.renormalize ? u_total : total;
-  write_slots(p, token, lane, id_slot, u_slot,
-              [&](float chosen_u) { return chosen_u / denominator * p.scale; });
+  sort_descending(rank);
+  int chosen[kItems];
+  select_sorted(lanes, k, rank, chosen);
+
+  float x[kItems];
+  chosen_logits<Logit>(p, row, lanes, k, chosen, x);
+  float u[kItems];
+  chosen_numerators(p.scoring, lanes, k, x, m, u);
+  const float denominator = p.renormalize ? sum_in_selection_order(lanes, k, u) : total;
+  if (owns_token) write_selections(p, token, lanes, k, chosen, u, denominator);
 }
 
-template <class Logit, int kItems, class Lanes>
-MTK_ROUTER_HD void route_token(const RouterProblem& p, int64_t token, bool vector_loads,
+// Routes `token` with the group of lanes that `lanes` describes. Groups past the last token (in
+// the last warp) run the steps on the last token, for the collectives, and write nothing.
+template <class Logit, int kItems, bool kPlain, class Lanes>
+MTK_ROUTER_HD void route_token(const RouterProblem& p, int64_t token, const RegisterPlan& plan,
                                Lanes& lanes) {
-  if (p.bias == nullptr && p.n_group == 1) {
-    route_plain<Logit, kItems>(p, token, vector_loads, lanes);
+  const bool owns_token = token < p.tokens;
+  if (!owns_token) token = p.tokens - 1;
+  if constexpr (kPlain) {
+    route_plain<Logit, kItems>(p, token, owns_token, plan, lanes);
   } else {
-    route_general<Logit, kItems>(p, token, vector_loads, lanes);
+    route_general<Logit, kItems>(p, token, owns_token, plan, lanes);
   }
 }
 
 // ---- Any number of experts ---------------------------------------------------------------
-// Past 512 experts the scores do not fit in registers. The warp then re-reads the token's row
+// Past 512 experts the scores do not fit in registers. A warp then re-reads the token's row
 // (from L1/L2 after the first pass) in every step, lanes striding over the experts: the same
 // semantics at the cost of about k + topk_group passes instead of one. Selection r is written at
 // once (its id, and u into its weight), since k may exceed what registers hold; at the end each
@@ -472,11 +723,10 @@ struct RowReader {
 
 template <class Logit, class Lanes>
 MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes& lanes) {
+  static_assert(Lanes::kSize == kWarpSize, "one warp per token");
   const int lane = lanes.lane();
-  const RowReader<Logit> x{
-      static_cast<const typename Logit::Storage*>(p.logits) + token * p.logits_token_stride,
-      p.logits_expert_stride};
-  const bool plain = p.bias == nullptr && p.n_group == 1;
+  const RowReader<Logit> x{logits_row<Logit>(p, token), p.logits_expert_stride};
+  const bool plain = is_plain(p);
   // m and S of softmax; on the plain path m is the first selection's logit.
   float m = 0.0f, total = 1.0f;
   if (!plain && p.scoring == MTK_SCORING_SOFTMAX) {
@@ -485,20 +735,15 @@ MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes&
       const uint32_t key = key_of(x(e));
       max_key = key > max_key ? key : max_key;
     }
-    m = float_from_key(warp_max(lanes, max_key));
+    m = float_from_key(group_max(lanes, max_key));
     float local = 0.0f;
     for (int64_t e = lane; e < p.experts; e += kWarpSize) local += exp_f32(x(e) - m);
-    total = warp_sum(lanes, local);
+    total = group_sum(lanes, local);
   }
-  auto u_of = [&](float xe) {
-    return p.scoring == MTK_SCORING_SOFTMAX   ? exp_f32(xe - m)
-           : p.scoring == MTK_SCORING_SIGMOID ? sigmoid(xe)
-                                              : xe;
-  };
   auto rank_at = [&](int64_t e) {
     const float xe = x(e);
     if (plain) return rank_of(key_of(xe), e);
-    float c = u_of(xe) / total;
+    float c = numerator(p.scoring, xe, m) / total;
     if (p.bias != nullptr) c += p.bias[e * p.bias_stride];
     return rank_of(key_of(c), e);
   };
@@ -506,12 +751,10 @@ MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes&
   auto group_rank = [&](int64_t g) {
     TopTwo top;
     for (int64_t e = g * group_size + lane; e < (g + 1) * group_size; e += kWarpSize) {
-      top.add(uint32_t(rank_at(e) >> 32));
+      top.add(rank_key(rank_at(e)));
     }
-    top = warp_top_two(lanes, top);
-    const float score = group_size == 1 ? float_from_key(top.first)
-                                        : float_from_key(top.first) + float_from_key(top.second);
-    return rank_of(key_of(score), g);
+    top = top_two_over(lanes, top, kWarpSize);
+    return rank_of(group_score_key(top, group_size), g);
   };
   uint64_t kept_floor = 0;  // groups ranked at least this are kept
   if (p.n_group > 1) {
@@ -542,12 +785,12 @@ MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes&
         }
       }
     }
-    threshold = warp_max(lanes, local);
-    const int64_t expert = index_of(threshold);
+    threshold = group_max(lanes, local);
+    const int64_t expert = rank_index(threshold);
     const float chosen_x =
-        warp_broadcast(lanes, local_x, int(expert % group_size % kWarpSize));
+        group_broadcast(lanes, local_x, int(expert % group_size % kWarpSize));
     if (plain && r == 0) m = chosen_x;  // the largest logit
-    const float u = u_of(chosen_x);
+    const float u = numerator(p.scoring, chosen_x, m);
     u_total += u;
     if (lane == r % kWarpSize) {
       weights[r * p.weights_k_stride] = u;
@@ -565,32 +808,12 @@ MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes&
   } else if (plain && p.scoring == MTK_SCORING_SOFTMAX) {
     float local = 0.0f;
     for (int64_t e = lane; e < p.experts; e += kWarpSize) local += exp_f32(x(e) - m);
-    denominator = warp_sum(lanes, local);
+    denominator = group_sum(lanes, local);
   }
   for (int64_t r = lane; r < p.k; r += kWarpSize) {
     float& w = weights[r * p.weights_k_stride];
     w = w / denominator * p.scale;
   }
-}
-
-// ---- Dispatch shared by the kernel launch and the host emulation ---------------------------
-
-// Experts per lane of the register routine for E experts; 0 where E needs the streaming one.
-inline int items_per_lane(int64_t experts) {
-  for (int items = 1; items <= kMaxItems; items *= 2) {
-    if (experts <= int64_t{kWarpSize} * items) return items;
-  }
-  return 0;
-}
-
-// Whether every lane's chunk of every row can be read as whole aligned words of `vector_bytes`.
-inline bool can_load_vectors(const RouterProblem& p, int items, size_t element_bytes) {
-  const size_t chunk = size_t(items) * element_bytes;
-  size_t word = 16;
-  while (word > 1 && chunk % word != 0) word /= 2;
-  const int64_t row_bytes = p.logits_token_stride * int64_t(element_bytes);
-  return p.logits_expert_stride == 1 && p.experts % items == 0 &&
-         reinterpret_cast<uintptr_t>(p.logits) % word == 0 && row_bytes % int64_t(word) == 0;
 }
 
 }  // namespace mtk::cuda_router

@@ -18,10 +18,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -29,82 +27,12 @@
 #include <utility>
 #include <vector>
 
+#include "c_abi_bench.hpp"
 #include "metaltopk.h"
 
 namespace {
 
-void check(mtk_status status, const char* what) {
-  if (status != MTK_SUCCESS) {
-    throw std::runtime_error(std::string(what) + ": " + mtk_status_string(status) + ": " +
-                             mtk_last_error_message());
-  }
-}
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-  }
-}
-
-// ---- owners of library and CUDA resources ----------------------------------------------------
-
-class Context {
- public:
-  explicit Context(mtk_backend backend) {
-    check(mtk_context_create(backend, 0, &handle_), "mtk_context_create");
-  }
-  ~Context() { mtk_context_destroy(handle_); }
-  Context(const Context&) = delete;
-  Context& operator=(const Context&) = delete;
-  mtk_context get() const { return handle_; }
-
- private:
-  mtk_context handle_ = nullptr;
-};
-
-// Device memory from cudaMalloc, as a runtime with its own allocator would hand to the library.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
-  }
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(DeviceBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)) {}
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-  void* get() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-};
-
-class Stream {
- public:
-  Stream() {
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class Event {
- public:
-  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
+using namespace c_abi_bench;
 
 // ---- shapes and data -------------------------------------------------------------------------
 
@@ -118,12 +46,7 @@ struct Shape {
 };
 
 Shape parse_shape(const std::string& spec) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1) {
-    parts.push_back(spec.substr(start, colon - start));
-  }
-  parts.push_back(spec.substr(start));
+  const std::vector<std::string> parts = split_fields(spec);
   if (parts.size() != 6)
     throw std::runtime_error("shape '" + spec + "' is not family:rows:n:k:dtype:dim");
   Shape s{parts[0], std::stoll(parts[1]), std::stoll(parts[2]), std::stoll(parts[3]),
@@ -140,34 +63,14 @@ Shape parse_shape(const std::string& spec) {
   return s;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// float -> bfloat16 bits, round to nearest even (the data holds no NaN).
-uint16_t to_bfloat16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-// Standard-normal samples (as torch.randn feeds bench_cuda.py), element i a pure function of
-// (seed, i) so the fill splits over threads. The value distribution matters: radix-select
+// Standard-normal samples, split over threads. The value distribution matters: radix-select
 // passes see how keys spread over digits.
 std::vector<uint8_t> random_input(const Shape& s, uint64_t seed) {
   const size_t count = static_cast<size_t>(s.rows * s.n);
   std::vector<uint8_t> host(count * s.itemsize);
   auto fill = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      const uint64_t r = splitmix64(seed * 0x100000001b3ull + i);
-      const double u1 = (static_cast<double>(r >> 40) + 1.0) / 16777217.0;  // (0, 1)
-      const double u2 = static_cast<double>(r & 0xffffff) / 16777216.0;
-      const float value =
-          static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      const float value = standard_normal(seed, i);
       if (s.dtype == MTK_BFLOAT16) {
         const uint16_t bits = to_bfloat16(value);
         std::memcpy(&host[i * 2], &bits, 2);
@@ -281,12 +184,6 @@ std::string mismatch(const Shape& s, const std::vector<uint8_t>& input, const Ho
 
 // ---- timing -----------------------------------------------------------------------------------
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 struct Settings {
   int calls = 100, reps = 7, singles = 50;
 };
@@ -307,17 +204,8 @@ Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors
   for (size_t i = 0; i < 3 * problems.size(); ++i)
     call(i);  // plans and scratch exist before timing
   check_cuda(cudaStreamSynchronize(stream), "warm-up");
+  const double eager_us = median_burst_us(stream, settings.calls, settings.reps, call);
   Event start, end;
-  std::vector<double> per_call;
-  for (int rep = 0; rep < settings.reps; ++rep) {
-    check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
-    for (int i = 0; i < settings.calls; ++i) call(i);
-    check_cuda(cudaEventRecord(end.get(), stream), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(end.get()), "cudaEventSynchronize");
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
-    per_call.push_back(1e3 * ms / settings.calls);
-  }
   std::vector<double> single;
   for (int i = 0; i < settings.singles; ++i) {
     check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
@@ -328,7 +216,7 @@ Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors
     check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
     single.push_back(1e3 * ms);
   }
-  return {median(per_call), median(single), settings.calls, settings.reps, settings.singles};
+  return {eager_us, median(single), settings.calls, settings.reps, settings.singles};
 }
 
 // Returns false on a mismatch (reported on stderr); throws on library or CUDA errors.
@@ -382,13 +270,6 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
     std::fflush(stdout);
   }
   return true;
-}
-
-int positive_option(int argc, char** argv, int& i) {
-  if (i + 1 >= argc) throw std::runtime_error(std::string(argv[i]) + " needs a value");
-  const int value = std::atoi(argv[++i]);
-  if (value < 1) throw std::runtime_error(std::string(argv[i - 1]) + " must be positive");
-  return value;
 }
 
 int run(int argc, char** argv) {

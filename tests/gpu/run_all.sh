@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
 #   build for sm_90 -> exhaustive CUDA conformance -> benchmark (Python, torch and the C-ABI
-#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark -> pytest
-#   (CUDA params + torch/CuPy interop) -> compute-sanitizer memcheck and racecheck.
+#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark (with its C-ABI
+#   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
+#   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest sanitize (default: all). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
+#        pytest sanitize faults (default: all). Logs and the benchmark JSON go to $OUT (or
+#        ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
-STEPS=${*:-build conformance bench router router-bench pytest sanitize}
+STEPS=${*:-build conformance bench router router-bench pytest sanitize faults}
 export PYTHONUNBUFFERED=1
 
 if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import cffi" 2>/dev/null; then
@@ -41,7 +43,8 @@ for s in $STEPS; do
   case $s in
     build)
       step build 240 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" \
-        "$BUILD/tests/bench_c_abi" || exit 1 ;;
+        "$BUILD/tests/bench_c_abi" "$BUILD/tests/bench_router_c_abi" \
+        "$BUILD/tests/reliability/fault_sweep" || exit 1 ;;
     conformance)
       step conformance 150 "$BUILD/tests/cuda_conformance" ;;
     pytest)
@@ -56,11 +59,13 @@ for s in $STEPS; do
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/router/test_router.py tests/router/test_router_torch_cuda.py -k cuda ;;
     router-bench)
-      step router-bench 200 python3 tests/gpu/bench_router_cuda.py \
-        --json "$OUT/bench_router_cuda.json" ;;
+      step router-bench 260 python3 tests/gpu/bench_router_cuda.py \
+        --json "$OUT/bench_router_cuda.json" --c-abi-bench "$BUILD/tests/bench_router_c_abi" ;;
     bench)
       step bench 240 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" \
         --c-abi-bench "$BUILD/tests/bench_c_abi" ${BENCH_ARGS:-} ;;
+    faults)
+      step fault-sweep 120 "$BUILD/tests/reliability/fault_sweep" ;;
     *) note "unknown step $s" ;;
   esac
 done

@@ -35,6 +35,7 @@ def emulator(tmp_path_factory):
     ffi.cdef(package_ffi.cdef_from_header(package_ffi.header_text))
     ffi.cdef("int emulate_moe_route(const mtk_tensor*, const mtk_router_params*, "
              "const mtk_tensor*, const mtk_tensor*);")
+    ffi.cdef("int64_t count_float_key_mismatches(void);")
     return ffi, ffi.dlopen(str(library))
 
 
@@ -141,3 +142,9 @@ def test_emulated_kernel_special_values(emulator):
                                topk_group=2)
         rc.check_route(weights, ids, logits, k, scoring="sigmoid", bias=bias, n_group=4,
                        topk_group=2)
+
+
+def test_branch_free_float_keys_match_the_contracts(emulator):
+    """The kernels rank by their own branch-free float keys; they must be ordered_key.hpp's."""
+    _, lib = emulator
+    assert lib.count_float_key_mismatches() == 0

@@ -1,9 +1,10 @@
-// Runs the CUDA router's per-token routine (lib/cuda/moe_route_warp.cuh) on the host: 32 fibers
-// play the 32 lanes of a warp, and a shuffle is a barrier round trip through shared slots. The
-// code under test is the kernel's own template, instantiated for the host, with the same
-// dispatch (register routine by expert count, vector loads, streaming past 512 experts), so its
-// selection logic, butterflies and slot bookkeeping are checked without a GPU. The only host
-// substitutions are exp (std::exp for expf) and loads (memcpy for vector words).
+// Runs the CUDA router's per-token routines (lib/cuda/moe_route_warp.cuh) on the host: 32 fibers
+// play the 32 lanes of a warp, and a shuffle or a group maximum is a barrier round trip through
+// shared slots. The code under test is the kernel's own template, instantiated for the host, with
+// the same dispatch (register layout and plan by expert count, several tokens per warp for short
+// rows, vector loads, streaming past 512 experts), so its selection logic, butterflies and slot
+// bookkeeping are checked without a GPU. The only host substitutions are exp (std::exp for expf)
+// and loads (memcpy for vector words).
 //
 // Built by tests/router/test_router_warp_emulation.py into a shared library exporting
 // emulate_moe_route, which takes the C ABI's descriptors (assumed valid: the tests pass only
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/ordered_key.hpp"
 #include "core/validate.hpp"
 #include "cuda/moe_route_warp.cuh"
 #include "metaltopk.h"
@@ -56,6 +58,19 @@ class Warp {
     return result;
   }
 
+  // The maximum over the aligned group of `group_lanes` lanes that holds `lane` (redux.sync).
+  uint32_t group_max(int lane, uint32_t value, int group_lanes) {
+    slots_[lane] = value;
+    barrier(lane);
+    const int first = lane / group_lanes * group_lanes;
+    uint32_t result = 0;
+    for (int l = first; l < first + group_lanes; ++l) {
+      result = slots_[l] > result ? slots_[l] : result;
+    }
+    barrier(lane);
+    return result;
+  }
+
  private:
   static void entry(int lane) { current_->run_body_(current_->body_, lane); }
 
@@ -69,35 +84,47 @@ class Warp {
 
 thread_local Warp* Warp::current_ = nullptr;
 
+// Lane `id` of the warp (0..31), in the group of kLanes lanes that routes its token.
+template <int kLanes>
 struct EmulatedLanes {
+  static constexpr int kSize = kLanes;
   Warp* warp;
   int id;
-  int lane() const { return id; }
+  int lane() const { return id % kLanes; }
   uint32_t shuffle_xor(uint32_t value, int lane_mask) {
     return warp->exchange(id, value, id ^ lane_mask);
   }
   uint32_t shuffle(uint32_t value, int source_lane) {
-    return warp->exchange(id, value, source_lane);
+    return warp->exchange(id, value, id / kLanes * kLanes + source_lane);
   }
+  uint32_t reduce_max(uint32_t value) { return warp->group_max(id, value, kLanes); }
 };
 
+// Warp w routes tokens [w * 32 / kLanes, (w + 1) * 32 / kLanes), as the kernels' grid does.
 template <class Logit>
 void route_all(const mtk::RouterProblem& p) {
-  const int items = items_per_lane(p.experts);
-  const bool vectors = items > 0 && can_load_vectors(p, items, sizeof(typename Logit::Storage));
   Warp warp;
-  auto body = [&](int lane) {
-    EmulatedLanes lanes{&warp, lane};
-    for (int64_t token = 0; token < p.tokens; ++token) {
-      switch (items) {
-        case 1: route_token<Logit, 1>(p, token, vectors, lanes); break;
-        case 2: route_token<Logit, 2>(p, token, vectors, lanes); break;
-        case 4: route_token<Logit, 4>(p, token, vectors, lanes); break;
-        case 8: route_token<Logit, 8>(p, token, vectors, lanes); break;
-        case 16: route_token<Logit, 16>(p, token, vectors, lanes); break;
-        default: route_streaming<Logit>(p, token, lanes); break;
+  const bool in_registers = visit_register_layout(p.experts, [&](auto layout) {
+    using L = decltype(layout);
+    const RegisterPlan plan =
+        plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage));
+    auto body = [&](int lane) {
+      EmulatedLanes<L::kLanes> lanes{&warp, lane};
+      for (int64_t first = 0; first < p.tokens; first += kWarpSize / L::kLanes) {
+        const int64_t token = first + lane / L::kLanes;
+        if (is_plain(p)) {
+          route_token<Logit, L::kItems, true>(p, token, plan, lanes);
+        } else {
+          route_token<Logit, L::kItems, false>(p, token, plan, lanes);
+        }
       }
-    }
+    };
+    warp.run(body);
+  });
+  if (in_registers) return;
+  auto body = [&](int lane) {
+    EmulatedLanes<kWarpSize> lanes{&warp, lane};
+    for (int64_t token = 0; token < p.tokens; ++token) route_streaming<Logit>(p, token, lanes);
   };
   warp.run(body);
 }
@@ -120,4 +147,25 @@ extern "C" __attribute__((visibility("default"))) int emulate_moe_route(
     case MTK_BFLOAT16: route_all<BF16>(p); return 0;
     default: return 1;
   }
+}
+
+// How many bit patterns the kernels' branch-free float keys map differently from
+// core/ordered_key.hpp: every f16 and bf16 pattern, and f32 edge cases plus a spread sample.
+extern "C" __attribute__((visibility("default"))) int64_t count_float_key_mismatches() {
+  int64_t mismatches = 0;
+  for (uint32_t bits = 0; bits <= 0xffffu; ++bits) {
+    const uint16_t half = static_cast<uint16_t>(bits);
+    mismatches += storage_key(half, F16{}) != mtk::key_from_f16_bits(half);
+    mismatches += storage_key(half, BF16{}) != mtk::key_from_bf16_bits(half);
+  }
+  std::vector<uint32_t> singles = {0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u,
+                                   0x007fffffu, 0x807fffffu, 0x00800000u, 0x80800000u,
+                                   0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+                                   0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffc00000u,
+                                   0x7fffffffu, 0xffffffffu, 0x3f800000u, 0xbf800000u};
+  for (uint64_t i = 0; i < (uint64_t{1} << 32); i += 4093) singles.push_back(uint32_t(i));
+  for (const uint32_t bits : singles) {
+    mismatches += key_of(float_from_bits(bits)) != mtk::key_from_f32_bits(bits);
+  }
+  return mismatches;
 }

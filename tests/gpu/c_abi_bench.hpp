@@ -1,0 +1,174 @@
+// What the C-ABI benchmarks (bench_c_abi.cpp for mtk_topk, bench_router_c_abi.cpp for
+// mtk_moe_route) share: status checks, owners of library and CUDA resources, the counter-based
+// standard-normal inputs, and burst timing with CUDA events.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "metaltopk.h"
+
+namespace c_abi_bench {
+
+inline void check(mtk_status status, const char* what) {
+  if (status != MTK_SUCCESS) {
+    throw std::runtime_error(std::string(what) + ": " + mtk_status_string(status) + ": " +
+                             mtk_last_error_message());
+  }
+}
+
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+}
+
+// ---- owners of library and CUDA resources ----------------------------------------------------
+
+class Context {
+ public:
+  explicit Context(mtk_backend backend) {
+    check(mtk_context_create(backend, 0, &handle_), "mtk_context_create");
+  }
+  ~Context() { mtk_context_destroy(handle_); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  mtk_context get() const { return handle_; }
+
+ private:
+  mtk_context handle_ = nullptr;
+};
+
+// Device memory from cudaMalloc, as a runtime with its own allocator would hand to the library.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) {
+    check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
+  }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  void* get() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+class Stream {
+ public:
+  Stream() {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// ---- inputs ----------------------------------------------------------------------------------
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Sample i of a standard-normal sequence (as torch.randn feeds the Python benchmarks), a pure
+// function of (seed, i) so a fill can split over threads.
+inline float standard_normal(uint64_t seed, size_t i) {
+  const uint64_t r = splitmix64(seed * 0x100000001b3ull + i);
+  const double u1 = (static_cast<double>(r >> 40) + 1.0) / 16777217.0;  // (0, 1)
+  const double u2 = static_cast<double>(r & 0xffffff) / 16777216.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+// float -> bfloat16 bits, round to nearest even (the data holds no NaN).
+inline uint16_t to_bfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float from_bfloat16(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+// ---- command line ----------------------------------------------------------------------------
+
+inline std::vector<std::string> split_fields(const std::string& spec) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1) {
+    parts.push_back(spec.substr(start, colon - start));
+  }
+  parts.push_back(spec.substr(start));
+  return parts;
+}
+
+inline int positive_option(int argc, char** argv, int& i) {
+  if (i + 1 >= argc) throw std::runtime_error(std::string(argv[i]) + " needs a value");
+  const int value = std::atoi(argv[++i]);
+  if (value < 1) throw std::runtime_error(std::string(argv[i - 1]) + " must be positive");
+  return value;
+}
+
+// ---- timing ----------------------------------------------------------------------------------
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Median over `reps` bursts of (time of `calls` back-to-back calls on `stream`) / calls, in us,
+// CUDA events around each whole burst: max(host cost, device time) per call, what a runtime
+// issuing calls in a row pays. call(i) issues call i of a burst.
+template <class Call>
+double median_burst_us(cudaStream_t stream, int calls, int reps, Call&& call) {
+  Event start, end;
+  std::vector<double> per_call;
+  for (int rep = 0; rep < reps; ++rep) {
+    check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
+    for (int i = 0; i < calls; ++i) call(i);
+    check_cuda(cudaEventRecord(end.get(), stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end.get()), "cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
+    per_call.push_back(1e3 * ms / calls);
+  }
+  return median(per_call);
+}
+
+}  // namespace c_abi_bench
