@@ -507,12 +507,13 @@ MTK_ROUTER_HD void route_plain(const RouterProblem& p, int64_t token, bool owns_
 MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) raw[i] = Storage{0};
   load_chunk(row, chunk, p.logits_expert_stride, plan.logit_vectors, raw);
+  // Items past the row's last expert rank 0, below every expert.
   Rank rank[kItems];
 MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) {
-    rank[i] = make_rank<Rank>(storage_key(raw[i], Logit{}), chunk.first + i);
+    rank[i] = i < chunk.valid ? make_rank<Rank>(storage_key(raw[i], Logit{}), chunk.first + i)
+                              : Rank(0);
   }
-  clear_past_valid(chunk, rank);
   sort_descending(rank);
   int chosen[kItems];
   select_sorted(lanes, k, rank, chosen);
