@@ -33,11 +33,24 @@ size_t merge_sort_temp_bytes_for(int64_t k) {
 template <int Items, class T>
 void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
   const RowGeometry& g = p.geometry;
+  const T* input = static_cast<const T*>(p.input);
+  const bool index64 = p.index_dtype == MTK_INT64;
+  // dim-0 inputs (rows adjacent in memory, their elements strided) go through shared-memory
+  // tiles of kTileRows rows, where the tile fits.
+  if constexpr (kTileKernelFits<T, Items>) {
+    const size_t tile = tile_bytes<T>(g.n);
+    if (g.batch_ndim == 1 && g.input_batch_strides[0] == 1 && g.input_stride != 1 &&
+        tile <= kTileMaxBytes) {
+      const int64_t blocks = (g.rows + kTileRows - 1) / kTileRows;
+      warp_topk_tile_kernel<T, Items><<<unsigned(blocks), kTileThreads, tile, stream>>>(
+          g, input, p.values, p.indices, index64, p.largest);
+      return;
+    }
+  }
   const int64_t rows_per_block = kWarpRowThreads / 32;
   const int64_t blocks = (g.rows + rows_per_block - 1) / rows_per_block;
   warp_topk_kernel<T, Items><<<unsigned(blocks), kWarpRowThreads, 0, stream>>>(
-      g, static_cast<const T*>(p.input), p.values, p.indices, p.index_dtype == MTK_INT64,
-      p.largest);
+      g, input, p.values, p.indices, index64, p.largest);
 }
 
 template <class T>

@@ -209,7 +209,14 @@ struct Layout {
   bool broadcast_rows;      // zero batch stride
   bool transposed;          // dim is 0 of a [n, rows] buffer
   int64_t out_stride;       // outputs' stride along dim
+  int64_t base_offset = 0;  // elements before element 0 (a base pointer off vector alignment)
+  bool dim0_outputs = false;  // outputs [k, rows] seen as [rows, k]: consecutive rows adjacent
 };
+
+// Element offset of (row, rank) in the outputs.
+int64_t output_at(const Layout& layout, int64_t rows, int64_t k, int64_t row, int64_t rank) {
+  return (layout.dim0_outputs ? rank * rows + row : row * k + rank) * layout.out_stride;
+}
 
 struct Case {
   mtk_dtype dtype;
@@ -253,8 +260,8 @@ void run_case(mtk_context ctx, bool device, const Case& c, const std::vector<uin
   values.ndim = indices.ndim = 2;
   values.sizes[0] = indices.sizes[0] = c.rows;
   values.sizes[1] = indices.sizes[1] = c.k;
-  values.strides[0] = indices.strides[0] = c.k * c.layout.out_stride;
-  values.strides[1] = indices.strides[1] = c.layout.out_stride;
+  values.strides[0] = indices.strides[0] = output_at(c.layout, c.rows, c.k, 1, 0);
+  values.strides[1] = indices.strides[1] = output_at(c.layout, c.rows, c.k, 0, 1);
   values.data = val_dev;
   indices.data = idx_dev;
   std::vector<uint8_t> first_values;
@@ -283,7 +290,7 @@ void run_case(mtk_context ctx, bool device, const Case& c, const std::vector<uin
   indices_out.assign(c.rows * c.k, 0);
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t j = 0; j < c.k; ++j) {
-      const int64_t at = (r * c.k + j) * c.layout.out_stride;
+      const int64_t at = output_at(c.layout, c.rows, c.k, r, j);
       std::memcpy(&values_out[(r * c.k + j) * size], &host_values[at * size], size);
       if (c.index32) {
         int32_t v;
@@ -293,16 +300,15 @@ void run_case(mtk_context ctx, bool device, const Case& c, const std::vector<uin
         std::memcpy(&indices_out[r * c.k + j], &host_indices[at * 8], 8);
       }
     }
-    // Strided outputs: the gaps must stay untouched.
-    if (c.layout.out_stride > 1) {
-      for (int64_t j = 0; j < c.k * c.layout.out_stride; ++j) {
-        if (j % c.layout.out_stride == 0) continue;
-        const int64_t at = r * c.k * c.layout.out_stride + j;
-        if (host_values[at * size] != 0xA5 || host_indices[at * index_size] != 0xA5) {
-          std::fprintf(stderr, "  output gap at %lld was written\n", (long long)at);
-          ++failures;
-          return;
-        }
+  }
+  // Strided outputs: the gaps must stay untouched.
+  if (c.layout.out_stride > 1) {
+    for (int64_t at = 0; at < out_elems; ++at) {
+      if (at % c.layout.out_stride == 0) continue;
+      if (host_values[at * size] != 0xA5 || host_indices[at * index_size] != 0xA5) {
+        std::fprintf(stderr, "  output gap at %lld was written\n", (long long)at);
+        ++failures;
+        return;
       }
     }
   }
@@ -328,12 +334,12 @@ bool check_case(const Contexts& ctx, const Case& c, std::mt19937_64& rng, bool v
   }
   const int64_t extent = (rows_stored - 1) * (c.layout.broadcast_rows ? 0 : (c.layout.transposed ? 1 : c.n * step)) +
                          (c.n - 1) * dim_stride + 1;
-  std::vector<uint8_t> buffer(size_t(extent) * size);
+  std::vector<uint8_t> buffer(size_t(extent + c.layout.base_offset) * size);
   for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = uint8_t(rng());  // garbage in the gaps
-  int64_t base = 0;
+  int64_t base = c.layout.base_offset;
   int64_t signed_dim_stride = dim_stride;
   if (c.layout.reversed) {
-    base = (c.n - 1) * dim_stride;
+    base += (c.n - 1) * dim_stride;
     signed_dim_stride = -dim_stride;
   }
   for (int64_t r = 0; r < rows_stored; ++r) {
@@ -598,6 +604,43 @@ int main(int argc, char** argv) {
     check_case(ctx, huge, rng, true);
     Case strided{MTK_BFLOAT16, 8, 524288, 100, Data::Special, layouts[1], true, true, false};
     check_case(ctx, strided, rng, true);
+  } else {
+    // The sanitizers' share: a threshold that hits without the candidate histogram, one that
+    // hits with it, and one whose candidates overflow.
+    Case c{MTK_FLOAT32, 2, int64_t(1) << 19, 10, Data::Random, contiguous, true, true, false};
+    check_case(ctx, c, rng, true);
+    c.rows = 1;
+    c.n = int64_t(1) << 20;
+    c.k = 100;
+    check_case(ctx, c, rng, true);
+    c.data = Data::AllEqual;
+    check_case(ctx, c, rng, true);
+  }
+  // The warp-per-row kernels' own branches: dim-0 rows staged through shared memory by tiles of
+  // 32 (row counts that leave the last tile short, dim-0 outputs, padded or reversed columns),
+  // vector loads (a base pointer off alignment, rows ending inside a vector: n = 90, 200), and
+  // plain float keys (random data) next to their exact fallback (special values).
+  const Layout warp_layouts[] = {
+      {"dim0-in-out", 1, false, false, true, 1, 0, true},
+      {"dim0-offset", 1, false, false, true, 1, 3, false},
+      {"dim0-reversed-strided-out", 1, true, false, true, 2, 0, true},
+      {"contiguous", 1, false, false, false, 1, 0, false},
+      {"offset", 1, false, false, false, 1, 1, false},
+  };
+  const Shape warp_shapes[] = {{33, 5, 3},   {70, 64, 8},  {64, 128, 32},
+                               {45, 256, 8}, {31, 90, 10}, {100, 200, 13}};
+  for (const Shape& s : warp_shapes) {
+    if (quick && s.n > 256) continue;
+    for (const Layout& layout : warp_layouts) {
+      for (mtk_dtype d : dtypes) {
+        for (Data data : {Data::Random, Data::Special, Data::FewDistinct}) {
+          if (quick && data != Data::Special) continue;
+          const uint64_t pick = rng();
+          Case c{d, s.rows, s.n, s.k, data, layout, (pick & 1) != 0, true, (pick & 4) != 0};
+          check_case(ctx, c, rng, false);
+        }
+      }
+    }
   }
   check_workspace_and_alloc(ctx.cuda);
 
