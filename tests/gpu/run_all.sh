@@ -46,14 +46,14 @@ for s in $STEPS; do
         "$BUILD/tests/bench_c_abi" "$BUILD/tests/bench_router_c_abi" \
         "$BUILD/tests/reliability/fault_sweep" || exit 1 ;;
     conformance)
-      step conformance 150 "$BUILD/tests/cuda_conformance" ;;
+      step conformance 240 "$BUILD/tests/cuda_conformance" ;;
     pytest)
       step pytest 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py \
         tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;
     sanitize)
-      step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick
-      step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      step racecheck 180 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;;
     router)
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
