@@ -20,13 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
 import metaltopk
+from c_abi_runner import run_json_lines
 
 COPY_BANDWIDTH = 4.21e12  # bytes/s, device-to-device copy measured on the project's H200
 LAUNCH_FLOOR = 2e-6
@@ -171,25 +171,11 @@ def run_shape(family, rows, n, k, dtype_name, dim, args):
 
 
 def run_c_abi_bench(binary, shapes, timeout):
-    """Runs bench_c_abi on `shapes`; {(family, rows, n, k, dtype, dim, sorted): its JSON line}.
-    Its stderr (mismatches, failures) passes through; a failed run still yields the shapes it
-    finished."""
+    """Runs bench_c_abi on `shapes`; {(family, rows, n, k, dtype, dim, sorted): its JSON line}
+    (see c_abi_runner.run_json_lines)."""
     specs = [":".join(str(field) for field in shape) for shape in shapes]
-    try:
-        done = subprocess.run([binary, *specs], stdout=subprocess.PIPE, text=True, timeout=timeout)
-        output, status = done.stdout, done.returncode
-    except subprocess.TimeoutExpired as expired:
-        output, status = expired.stdout or "", f"timeout after {timeout} s"
-        output = output.decode() if isinstance(output, bytes) else output
-    except OSError as error:  # missing or not executable: the Python columns still run
-        output, status = "", f"{type(error).__name__}: {error}"
-    if status != 0:
-        print(f"# bench_c_abi: exit {status}", flush=True)
-    lines = {}
-    for line in output.splitlines():
-        r = json.loads(line)
-        lines[(r["family"], r["rows"], r["n"], r["k"], r["dtype"], r["dim"], r["sorted"])] = r
-    return lines
+    return run_json_lines(binary, specs, ("family", "rows", "n", "k", "dtype", "dim", "sorted"),
+                          timeout)
 
 
 def merge_c_abi(result, c_abi):

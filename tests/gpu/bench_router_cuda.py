@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -39,6 +38,8 @@ from metaltopk._ffi import ffi, lib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
 from torch_routers import torch_deepseek_v3, torch_softmax_composite  # noqa: E402
+
+from c_abi_runner import run_json_lines  # noqa: E402
 
 TOKENS = [1, 128, 4096, 16384]
 EXPERTS_K = [(64, 8), (128, 8), (256, 8), (512, 10)]
@@ -188,26 +189,11 @@ def router_kwargs(router):
 
 
 def run_c_abi_bench(binary, cases, timeout):
-    """Runs bench_router_c_abi on `cases`; {(router, tokens, experts, k): its JSON line}. Its
-    stderr (mismatches, failures) passes through; a failed run still yields the shapes it
-    finished."""
+    """Runs bench_router_c_abi on `cases`; {(router, tokens, experts, k): its JSON line} (see
+    c_abi_runner.run_json_lines)."""
     specs = [":".join(str(field) for field in (router, tokens, experts, k, *router_kwargs(router)))
              for router, tokens, experts, k in cases]
-    try:
-        done = subprocess.run([binary, *specs], stdout=subprocess.PIPE, text=True, timeout=timeout)
-        output, status = done.stdout, done.returncode
-    except subprocess.TimeoutExpired as expired:
-        output, status = expired.stdout or "", f"timeout after {timeout} s"
-        output = output.decode() if isinstance(output, bytes) else output
-    except OSError as error:  # missing or not executable: the Python columns still run
-        output, status = "", f"{type(error).__name__}: {error}"
-    if status != 0:
-        print(f"# bench_router_c_abi: exit {status}", flush=True)
-    lines = {}
-    for line in output.splitlines():
-        r = json.loads(line)
-        lines[(r["router"], r["tokens"], r["experts"], r["k"])] = r
-    return lines
+    return run_json_lines(binary, specs, ("router", "tokens", "experts", "k"), timeout)
 
 
 def merge_c_abi(row, c_abi):
