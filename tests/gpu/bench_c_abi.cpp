@@ -274,59 +274,33 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
 
 int run(int argc, char** argv) {
   Settings settings;
-  std::vector<Shape> shapes;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--calls")
-      settings.calls = positive_option(argc, argv, i);
-    else if (arg == "--reps")
-      settings.reps = positive_option(argc, argv, i);
-    else if (arg == "--singles")
-      settings.singles = positive_option(argc, argv, i);
-    else
-      shapes.push_back(parse_shape(arg));
-  }
-  if (shapes.empty()) {
-    std::fprintf(
-        stderr,
-        "usage: bench_c_abi [--calls N] [--reps R] [--singles S] family:rows:n:k:dtype:dim...\n");
-    return 1;
-  }
-  int available = 0;
-  check(mtk_backend_query(MTK_BACKEND_CUDA, nullptr, &available), "mtk_backend_query");
-  if (!available) {
-    std::fprintf(stderr, "bench_c_abi: no CUDA device\n");
-    return 2;
-  }
-  // The stream outlives the contexts: the CUDA context keeps scratch per stream until destroyed.
-  Stream stream;
-  Context cuda(MTK_BACKEND_CUDA), cpu(MTK_BACKEND_CPU);
-  int l2_bytes = 0;
-  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "reading the L2 size");
-  bool all_ok = true;
-  for (const Shape& s : shapes) {
-    try {
-      all_ok = bench_shape(s, cuda.get(), cpu.get(), stream.get(), static_cast<size_t>(l2_bytes),
-                           settings) &&
-               all_ok;
-    } catch (const std::exception&
-                 error) {  // report and go on: one shape's failure must not hide the rest
-      std::fprintf(stderr, "%s %lldx%lld k=%lld %s dim=%lld: %s\n", s.family.c_str(),
-                   (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
-                   (long long)s.dim, error.what());
-      all_ok = false;
+  auto option = [&](const std::string& arg, int count, char** args, int& i) {
+    if (arg == "--calls") {
+      settings.calls = positive_option(count, args, i);
+    } else if (arg == "--reps") {
+      settings.reps = positive_option(count, args, i);
+    } else if (arg == "--singles") {
+      settings.singles = positive_option(count, args, i);
+    } else {
+      return false;
     }
-  }
-  return all_ok ? 0 : 1;
+    return true;
+  };
+  auto bench = [&](const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream,
+                   size_t l2_bytes) {
+    return bench_shape(s, cuda, cpu, stream, l2_bytes, settings);
+  };
+  auto describe = [](FILE* out, const Shape& s) {
+    std::fprintf(out, "%s %lldx%lld k=%lld %s dim=%lld", s.family.c_str(), (long long)s.rows,
+                 (long long)s.n, (long long)s.k, s.dtype_name.c_str(), (long long)s.dim);
+  };
+  return run_shapes("bench_c_abi",
+                    "[--calls N] [--reps R] [--singles S] family:rows:n:k:dtype:dim...", argc,
+                    argv, parse_shape, option, bench, describe);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "bench_c_abi: %s\n", error.what());
-    return 1;
-  }
+  return guarded_main("bench_c_abi", [&] { return run(argc, argv); });
 }

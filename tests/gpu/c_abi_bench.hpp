@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -169,6 +170,63 @@ double median_burst_us(cudaStream_t stream, int calls, int reps, Call&& call) {
     per_call.push_back(1e3 * ms / calls);
   }
   return median(per_call);
+}
+
+// ---- the harness driver ----------------------------------------------------------------------
+
+// What both harnesses do around their shapes: read the command line (`option(arg, argc, argv, i)`
+// takes an option and returns whether it knew it; every other argument is a shape for `parse`),
+// require a CUDA device (exit 2 without), make the contexts and the stream, then run
+// `bench(shape, cuda, cpu, stream, l2_bytes)` on each shape; one shape's exception is reported
+// (after `describe(stderr, shape)`) and the others still run. Returns the exit status: 0 when
+// every shape passed its check, 1 otherwise.
+template <class Parse, class Option, class Bench, class Describe>
+int run_shapes(const char* name, const char* usage, int argc, char** argv, Parse&& parse,
+               Option&& option, Bench&& bench, Describe&& describe) {
+  using Shape = decltype(parse(std::string()));
+  std::vector<Shape> shapes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!option(arg, argc, argv, i)) shapes.push_back(parse(arg));
+  }
+  if (shapes.empty()) {
+    std::fprintf(stderr, "usage: %s %s\n", name, usage);
+    return 1;
+  }
+  int available = 0;
+  check(mtk_backend_query(MTK_BACKEND_CUDA, nullptr, &available), "mtk_backend_query");
+  if (!available) {
+    std::fprintf(stderr, "%s: no CUDA device\n", name);
+    return 2;
+  }
+  // The stream outlives the contexts: the CUDA context keeps scratch per stream until destroyed.
+  Stream stream;
+  Context cuda(MTK_BACKEND_CUDA), cpu(MTK_BACKEND_CPU);
+  int l2_bytes = 0;
+  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "reading the L2 size");
+  bool all_ok = true;
+  for (const Shape& shape : shapes) {
+    try {
+      all_ok = bench(shape, cuda.get(), cpu.get(), stream.get(), static_cast<size_t>(l2_bytes)) &&
+               all_ok;
+    } catch (const std::exception& error) {  // one shape's failure must not hide the rest
+      describe(stderr, shape);
+      std::fprintf(stderr, ": %s\n", error.what());
+      all_ok = false;
+    }
+  }
+  return all_ok ? 0 : 1;
+}
+
+// main() of a harness: `run` with any escaping exception reported as `name: what`, exit 1.
+template <class Run>
+int guarded_main(const char* name, Run&& run) {
+  try {
+    return run();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", name, error.what());
+    return 1;
+  }
 }
 
 }  // namespace c_abi_bench
