@@ -87,18 +87,6 @@ std::vector<uint8_t> random_input(const Shape& s, uint64_t seed) {
   return host;
 }
 
-mtk_tensor describe(void* data, mtk_dtype dtype, int64_t outer, int64_t inner) {
-  mtk_tensor t{};
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = 2;
-  t.sizes[0] = outer;
-  t.sizes[1] = inner;
-  t.strides[0] = inner;
-  t.strides[1] = 1;
-  return t;
-}
-
 // The input and output descriptors of one shape (contiguous; dim 0 swaps the two sizes).
 struct Descriptors {
   mtk_tensor input, values, indices;

@@ -79,18 +79,6 @@ Shape parse_shape(const std::string& spec) {
   return s;
 }
 
-mtk_tensor describe(void* data, mtk_dtype dtype, int64_t rows, int64_t columns) {
-  mtk_tensor t{};
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = 2;
-  t.sizes[0] = rows;
-  t.sizes[1] = columns;
-  t.strides[0] = columns;
-  t.strides[1] = 1;
-  return t;
-}
-
 mtk_tensor describe_vector(void* data, int64_t size) {
   mtk_tensor t{};
   t.data = data;

@@ -126,6 +126,19 @@ inline float from_bfloat16(uint16_t bits) {
   return value;
 }
 
+// A contiguous [rows, columns] tensor at `data`.
+inline mtk_tensor describe(void* data, mtk_dtype dtype, int64_t rows, int64_t columns) {
+  mtk_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = columns;
+  t.strides[0] = columns;
+  t.strides[1] = 1;
+  return t;
+}
+
 // ---- command line ----------------------------------------------------------------------------
 
 inline std::vector<std::string> split_fields(const std::string& spec) {
