@@ -15,3 +15,18 @@ test-cuda: $(CUDA_CONFORMANCE)
 	  if [ $$status -eq 2 ]; then echo "test-cuda: skipped (no CUDA device)"; else exit $$status; fi
 
 TEST_TARGETS += test-cuda
+
+# The warp kernels' logic on the host (tests/cuda/emulation): needs no nvcc and no GPU.
+WARP_EMULATION := $(BUILD)/tests/cuda_warp_emulation
+
+$(WARP_EMULATION): tests/cuda/emulation/test_warp_kernels.cpp tests/cuda/emulation/fiber_cuda.hpp \
+    lib/cuda/topk_warp_kernels.cuh lib/cuda/device_utils.cuh lib/core/ordered_key.hpp \
+    lib/core/problem.hpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude -Ilib -Itests/cuda/emulation $< -o $@
+
+.PHONY: test-cuda-emulation
+test-cuda-emulation: $(WARP_EMULATION)
+	$(WARP_EMULATION) --quick
+
+TEST_TARGETS += test-cuda-emulation
