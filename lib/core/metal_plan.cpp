@@ -329,15 +329,23 @@ const char* metal_dtype_suffix(mtk_dtype dtype) {
   fail(MTK_ERROR_UNSUPPORTED_DTYPE, "dtype ", static_cast<int>(dtype), " is not supported by the Metal backends");
 }
 
-MetalLimits metal_limits_for_pipelines(uint64_t pipeline_max_threads) {
+namespace {
+// The default limits with max_threads lowered to what the pipelines allow, in whole SIMD groups;
+// fewer than `needed` threads is a device the kernels cannot run on.
+MetalLimits limits_for_pipeline(uint64_t pipeline_max_threads, uint64_t needed, const char* what) {
   MetalLimits limits;
   const uint64_t threads = std::min<uint64_t>(pipeline_max_threads, limits.max_threads) / kSimdWidth * kSimdWidth;
-  if (threads < kMinSelectThreads) {
-    fail(MTK_ERROR_DEVICE, "the Metal pipelines allow only ", pipeline_max_threads,
-         " threads per threadgroup; the top-k kernels need ", kMinSelectThreads);
+  if (threads < needed) {
+    fail(MTK_ERROR_DEVICE, "the Metal ", what, " pipeline allows only ", pipeline_max_threads,
+         " threads per threadgroup; it needs ", needed);
   }
   limits.max_threads = static_cast<uint32_t>(threads);
   return limits;
+}
+}  // namespace
+
+MetalLimits metal_limits_for_pipelines(uint64_t pipeline_max_threads) {
+  return limits_for_pipeline(pipeline_max_threads, kMinSelectThreads, "top-k");
 }
 
 namespace {
@@ -459,14 +467,7 @@ std::string metal_router_function(mtk_dtype dtype) {
 }
 
 MetalLimits metal_router_limits_for_pipeline(uint64_t pipeline_max_threads) {
-  MetalLimits limits;
-  const uint64_t threads = std::min<uint64_t>(pipeline_max_threads, limits.max_threads) / kSimdWidth * kSimdWidth;
-  if (threads < kSimdWidth) {
-    fail(MTK_ERROR_DEVICE, "the Metal router pipeline allows only ", pipeline_max_threads,
-         " threads per threadgroup; it needs ", kSimdWidth);
-  }
-  limits.max_threads = static_cast<uint32_t>(threads);
-  return limits;
+  return limits_for_pipeline(pipeline_max_threads, kSimdWidth, "router");
 }
 
 MetalRouterPlan make_metal_router_plan(const RouterProblem& problem, const MetalLimits& limits) {
