@@ -344,17 +344,6 @@ MTK_ROUTER_UNROLL
   }
 }
 
-// Zeroes the items past the chunk's experts. Computing every item and clearing afterwards keeps
-// the common full chunk free of per-item branches.
-template <int kItems, class T>
-MTK_ROUTER_HD void clear_past_valid(Chunk chunk, T (&items)[kItems]) {
-  if (chunk.valid == kItems) return;
-MTK_ROUTER_UNROLL
-  for (int i = 0; i < kItems; ++i) {
-    if (i >= chunk.valid) items[i] = 0;
-  }
-}
-
 // Sorts a lane's ranks into descending order in registers: Batcher's odd-even merge sort (19
 // compare-exchanges for 8 items, 63 for 16). Unrolled by templates rather than pragmas, so every
 // index is a compile-time constant whatever the unroller decides and nothing goes to local memory.
@@ -668,7 +657,6 @@ MTK_ROUTER_UNROLL
   uint32_t c_key[kItems];
 MTK_ROUTER_UNROLL
   for (int i = 0; i < kItems; ++i) c_key[i] = key_of(s[i]);
-  clear_past_valid(chunk, c_key);
   uint32_t eligible = (1u << chunk.valid) - 1u;  // bit i: item i may be selected
   if (p.n_group > 1) {
     if (plan.group_lane_shift >= 0) {
