@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "core/key_threshold.hpp"
 #include "cuda/device_utils.cuh"
 #include "cuda/topk_warp_kernels.cuh"
 
@@ -85,6 +86,25 @@ __device__ __forceinline__ void for_each_composite(const Source& source, Visit&&
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       if (first + int64_t(u) * kBlockThreads < source.n) visit(batch[u]);
+    }
+  }
+}
+
+// Copies `count` composites with the loads of each thread batched as in for_each_composite.
+template <class Comp>
+__device__ __forceinline__ void copy_batched(const Comp* from, uint32_t count, Comp* to) {
+  constexpr int kBatch = 4;
+  for (uint32_t first = threadIdx.x; first < count; first += kBlockThreads * kBatch) {
+    Comp batch[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const uint32_t i = first + uint32_t(u) * kBlockThreads;
+      batch[u] = i < count ? from[i] : Comp(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const uint32_t i = first + uint32_t(u) * kBlockThreads;
+      if (i < count) to[i] = batch[u];
     }
   }
 }
@@ -217,21 +237,20 @@ __device__ __forceinline__ void segment_bounds(int64_t count, int blocks, int se
   end = min(count, begin + chunk);
 }
 
-// Calls visit(items) for every element in [begin, end) of `row`, spread over the block's
-// threads, where `items` is an array of composites: one element, or a whole 16-byte vector.
-// Contiguous, 16-byte aligned rows are read 16 bytes per load with four loads in flight per
-// thread, which is what streaming at full memory bandwidth takes when a block's segment is only
-// a few hundred kilobytes (with two, sampling rows reached 2.2-2.6 TB/s); others element by
-// element.
-// Batching lets a visitor pay its per-warp vote once per vector rather than per element.
+// Calls visit(elements, first) for every element in [begin, end) of `row`, spread over the
+// block's threads, where `elements` is an array of raw values, one element or a whole 16-byte
+// vector, and element e has index first + e. Contiguous, 16-byte aligned rows are read 16 bytes
+// per load with four loads in flight per thread, which is what streaming at full memory bandwidth
+// takes when a block's segment is only a few hundred kilobytes (with two, sampling rows reached
+// 2.2-2.6 TB/s); others element by element. Batching lets a visitor pay its per-warp vote once
+// per vector rather than per element.
 template <int Threads, class T, class Visit>
-__device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_t begin,
-                                                  int64_t end, Visit&& visit) {
-  using Comp = Composite<typename KeyTraits<T>::Key>;
+__device__ __forceinline__ void visit_row_elements(const InputRow<T>& row, int64_t begin,
+                                                   int64_t end, Visit&& visit) {
   constexpr int kPerVector = 16 / int(sizeof(T));
   auto visit_one = [&](int64_t i) {
-    const Comp items[1] = {row.composite(i)};
-    visit(items);
+    const T elements[1] = {row.base[i * row.stride]};
+    visit(elements, uint32_t(i));
   };
   const bool vectorizable =
       row.stride == 1 && (reinterpret_cast<uintptr_t>(row.base) & 15) == 0;
@@ -251,13 +270,7 @@ __device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_
   auto visit_vector = [&](const uint4& data, int64_t vector_index) {
     T elements[kPerVector];
     memcpy(elements, &data, 16);
-    const uint32_t first = uint32_t(vector_index * kPerVector);
-    Comp items[kPerVector];
-#pragma unroll
-    for (int e = 0; e < kPerVector; ++e) {
-      items[e] = make_composite(selection_key(elements[e], row.largest), first + uint32_t(e));
-    }
-    visit(items);
+    visit(elements, uint32_t(vector_index * kPerVector));
   };
   int64_t v = first_vector + threadIdx.x;
   for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kLoadsInFlight * Threads) {
@@ -268,6 +281,22 @@ __device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_
     for (int u = 0; u < kLoadsInFlight; ++u) visit_vector(data[u], v + u * Threads);
   }
   for (; v < end_vector; v += Threads) visit_vector(__ldg(vectors + v), v);
+}
+
+// visit_row_elements with each element ranked: visit(items) gets an array of composites.
+template <int Threads, class T, class Visit>
+__device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_t begin,
+                                                  int64_t end, Visit&& visit) {
+  using Comp = Composite<typename KeyTraits<T>::Key>;
+  visit_row_elements<Threads>(row, begin, end, [&](const auto& elements, uint32_t first) {
+    constexpr int kCount = int(sizeof(elements) / sizeof(elements[0]));
+    Comp items[kCount];
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      items[e] = make_composite(selection_key(elements[e], row.largest), first + uint32_t(e));
+    }
+    visit(items);
+  });
 }
 
 // Global memory fence and ticket: true in exactly one block, the last of the row to arrive,
@@ -462,13 +491,21 @@ __device__ __forceinline__ void warp_append_bounded(const bool (&take)[Count],
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it.
 constexpr uint32_t kDirectFinishCandidates = 16384;
+// Candidates a threshold block stages in shared memory before spilling to global appends: a
+// sampling row of 150k with k = 1024 leaves ~1400 per block (with 1024, a quarter of them
+// spilled, and the pass ran 34 us slower than with k = 50).
+constexpr uint32_t kThresholdStageCapacity = 2048;
+// The finish kernel copies a row's candidates into dynamic shared memory (up to this many
+// bytes) before ranking them: its radix rounds then read shared memory instead of paying an L2
+// round trip per round. The backend raises each finish kernel's limit to this once per device.
+constexpr size_t kFinishStageMaxBytes = size_t(128) << 10;
 // Resident threshold blocks per SM that the register budget must allow: the plan sizes the
 // grid to one wave of them. Sixteen 1-byte elements per vector need more registers than four
 // blocks leave (ptxas spilled over a kilobyte per thread), so those get two.
 constexpr int threshold_blocks_per_sm(int element_bytes) { return element_bytes == 1 ? 2 : 4; }
 
-// The one read of the input for sampled plans: candidates (composites at or above the row's
-// threshold) go to the buffer and their top digit to the row's histogram. The last block of the
+// The one read of the input for sampled plans: candidates (the elements that pass the row's
+// threshold test, see key_threshold.hpp) go to the buffer and their top digit to the row's histogram. The last block of the
 // row then either leaves few candidates to the finish kernel alone, or chooses the first digit
 // over them for the filter passes, or, when the threshold missed, clears what the pass left and
 // flags the row for the exact passes over the input.
@@ -485,7 +522,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
-  constexpr uint32_t kStageCapacity = 1024;
+  constexpr uint32_t kStageCapacity = kThresholdStageCapacity;
   __shared__ uint32_t hist[kMultiBins];
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
@@ -507,16 +544,24 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  visit_row_segment<kMultiThreads>(source, begin, end, [&](const auto& items) {
-    constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
+  const KeyThreshold<T> threshold_test = KeyThreshold<T>::make(threshold_key, largest);
+  visit_row_elements<kMultiThreads>(source, begin, end, [&](const auto& elements, uint32_t first) {
+    constexpr int kCount = int(sizeof(elements) / sizeof(elements[0]));
     bool take[kCount];
     bool any = false;
 #pragma unroll
     for (int e = 0; e < kCount; ++e) {
-      take[e] = Key(items[e] >> 32) >= threshold_key;  // the index half cannot matter
+      take[e] = threshold_test.passes(elements[e]);
       any |= take[e];
     }
     if (!any) return;
+    // Keys only for the few candidates: the test above needed none.
+    Comp items[kCount];
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) {
+      items[e] = take[e] ? make_composite(selection_key(elements[e], largest), first + uint32_t(e))
+                         : Comp(0);
+    }
     // A candidate costs its thread one shared atomic; a warp-wide ballot per vector cost more,
     // as candidates are too rare to share it and too common to skip it.
     bool spill[kCount];
@@ -685,17 +730,21 @@ __global__ void __launch_bounds__(kMultiThreads)
 
 // One block per row: resolves the remaining bits of an unfinished row from its candidates (or
 // the input, after an overflow), appends the last winners, and sorts the row when k fits.
+// Rows whose candidates fit `stage_capacity` composites are ranked from dynamic shared memory.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                   bool largest, MultiLayout layout,
                   RowState<Composite<typename KeyTraits<T>::Key>>* states,
                   Composite<typename KeyTraits<T>::Key>* winners,
-                  const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here) {
+                  const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here,
+                  uint32_t stage_capacity) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
   __shared__ BlockShared<Comp> sh;
+  extern __shared__ __align__(16) unsigned char finish_stage_memory[];
+  Comp* const stage = reinterpret_cast<Comp*>(finish_stage_memory);
   const int64_t row = blockIdx.x;
   RowState<Comp>* state = states + row;
   Comp* row_winners = winners + row * g.k;
@@ -720,8 +769,14 @@ __global__ void __launch_bounds__(kBlockThreads)
     const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
                                 state->in_bucket};
     if (state->source_is_buffer) {
-      const BufferSource<Comp> source{candidates + row * layout.capacity,
-                                      int64_t(state->source_count)};
+      const Comp* items = candidates + row * layout.capacity;
+      const uint32_t count = state->source_count;
+      if (count <= stage_capacity) {
+        copy_batched(items, count, stage);
+        __syncthreads();
+        items = stage;
+      }
+      const BufferSource<Comp> source{items, int64_t(count)};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
       for_each_composite(source,
                          [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });

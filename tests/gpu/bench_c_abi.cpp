@@ -10,6 +10,8 @@
 //   eager_us   median over R repetitions of (time of N back-to-back calls) / N, CUDA events
 //              around the whole burst: max(host cost, device time) per call, what a runtime
 //              issuing calls in a row pays;
+//   host_us    the same bursts' enqueue time on the host clock, per call (host-bound when it is
+//              close to eager_us; tests/gpu/launch_floor gives the floor of one launch);
 //   single_us  median of S single calls, each bracketed by events on an idle GPU (host cost +
 //              launch latency + device time): the method bench_cuda.py uses for "eager".
 // Before timing, each shape's result (sorted and unsorted) is checked bit for bit against the
@@ -177,7 +179,7 @@ struct Settings {
 };
 
 struct Timing {
-  double eager_us, single_us;
+  double eager_us, host_us, single_us;
   int calls, reps, singles;
 };
 
@@ -192,7 +194,8 @@ Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors
   for (size_t i = 0; i < 3 * problems.size(); ++i)
     call(i);  // plans and scratch exist before timing
   check_cuda(cudaStreamSynchronize(stream), "warm-up");
-  const double eager_us = median_burst_us(stream, settings.calls, settings.reps, call);
+  double host_us = 0;
+  const double eager_us = median_burst_us(stream, settings.calls, settings.reps, call, &host_us);
   Event start, end;
   std::vector<double> single;
   for (int i = 0; i < settings.singles; ++i) {
@@ -204,7 +207,7 @@ Timing time_calls(const Shape& s, mtk_context ctx, const std::vector<Descriptors
     check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
     single.push_back(1e3 * ms);
   }
-  return {eager_us, median(single), settings.calls, settings.reps, settings.singles};
+  return {eager_us, host_us, median(single), settings.calls, settings.reps, settings.singles};
 }
 
 // Returns false on a mismatch (reported on stderr); throws on library or CUDA errors.
@@ -250,10 +253,11 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
     std::printf(
         "{\"family\": \"%s\", \"rows\": %lld, \"n\": %lld, \"k\": %lld, \"dtype\": \"%s\", "
         "\"dim\": %lld, "
-        "\"sorted\": %s, \"eager_us\": %.3f, \"single_us\": %.3f, \"calls\": %d, \"reps\": %d, "
+        "\"sorted\": %s, \"eager_us\": %.3f, \"host_us\": %.3f, \"single_us\": %.3f, "
+        "\"calls\": %d, \"reps\": %d, "
         "\"singles\": %d, \"input_buffers\": %zu, \"verified\": true}\n",
         s.family.c_str(), (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
-        (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.single_us, t.calls, t.reps,
+        (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.host_us, t.single_us, t.calls, t.reps,
         t.singles, rotation);
     std::fflush(stdout);
   }

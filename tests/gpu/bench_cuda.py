@@ -187,6 +187,7 @@ def merge_c_abi(result, c_abi):
     result["c_abi_eager_us"] = sorted_run["eager_us"]
     result["c_abi_eager_unsorted_us"] = unsorted_run["eager_us"]
     result["c_abi_single_us"] = sorted_run["single_us"]
+    result["c_abi_host_us"] = sorted_run["host_us"]
     result["c_abi_speedup_vs_torch_loop"] = result["torch_loop_us"] / sorted_run["eager_us"]
     result["c_abi_speedup_vs_torch"] = result["torch_us"] / sorted_run["single_us"]
 
@@ -287,6 +288,7 @@ def main():
     print_table(results)
     if args.profile:
         profiled = ((16384, 256, 8), (4096, 512, 10), (256, 151936, 50), (256, 151936, 1024),
+                    (256, 262144, 256),
                     (1, 2 ** 28, 100), (1, 2 ** 26, 1000), (1, 151936, 1024))
         profile_kernels([s for s in SHAPES if s[1:4] in profiled])
     stats = metaltopk.cache_stats("cuda")

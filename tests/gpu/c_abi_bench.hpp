@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -168,20 +169,27 @@ inline double median(std::vector<double> v) {
 
 // Median over `reps` bursts of (time of `calls` back-to-back calls on `stream`) / calls, in us,
 // CUDA events around each whole burst: max(host cost, device time) per call, what a runtime
-// issuing calls in a row pays. call(i) issues call i of a burst.
+// issuing calls in a row pays. call(i) issues call i of a burst. With `host_us`, also the median
+// of the bursts' enqueue time on the host clock per call: when it is close to the result, the
+// calls are host-bound.
 template <class Call>
-double median_burst_us(cudaStream_t stream, int calls, int reps, Call&& call) {
+double median_burst_us(cudaStream_t stream, int calls, int reps, Call&& call,
+                       double* host_us = nullptr) {
   Event start, end;
-  std::vector<double> per_call;
+  std::vector<double> per_call, host;
   for (int rep = 0; rep < reps; ++rep) {
     check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
+    const auto enqueue_start = std::chrono::steady_clock::now();
     for (int i = 0; i < calls; ++i) call(i);
+    host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                             enqueue_start).count() / calls);
     check_cuda(cudaEventRecord(end.get(), stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(end.get()), "cudaEventSynchronize");
     float ms = 0;
     check_cuda(cudaEventElapsedTime(&ms, start.get(), end.get()), "cudaEventElapsedTime");
     per_call.push_back(1e3 * ms / calls);
   }
+  if (host_us != nullptr) *host_us = median(host);
   return median(per_call);
 }
 

@@ -13,12 +13,19 @@ $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI): $(BUILD)/tests/%: tests/gpu/%.cpp tests/gp
 	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) \
 	  -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 
+# The launch floor the MoE eager numbers are read against (tests/gpu/launch_floor.cu).
+LAUNCH_FLOOR := $(BUILD)/tests/launch_floor
+
+$(LAUNCH_FLOOR): tests/gpu/launch_floor.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH_FLAGS) $< -o $@
+
 # In `make test`: both harnesses build, and each runs one small shape (exit 2, no device, counts
 # as skipped), so CI keeps them compiling although only the GPU machine times anything.
 .PHONY: test-gpu-harnesses
-test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI)
+test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI) $(LAUNCH_FLOOR)
 	@for run in "$(BENCH_C_ABI) moe:4:256:8:bfloat16:-1" \
-	    "$(BENCH_ROUTER_C_ABI) softmax:4:64:8:softmax:0:0:1:0"; do \
+	    "$(BENCH_ROUTER_C_ABI) softmax:4:64:8:softmax:0:0:1:0" "$(LAUNCH_FLOOR)"; do \
 	  $$run; status=$$?; \
 	  if [ $$status -eq 2 ]; then echo "test-gpu-harnesses: $${run%% *} skipped (no CUDA device)"; \
 	  elif [ $$status -ne 0 ]; then exit $$status; fi; \

@@ -43,7 +43,7 @@ for s in $STEPS; do
   case $s in
     build)
       step build 240 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" \
-        "$BUILD/tests/bench_c_abi" "$BUILD/tests/bench_router_c_abi" \
+        "$BUILD/tests/bench_c_abi" "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
         "$BUILD/tests/reliability/fault_sweep" || exit 1 ;;
     conformance)
       step conformance 240 "$BUILD/tests/cuda_conformance" ;;
@@ -62,6 +62,7 @@ for s in $STEPS; do
       step router-bench 260 python3 tests/gpu/bench_router_cuda.py \
         --json "$OUT/bench_router_cuda.json" --c-abi-bench "$BUILD/tests/bench_router_c_abi" ;;
     bench)
+      step launch-floor 30 "$BUILD/tests/launch_floor"
       step bench 240 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" \
         --c-abi-bench "$BUILD/tests/bench_c_abi" ${BENCH_ARGS:-} ;;
     faults)

@@ -1,0 +1,165 @@
+// "selection_key(x) >= threshold" as a test on the raw value x, for passes that hold one
+// threshold and compare every element against it (the CUDA sampled pass reads whole rows this
+// way). Building the key costs a float a dozen instructions and a branch for NaN and -0; the
+// test here is one comparison in the value's own domain, where IEEE comparison already treats
+// NaN and +-0 the way the key order does once the bound is chosen as below.
+//
+// The set a test accepts is always {x : selection_key(x) >= t} for some t <= threshold, so
+// "at least k accepted" still means "the top k are all accepted". t == threshold except in two
+// corners where one comparison cannot draw the line, and the set grows to the next key class: a
+// threshold only NaN reaches (largest) also accepts +inf, and one that every non-NaN value
+// reaches (smallest) also accepts NaN.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "ordered_key.hpp"
+
+namespace mtk {
+
+// Floats compare in `Wide` (float for the 16-bit formats: exact widening). The test is
+// (x < bound) != accept_unordered: with accept_unordered, values at or above the bound and NaN
+// pass; without, values below the bound pass and NaN does not.
+template <class Wide>
+struct FloatThresholdTest {
+  Wide bound;
+  bool accept_unordered;
+  MTK_HOST_DEVICE bool passes(Wide x) const { return (x < bound) != accept_unordered; }
+};
+
+namespace key_threshold_detail {
+
+template <class Bits>
+MTK_HOST_DEVICE Bits key_to_float_bits(Bits key, Bits sign_mask) {
+  return (key & sign_mask) ? Bits(key & Bits(~sign_mask)) : Bits(~key);
+}
+
+// The test for keys of a float format (`Bits` with the given masks); widen(bits) turns a bit
+// pattern of the format into the comparison type exactly.
+template <class Wide, class Bits, class Widen>
+MTK_HOST_DEVICE FloatThresholdTest<Wide> float_test(Bits threshold, bool largest, Bits sign_mask,
+                                                    Bits exp_mask, Widen widen) {
+  const Bits magnitude_mask = Bits(~sign_mask);
+  const Bits negative_infinity = Bits(sign_mask | exp_mask);
+  const Bits quiet_nan = Bits(exp_mask | (Bits(exp_mask >> 1) & magnitude_mask & Bits(~exp_mask)));
+  if (largest) {
+    // The smallest non-NaN value whose key is at least the threshold.
+    const Bits bits = key_to_float_bits(threshold, sign_mask);
+    if ((bits & magnitude_mask) > exp_mask) {  // a NaN pattern: above +inf's key or below -inf's
+      return {widen((threshold & sign_mask) ? exp_mask : negative_infinity), true};
+    }
+    return {widen(bits), true};
+  }
+  // Smallest: the set {largest-key <= ceiling}; NaN's largest-key is the maximum.
+  const Bits ceiling = Bits(~threshold);
+  if (ceiling == Bits(~Bits(0))) return {widen(quiet_nan), true};  // everything
+  const Bits bits = key_to_float_bits(ceiling, sign_mask);
+  const Bits magnitude = Bits(bits & magnitude_mask);
+  if (ceiling & sign_mask) {  // the ceiling is a non-negative value w (or above +inf)
+    if (magnitude >= exp_mask) return {widen(quiet_nan), true};  // every non-NaN: widen to all
+    return {widen(Bits(magnitude + 1)), false};                  // x < next_up(w)  <=>  x <= w
+  }
+  if (magnitude > exp_mask) return {widen(negative_infinity), false};  // below -inf: nothing
+  // A negative w: next_up(w) has one unit less magnitude. The pattern of -0 (a key no value
+  // has, as -0 takes +0's) leaves w = -denorm_min; either way the bound is -0, and x < -0
+  // excludes both zeros.
+  if (magnitude == 0) return {widen(sign_mask), false};
+  return {widen(Bits(sign_mask | Bits(magnitude - 1))), false};
+}
+
+MTK_HOST_DEVICE float float_from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+MTK_HOST_DEVICE double double_from_bits(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+
+// IEEE half to float, exact (subnormals normalised; NaN stays NaN).
+MTK_HOST_DEVICE float float_from_half_bits(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) return float_from_bits(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) {
+    if (mantissa == 0) return float_from_bits(sign);
+    exponent = 1;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    mantissa &= 0x3ffu;
+  }
+  return float_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+}  // namespace key_threshold_detail
+
+// KeyThreshold<T>::make(threshold, largest) builds the test; passes(v) applies it. Integer types
+// compare keys directly (already one xor and one comparison).
+template <class T>
+struct KeyThreshold {
+  using Key = typename KeyTraits<T>::Key;
+  Key threshold;
+  bool largest;
+  static MTK_HOST_DEVICE KeyThreshold make(Key t, bool largest) { return {t, largest}; }
+  MTK_HOST_DEVICE bool passes(T v) const { return selection_key(v, largest) >= threshold; }
+};
+
+template <>
+struct KeyThreshold<float> {
+  FloatThresholdTest<float> test;
+  static MTK_HOST_DEVICE KeyThreshold make(uint32_t t, bool largest) {
+    return {key_threshold_detail::float_test<float, uint32_t>(
+        t, largest, 0x80000000u, 0x7f800000u, key_threshold_detail::float_from_bits)};
+  }
+  MTK_HOST_DEVICE bool passes(float v) const { return test.passes(v); }
+};
+
+template <>
+struct KeyThreshold<double> {
+  FloatThresholdTest<double> test;
+  static MTK_HOST_DEVICE KeyThreshold make(uint64_t t, bool largest) {
+    return {key_threshold_detail::float_test<double, uint64_t>(
+        t, largest, 0x8000000000000000ull, 0x7ff0000000000000ull,
+        key_threshold_detail::double_from_bits)};
+  }
+  MTK_HOST_DEVICE bool passes(double v) const { return test.passes(v); }
+};
+
+template <>
+struct KeyThreshold<bf16_bits> {
+  FloatThresholdTest<float> test;
+  static MTK_HOST_DEVICE float widen(uint16_t bits) {
+    return key_threshold_detail::float_from_bits(uint32_t(bits) << 16);
+  }
+  static MTK_HOST_DEVICE KeyThreshold make(uint16_t t, bool largest) {
+    return {key_threshold_detail::float_test<float, uint16_t>(t, largest, 0x8000, 0x7f80, widen)};
+  }
+  MTK_HOST_DEVICE bool passes(bf16_bits v) const { return test.passes(widen(v.bits)); }
+};
+
+template <>
+struct KeyThreshold<f16_bits> {
+  FloatThresholdTest<float> test;
+  static MTK_HOST_DEVICE float widen(uint16_t bits) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+#else
+    return key_threshold_detail::float_from_half_bits(bits);
+#endif
+  }
+  static MTK_HOST_DEVICE KeyThreshold make(uint16_t t, bool largest) {
+    return {key_threshold_detail::float_test<float, uint16_t>(t, largest, 0x8000, 0x7c00, widen)};
+  }
+  MTK_HOST_DEVICE bool passes(f16_bits v) const { return test.passes(widen(v.bits)); }
+};
+
+}  // namespace mtk
