@@ -63,40 +63,10 @@ void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
       return;
     }
   }
-  // Whole vectors per load when every row allows them (see LaneRow).
-  constexpr int64_t kVectorBytes = kRowVectorBytes<T, Items>;
-  constexpr int64_t kVectorElements = kVectorBytes / int64_t(sizeof(T));
-  bool vector_rows = g.input_stride == 1 && g.n % kVectorElements == 0 &&
-                     reinterpret_cast<uintptr_t>(input) % kVectorBytes == 0;
-  for (int d = 0; d < g.batch_ndim; ++d) {
-    vector_rows = vector_rows && (g.batch_sizes[d] == 1 ||
-                                  g.input_batch_strides[d] % kVectorElements == 0);
-  }
-  const auto kernel =
-      vector_rows ? warp_topk_kernel<T, Items, true> : warp_topk_kernel<T, Items, false>;
-  // At most one wave of blocks: the warps of a full wave loop over the further rows, loading
-  // each next row while they select the current one. The wave's size is asked once per device
-  // and kernel; the queries cost more than the launch.
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> wave_blocks[2][kCachedDevices];
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "reading the current device");
-  std::atomic<int>* cached =
-      device >= 0 && device < kCachedDevices ? &wave_blocks[vector_rows][device] : nullptr;
-  int wave = cached != nullptr ? cached->load(std::memory_order_relaxed) : 0;
-  if (wave == 0) {
-    int per_sm = 0, sms = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpRowThreads, 0),
-               "reading the warp kernel's occupancy");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-               "reading the device's SM count");
-    wave = std::max(per_sm, 1) * std::max(sms, 1);
-    if (cached != nullptr) cached->store(wave, std::memory_order_relaxed);
-  }
-  const int64_t blocks =
-      std::min<int64_t>((g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock, wave);
-  kernel<<<unsigned(blocks), kWarpRowThreads, 0, stream>>>(g, input, p.values, p.indices,
-                                                           index64, p.largest);
+  const int64_t rows_per_block = kWarpRowThreads / 32;
+  const int64_t blocks = (g.rows + rows_per_block - 1) / rows_per_block;
+  warp_topk_kernel<T, Items><<<unsigned(blocks), kWarpRowThreads, 0, stream>>>(
+      g, input, p.values, p.indices, index64, p.largest);
 }
 
 template <class T>
