@@ -100,66 +100,85 @@ MTK_HOST_DEVICE float float_from_half_bits(uint16_t h) {
 
 }  // namespace key_threshold_detail
 
-// KeyThreshold<T>::make(threshold, largest) builds the test; passes(v) applies it. Integer types
-// compare keys directly (already one xor and one comparison).
-template <class T>
+// Float formats: bit patterns, masks and the exact widening to the comparison type.
+template <class T> struct FloatFormat;
+template <> struct FloatFormat<float> {
+  using Bits = uint32_t;
+  using Wide = float;
+  static constexpr Bits kSign = 0x80000000u, kExponent = 0x7f800000u;
+  static MTK_HOST_DEVICE Wide widen_bits(Bits b) { return key_threshold_detail::float_from_bits(b); }
+  static MTK_HOST_DEVICE Wide widen(float v) { return v; }
+};
+template <> struct FloatFormat<double> {
+  using Bits = uint64_t;
+  using Wide = double;
+  static constexpr Bits kSign = 0x8000000000000000ull, kExponent = 0x7ff0000000000000ull;
+  static MTK_HOST_DEVICE Wide widen_bits(Bits b) { return key_threshold_detail::double_from_bits(b); }
+  static MTK_HOST_DEVICE Wide widen(double v) { return v; }
+};
+template <> struct FloatFormat<bf16_bits> {
+  using Bits = uint16_t;
+  using Wide = float;
+  static constexpr Bits kSign = 0x8000, kExponent = 0x7f80;
+  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
+    return key_threshold_detail::float_from_bits(uint32_t(b) << 16);
+  }
+  static MTK_HOST_DEVICE Wide widen(bf16_bits v) { return widen_bits(v.bits); }
+};
+template <> struct FloatFormat<f16_bits> {
+  using Bits = uint16_t;
+  using Wide = float;
+  static constexpr Bits kSign = 0x8000, kExponent = 0x7c00;
+  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+    return f;
+#else
+    return key_threshold_detail::float_from_half_bits(b);
+#endif
+  }
+  static MTK_HOST_DEVICE Wide widen(f16_bits v) { return widen_bits(v.bits); }
+};
+
+// KeyThreshold<T>::make(threshold, largest) builds the test; passes(v) applies it.
+// with_fixed_test(visit) calls visit(test) with a callable T -> bool whose kind of comparison is
+// fixed at compile time: one instruction per float element, where a runtime flag costs two more
+// (a pass that tests every element of a row runs its loop through this). Integer types compare
+// keys directly (already one xor and one comparison).
+template <class T, class = void>
 struct KeyThreshold {
   using Key = typename KeyTraits<T>::Key;
   Key threshold;
   bool largest;
   static MTK_HOST_DEVICE KeyThreshold make(Key t, bool largest) { return {t, largest}; }
   MTK_HOST_DEVICE bool passes(T v) const { return selection_key(v, largest) >= threshold; }
+  template <class Visit>
+  MTK_HOST_DEVICE void with_fixed_test(Visit&& visit) const {
+    const KeyThreshold self = *this;
+    visit([self](T v) { return self.passes(v); });
+  }
 };
 
-template <>
-struct KeyThreshold<float> {
-  FloatThresholdTest<float> test;
-  static MTK_HOST_DEVICE KeyThreshold make(uint32_t t, bool largest) {
-    return {key_threshold_detail::float_test<float, uint32_t>(
-        t, largest, 0x80000000u, 0x7f800000u, key_threshold_detail::float_from_bits)};
+template <class T>
+struct KeyThreshold<T, decltype(void(FloatFormat<T>::kSign))> {
+  using Format = FloatFormat<T>;
+  using Wide = typename Format::Wide;
+  FloatThresholdTest<Wide> test;
+  static MTK_HOST_DEVICE KeyThreshold make(typename Format::Bits t, bool largest) {
+    return {key_threshold_detail::float_test<Wide, typename Format::Bits>(
+        t, largest, Format::kSign, Format::kExponent, Format::widen_bits)};
   }
-  MTK_HOST_DEVICE bool passes(float v) const { return test.passes(v); }
-};
-
-template <>
-struct KeyThreshold<double> {
-  FloatThresholdTest<double> test;
-  static MTK_HOST_DEVICE KeyThreshold make(uint64_t t, bool largest) {
-    return {key_threshold_detail::float_test<double, uint64_t>(
-        t, largest, 0x8000000000000000ull, 0x7ff0000000000000ull,
-        key_threshold_detail::double_from_bits)};
+  MTK_HOST_DEVICE bool passes(T v) const { return test.passes(Format::widen(v)); }
+  template <class Visit>
+  MTK_HOST_DEVICE void with_fixed_test(Visit&& visit) const {
+    const Wide bound = test.bound;
+    if (test.accept_unordered) {
+      visit([bound](T v) { return !(Format::widen(v) < bound); });
+    } else {
+      visit([bound](T v) { return Format::widen(v) < bound; });
+    }
   }
-  MTK_HOST_DEVICE bool passes(double v) const { return test.passes(v); }
-};
-
-template <>
-struct KeyThreshold<bf16_bits> {
-  FloatThresholdTest<float> test;
-  static MTK_HOST_DEVICE float widen(uint16_t bits) {
-    return key_threshold_detail::float_from_bits(uint32_t(bits) << 16);
-  }
-  static MTK_HOST_DEVICE KeyThreshold make(uint16_t t, bool largest) {
-    return {key_threshold_detail::float_test<float, uint16_t>(t, largest, 0x8000, 0x7f80, widen)};
-  }
-  MTK_HOST_DEVICE bool passes(bf16_bits v) const { return test.passes(widen(v.bits)); }
-};
-
-template <>
-struct KeyThreshold<f16_bits> {
-  FloatThresholdTest<float> test;
-  static MTK_HOST_DEVICE float widen(uint16_t bits) {
-#if defined(__CUDA_ARCH__)
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
-    return f;
-#else
-    return key_threshold_detail::float_from_half_bits(bits);
-#endif
-  }
-  static MTK_HOST_DEVICE KeyThreshold make(uint16_t t, bool largest) {
-    return {key_threshold_detail::float_test<float, uint16_t>(t, largest, 0x8000, 0x7c00, widen)};
-  }
-  MTK_HOST_DEVICE bool passes(f16_bits v) const { return test.passes(widen(v.bits)); }
 };
 
 }  // namespace mtk

@@ -544,45 +544,48 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  const KeyThreshold<T> threshold_test = KeyThreshold<T>::make(threshold_key, largest);
-  visit_row_elements<kMultiThreads>(source, begin, end, [&](const auto& elements, uint32_t first) {
-    constexpr int kCount = int(sizeof(elements) / sizeof(elements[0]));
-    bool take[kCount];
-    bool any = false;
-#pragma unroll
-    for (int e = 0; e < kCount; ++e) {
-      take[e] = threshold_test.passes(elements[e]);
-      any |= take[e];
-    }
-    if (!any) return;
-    // Keys only for the few candidates: the test above needed none.
-    Comp items[kCount];
-#pragma unroll
-    for (int e = 0; e < kCount; ++e) {
-      items[e] = take[e] ? make_composite(selection_key(elements[e], largest), first + uint32_t(e))
-                         : Comp(0);
-    }
-    // A candidate costs its thread one shared atomic; a warp-wide ballot per vector cost more,
-    // as candidates are too rare to share it and too common to skip it.
-    bool spill[kCount];
-    bool any_spill = false;
-#pragma unroll
-    for (int e = 0; e < kCount; ++e) {
-      spill[e] = false;
-      if (!take[e]) continue;
-      if (histogram_candidates) {
-        atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
+  KeyThreshold<T>::make(threshold_key, largest).with_fixed_test([&](const auto& passes) {
+    visit_row_elements<kMultiThreads>(source, begin, end, [&](const auto& elements,
+                                                              uint32_t first) {
+      constexpr int kCount = int(sizeof(elements) / sizeof(elements[0]));
+      bool take[kCount];
+      bool any = false;
+  #pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        take[e] = passes(elements[e]);
+        any |= take[e];
       }
-      const uint32_t at = atomicAdd(&staged_count, 1u);
-      if (at < kStageCapacity) {
-        staged[at] = items[e];
-      } else {
-        spill[e] = any_spill = true;
+      if (!any) return;
+      // Keys only for the few candidates: the test above needed none.
+      Comp items[kCount];
+  #pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        items[e] = take[e] ? make_composite(selection_key(elements[e], largest),
+                                            first + uint32_t(e))
+                           : Comp(0);
       }
-    }
-    if (any_spill) {
-      warp_append_bounded(spill, items, row_candidates, &state->next_count, capacity);
-    }
+      // A candidate costs its thread one shared atomic; a warp-wide ballot per vector cost more,
+      // as candidates are too rare to share it and too common to skip it.
+      bool spill[kCount];
+      bool any_spill = false;
+  #pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        spill[e] = false;
+        if (!take[e]) continue;
+        if (histogram_candidates) {
+          atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
+        }
+        const uint32_t at = atomicAdd(&staged_count, 1u);
+        if (at < kStageCapacity) {
+          staged[at] = items[e];
+        } else {
+          spill[e] = any_spill = true;
+        }
+      }
+      if (any_spill) {
+        warp_append_bounded(spill, items, row_candidates, &state->next_count, capacity);
+      }
+    });
   });
   __syncthreads();
   const uint32_t stage_size = min(staged_count, kStageCapacity);
@@ -750,6 +753,26 @@ __global__ void __launch_bounds__(kBlockThreads)
   Comp* row_winners = winners + row * g.k;
   const RowOffsets o = device_row_offsets(g, row);
 
+  // A sampled threshold that left at most a block's worth of candidates and nothing else
+  // selected (the direct case; k <= count by then): each thread ranks one candidate by counting
+  // those above it, and that rank is its output slot. One staging copy and one pass over shared
+  // memory instead of radix rounds and a sort, each a chain of barriers (k = 50 of 150k took
+  // 12 us that way).
+  if (state->finish_direct && sort_here && state->source_count <= kBlockThreads) {
+    const uint32_t count = state->source_count;
+    copy_batched(candidates + row * layout.capacity, count, stage);
+    __syncthreads();
+    if (threadIdx.x < count) {
+      const Comp mine = stage[threadIdx.x];
+      uint32_t rank = 0;
+#pragma unroll 4
+      for (uint32_t j = 0; j < count; ++j) rank += stage[j] > mine ? 1u : 0u;
+      if (rank < uint32_t(g.k)) {
+        write_result(g, input, values, indices, index64, o, rank, composite_index(mine));
+      }
+    }
+    return;
+  }
   // When the row is sorted here, the winners of the filter passes move to shared memory first
   // and the last ones join them there: a global append makes each warp wait on an L2 atomic.
   if (sort_here) {

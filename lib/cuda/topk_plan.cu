@@ -22,6 +22,7 @@ constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
 // The finish kernel's shared-memory stage: what the filter passes usually leave, or room for
 // twice the candidates a sampled threshold is expected to leave (see choose_sampling).
 constexpr uint32_t kMinFinishStage = 1024;
+static_assert(kMinFinishStage >= kBlockThreads, "the finish kernel's counting rank stages a block");
 
 // Chooses the sample size and the sample rank whose key becomes the row's threshold, or leaves
 // the plan unsampled. With S samples of a row of n, the row's elements at or above the sample's

@@ -47,6 +47,14 @@ void check(const char* type, Key threshold, bool largest, const std::vector<T>& 
     }
     if (accepted && key < lowest_accepted) lowest_accepted = key;
   }
+  test.with_fixed_test([&](auto fixed) {
+    for (const T& x : values) {
+      if (fixed(x) != test.passes(x) && ++failures <= 10) {
+        std::printf("%s largest=%d threshold=%llx: the fixed test disagrees\n", type,
+                    int(largest), (unsigned long long)threshold);
+      }
+    }
+  });
   // Downward closed: everything at or above the lowest accepted key is accepted.
   for (const T& x : values) {
     if (mtk::selection_key(x, largest) >= lowest_accepted && !test.passes(x) && ++failures <= 10) {
