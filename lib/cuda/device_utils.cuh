@@ -88,6 +88,23 @@ __device__ __forceinline__ void write_result(const RowGeometry& g, const T* inpu
   }
 }
 
+// Programmatic dependent launch (sm_90): the kernels of a multi-kernel top-k after the first are
+// launched so that the GPU may schedule them while their predecessor drains (see
+// launch_after_previous in topk_launch.cuh), which hides each launch's latency; most of them
+// return at once on a typical call. Such a kernel calls wait_for_previous_kernel before it reads
+// anything its predecessors wrote, and allow_next_kernel to let its own successor launch early.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Exclusive sum of `value` over all threads with a larger thread index (a suffix sum), plus the
 // block total. `scratch` holds one word per warp. Every thread of the block must call it.
 template <int Threads>

@@ -337,6 +337,8 @@ __global__ void __launch_bounds__(kMultiThreads)
     multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            bool only_on_fallback) {
+  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -400,6 +402,7 @@ template <class T, int SamplesPerThread>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
                         RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+  allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kKeyBits = int(sizeof(Key)) * 8;
@@ -519,6 +522,8 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            Composite<typename KeyTraits<T>::Key>* candidates,
                            bool histogram_candidates) {
+  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -635,6 +640,8 @@ __global__ void __launch_bounds__(kMultiThreads)
                         const Composite<typename KeyTraits<T>::Key>* candidates_in,
                         Composite<typename KeyTraits<T>::Key>* candidates_out,
                         bool histogram_next) {
+  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -742,6 +749,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                   Composite<typename KeyTraits<T>::Key>* winners,
                   const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here,
                   uint32_t stage_capacity) {
+  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;

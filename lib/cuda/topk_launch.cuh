@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 
 #include <cub/device/device_merge_sort.cuh>
 
@@ -29,6 +30,26 @@ size_t merge_sort_temp_bytes_for(int64_t k) {
                                             DescendingComposite{}),
              "sizing the merge sort");
   return bytes;
+}
+
+// Launches `kernel` with programmatic stream serialization: the GPU may start it before the
+// previous kernel on the stream has finished, and the kernel's wait_for_previous_kernel holds it
+// until then (device_utils.cuh). Only for kernels that call it first thing, after a kernel.
+template <class... Params, class... Args>
+void launch_after_previous(void (*kernel)(Params...), unsigned grid, int threads,
+                           size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...),
+             "launching a top-k kernel");
 }
 
 // Lets finish_kernel<T> take up to kFinishStageMaxBytes of dynamic shared memory on the current
@@ -115,26 +136,29 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
                                                                 plan.sample_rank, states);
         }
-        multi_threshold_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
-            g, input, p.largest, layout, states, buffer0, plan.histogram_candidates);
+        launch_after_previous(multi_threshold_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
+                              p.largest, layout, states, buffer0, plan.histogram_candidates);
+        launch_after_previous(multi_histogram_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
+                              p.largest, layout, states, true);
       } else {
+        // A memset is no kernel to overlap with: the histogram pass follows it in plain order.
         check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
                    "clearing top-k row state");
+        multi_histogram_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest,
+                                                                      layout, states, false);
       }
-      multi_histogram_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest, layout,
-                                                                    states, plan.sample_rank > 0);
       // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
       // buffer0 -> finish.
       static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
-      multi_filter_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
-          g, input, p.largest, layout, states, winners, buffer0, buffer1, true);
-      multi_filter_kernel<T><<<grid, kMultiThreads, 0, stream>>>(
-          g, input, p.largest, layout, states, winners, buffer1, buffer0, false);
+      launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
+                            p.largest, layout, states, winners, buffer0, buffer1, true);
+      launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
+                            p.largest, layout, states, winners, buffer1, buffer0, false);
       allow_finish_stage<T>();
-      finish_kernel<T><<<unsigned(g.rows), kBlockThreads, plan.finish_stage * sizeof(Comp),
-                         stream>>>(g, input, p.values, p.indices, index64, p.largest, layout,
-                                   states, winners, buffer0, plan.sort_in_block,
-                                   plan.finish_stage);
+      launch_after_previous(finish_kernel<T>, unsigned(g.rows), kBlockThreads,
+                            plan.finish_stage * sizeof(Comp), stream, g, input, p.values,
+                            p.indices, index64, p.largest, layout, states, winners, buffer0,
+                            plan.sort_in_block, plan.finish_stage);
       if (!plan.sort_in_block) {
         void* temp = base + plan.sort_temp_offset;
         for (int64_t row = 0; row < g.rows; ++row) {

@@ -24,24 +24,51 @@ constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
 constexpr uint32_t kMinFinishStage = 1024;
 static_assert(kMinFinishStage >= kBlockThreads, "the finish kernel's counting rank stages a block");
 
-// Chooses the sample size and the sample rank whose key becomes the row's threshold, or leaves
-// the plan unsampled. With S samples of a row of n, the row's elements at or above the sample's
-// r-th largest key number about r*n/S, spread like a Gamma(r) variable around it (sd ~ sqrt(r)
-// in units of n/S). The rank keeps k more than 4 sd below that count (plus 8 samples, so the
-// miss probability stays negligible when k*S/n is tiny), and the plan takes the sampled path
-// only when the expected candidates fill at most a quarter of the buffer.
+// A sample of S elements of a row of n ranks k at k*S/n; the threshold is the sample's r-th
+// largest key with r = ceil(m + 4 sqrt(m) + 8), m = k*S/n. The row's elements at or above it
+// number about r*n/S, spread like a Gamma(r) variable (sd ~ sqrt(r) in units of n/S), so k stays
+// more than 4 sd below that count (the 8 keeps misses negligible when m is tiny).
+struct SampleChoice {
+  int per_thread;
+  double rank, expected_candidates, candidates_sd;
+};
+
+SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
+  const double samples = double(kSampleThreads) * per_thread;
+  const double k_in_sample = double(k) * samples / double(n);
+  const double rank = std::ceil(k_in_sample + 4 * std::sqrt(k_in_sample) + 8);
+  return {per_thread, rank, rank * double(n) / samples, std::sqrt(rank) * double(n) / samples};
+}
+
+// Chooses the sample size and rank (see SampleChoice), or leaves the plan unsampled. The plan
+// takes the sampled path only when the expected candidates fill at most a quarter of the
+// buffer. Huge rows take the wide sample; others the narrow one, unless the wide one would let
+// the finish kernel rank every row's candidates by counting (at most a block of them, 6 sd of
+// margin) where the narrow one would not: 150k-long sampling rows with k = 50 leave ~890
+// candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
+// for ~4 us more sampling.
 void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
                      int sm_count, uint32_t max_finish_stage) {
   if (rows * n * element_bytes < kSampledMinBytes) return;
-  const int per_thread = n >= kWideSampleRowLength ? kWideSamplesPerThread : kNarrowSamplesPerThread;
-  const double samples = double(kSampleThreads) * per_thread;
-  if (double(n) < 2 * samples) return;
-  const double k_in_sample = double(k) * samples / double(n);
-  const double rank = std::ceil(k_in_sample + 4 * std::sqrt(k_in_sample) + 8);
-  const double expected_candidates = rank * double(n) / samples;
-  if (rank > samples / 4 || expected_candidates > double(plan.capacity) / 4) return;
-  plan.sample_rank = uint32_t(rank);
-  plan.samples_per_thread = per_thread;
+  auto counting_fits = [](const SampleChoice& c) {
+    return c.expected_candidates + 6 * c.candidates_sd <= double(kBlockThreads);
+  };
+  const double wide_samples = double(kSampleThreads) * kWideSamplesPerThread;
+  SampleChoice choice = sample_choice(kNarrowSamplesPerThread, n, k);
+  if (n >= 2 * wide_samples) {
+    const SampleChoice wide = sample_choice(kWideSamplesPerThread, n, k);
+    if (n >= kWideSampleRowLength || (!counting_fits(choice) && counting_fits(wide))) {
+      choice = wide;
+    }
+  }
+  const double samples = double(kSampleThreads) * choice.per_thread;
+  const double expected_candidates = choice.expected_candidates;
+  if (double(n) < 2 * samples || choice.rank > samples / 4 ||
+      expected_candidates > double(plan.capacity) / 4) {
+    return;
+  }
+  plan.sample_rank = uint32_t(choice.rank);
+  plan.samples_per_thread = choice.per_thread;
   // Below a quarter of what the finish kernel takes alone, overshooting it is as unlikely as a
   // miss, so the threshold pass need not histogram the candidates for the filter passes.
   plan.histogram_candidates = expected_candidates > double(kDirectFinishCandidates) / 4;

@@ -604,6 +604,17 @@ int main(int argc, char** argv) {
     check_case(ctx, huge, rng, true);
     Case strided{MTK_BFLOAT16, 8, 524288, 100, Data::Special, layouts[1], true, true, false};
     check_case(ctx, strided, rng, true);
+    // Sampling rows (150k, k = 50): a wide sample leaves ~210 candidates a row, which the
+    // finish kernel ranks by counting. Special values put the threshold among NaN, infinities
+    // and zeros, the corners of the raw-value threshold test, in both directions.
+    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT16, MTK_FLOAT64, MTK_INT8}) {
+      for (Data data : {Data::Random, Data::Special}) {
+        for (bool largest : {true, false}) {
+          Case c{d, 32, 151936, 50, data, contiguous, largest, true, false};
+          check_case(ctx, c, rng, true);
+        }
+      }
+    }
   } else {
     // The sanitizers' share: a threshold that hits without the candidate histogram, one that
     // hits with it, and one whose candidates overflow.
@@ -615,6 +626,8 @@ int main(int argc, char** argv) {
     check_case(ctx, c, rng, true);
     c.data = Data::AllEqual;
     check_case(ctx, c, rng, true);
+    Case counted{MTK_FLOAT32, 8, 151936, 50, Data::Special, contiguous, false, true, false};
+    check_case(ctx, counted, rng, true);  // the finish kernel's counting rank
   }
   // The warp-per-row kernels' own branches: dim-0 rows staged through shared memory by tiles of
   // 32 (row counts that leave the last tile short, dim-0 outputs, padded or reversed columns),
