@@ -198,6 +198,11 @@ class DeviceTensor:
     stream: int               # the backend's queue handle, 0 for the default
     # Allocates a contiguous output on the same device and returns its DeviceTensor.
     new_empty: Callable[[Tuple[int, ...], str], "DeviceTensor"]
+    # Optional: (shape, element strides, dtype) -> (owner, address of element 0) of a new tensor
+    # with exactly those strides on the same device. topk prefers it to new_empty: given the
+    # strides, torch allocates through a cheaper call, and no DeviceTensor is built per output.
+    allocate: Optional[Callable[[Tuple[int, ...], Tuple[int, ...], str],
+                                Tuple[object, int]]] = None
 
 
 # Callables obj -> DeviceTensor | None, tried in order for inputs that are not numpy arrays.
@@ -258,9 +263,9 @@ _MAX_NDIM = lib.MTK_MAX_NDIM
 class _Geometry:
     """What a (shape, byte strides, itemsize, k, dim) call needs: the input's sizes and element
     strides (None when a stride is not a whole number of elements), the output shape (None
-    when k or dim is out of range: the library reports that) and its sizes and strides."""
+    when k or dim is out of range: the library reports that), its strides, and both together."""
 
-    __slots__ = ("ndim", "input_dims", "out_shape", "output_dims")
+    __slots__ = ("ndim", "input_dims", "out_shape", "out_strides", "output_dims")
 
     def __init__(self, shape, byte_strides, itemsize, k, dim):
         if len(shape) > _MAX_NDIM:
@@ -271,10 +276,11 @@ class _Geometry:
         if not any(stride % itemsize for stride in byte_strides):
             self.input_dims = shape + tuple(stride // itemsize for stride in byte_strides)
         normalized = _normalized_dim_and_k(shape, k, dim)
-        self.out_shape = self.output_dims = None
+        self.out_shape = self.out_strides = self.output_dims = None
         if normalized is not None:
             self.out_shape = _output_shape(shape, *normalized)
-            self.output_dims = self.out_shape + _contiguous_strides(self.out_shape)
+            self.out_strides = _contiguous_strides(self.out_shape)
+            self.output_dims = self.out_shape + self.out_strides
 
 
 _GEOMETRY_CACHE_SIZE = 1024
@@ -480,30 +486,48 @@ def _topk_via_device(ctx, array, name, k, dim, largest, sorted):
 
 
 def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
-    if backend not in (None, "default", view.backend):
+    """An input that an array adapter described; the adapter allocates the outputs. Small calls
+    (MoE routing) spend most of their host time in this Python, so nothing is looked up twice."""
+    if backend is not None and backend != view.backend and backend != "default":
         raise ValueError(f"metaltopk.topk: the input lives on the {view.backend} backend but "
                          f"backend = {backend!r} was asked for")
-    ctx = context(view.backend, view.device_index)
+    ctx = _contexts.get((view.backend, view.device_index))  # context()'s key, unvalidated
+    if ctx is None or ctx.handle is None:
+        ctx = context(view.backend, view.device_index)
     geometry = _geometry(view.shape, view.strides, 1, k, dim)  # strides are in elements already
     if geometry.out_shape is None:
         tensor = _describe(view.data, view.dtype, view.shape, view.strides)
         _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
-    values = view.new_empty(geometry.out_shape, view.dtype)
-    indices = view.new_empty(geometry.out_shape, "int64")
+    dtype = view.dtype
+    code = DTYPE_CODES[dtype]
+    allocate = view.allocate
+    if allocate is not None:
+        values, values_data = allocate(geometry.out_shape, geometry.out_strides, dtype)
+        indices, indices_data = allocate(geometry.out_shape, geometry.out_strides, "int64")
+        values_code, indices_code = code, _INT64
+        values_dims = indices_dims = geometry.output_dims
+    else:
+        values_view = view.new_empty(geometry.out_shape, dtype)
+        indices_view = view.new_empty(geometry.out_shape, "int64")
+        values, values_data = values_view.owner, values_view.data
+        indices, indices_data = indices_view.owner, indices_view.data
+        values_code = DTYPE_CODES[values_view.dtype]
+        indices_code = DTYPE_CODES[indices_view.dtype]
+        values_dims = (*values_view.shape, *values_view.strides)
+        indices_dims = (*indices_view.shape, *indices_view.strides)
     ndim = geometry.ndim
     block = _acquire_block()
     try:
-        _CALL_LAYOUTS[ndim].pack_into(
-            block.memory, 0,
-            view.data, DTYPE_CODES[view.dtype], ndim, *geometry.input_dims,
-            values.data, DTYPE_CODES[values.dtype], ndim, *values.shape, *values.strides,
-            indices.data, DTYPE_CODES[indices.dtype], ndim, *indices.shape, *indices.strides)
+        _CALL_LAYOUTS[ndim].pack_into(block.memory, 0,
+                                      view.data, code, ndim, *geometry.input_dims,
+                                      values_data, values_code, ndim, *values_dims,
+                                      indices_data, indices_code, ndim, *indices_dims)
         status = _mtk_topk(ctx.handle, block.input, k, dim, largest, sorted, block.values,
                            block.indices, _stream_handle(view.stream))
     finally:
         _free_blocks.append(block)
     check(status, ctx.backend)
-    return values.owner, indices.owner
+    return values, indices
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):

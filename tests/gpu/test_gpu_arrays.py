@@ -83,6 +83,25 @@ def test_agrees_with_torch_topk(shape, k, dim):
     assert indices.sort(dim=dim).values.diff(dim=dim).gt(0).all()
 
 
+@pytest.mark.parametrize("shape,k,dim", [((1, 256), 8, -1), ((128, 256), 8, -1),
+                                         ((2, 300, 3), 5, 1), ((37, 1000), 0, -1),
+                                         ((0, 5), 2, -1), ((), 1, 0)])
+def test_outputs_are_own_contiguous_tensors_on_the_input_device(shape, k, dim):
+    """The outputs come from torch.empty_strided with the strides topk computes: they must be
+    what torch.empty would give, each with its own storage, on every device."""
+    for index in range(torch.cuda.device_count()):
+        x = torch.randn(shape, device=f"cuda:{index}")
+        values, indices = metaltopk.topk(x, k, dim=dim)
+        for out, dtype in ((values, x.dtype), (indices, torch.int64)):
+            assert out.device == x.device and out.dtype == dtype and not out.requires_grad
+            assert out.stride() == torch.empty(out.shape).stride()
+        if values.numel():
+            assert values.untyped_storage().data_ptr() != indices.untyped_storage().data_ptr()
+        ref_values, _ = torch.topk(x, k, dim=dim)
+        assert torch.equal(values, ref_values)
+        assert torch.equal(torch.gather(x, dim, indices), values)
+
+
 def test_strided_views_and_unsorted():
     g = torch.Generator(device="cuda").manual_seed(3)
     base = stress((64, 3000), torch.bfloat16, g)
