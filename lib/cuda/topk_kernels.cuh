@@ -504,10 +504,6 @@ constexpr uint32_t kDirectFinishCandidates = 16384;
 // sampling row of 150k with k = 1024 leaves ~1400 per block (with 1024, a quarter of them
 // spilled, and the pass ran 34 us slower than with k = 50).
 constexpr uint32_t kThresholdStageCapacity = 2048;
-// The finish kernel copies a row's candidates into dynamic shared memory (up to this many
-// bytes) before ranking them: its radix rounds then read shared memory instead of paying an L2
-// round trip per round. The backend raises each finish kernel's limit to this once per device.
-constexpr size_t kFinishStageMaxBytes = size_t(128) << 10;
 // Resident threshold blocks per SM that the register budget must allow: the plan sizes the
 // grid to one wave of them. Sixteen 1-byte elements per vector need more registers than four
 // blocks leave (ptxas spilled over a kilobyte per thread), so those get two.
@@ -746,23 +742,19 @@ __global__ void __launch_bounds__(kMultiThreads)
 
 // One block per row: resolves the remaining bits of an unfinished row from its candidates (or
 // the input, after an overflow), appends the last winners, and sorts the row when k fits.
-// Rows whose candidates fit `stage_capacity` composites are ranked from dynamic shared memory.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                   bool largest, MultiLayout layout,
                   RowState<Composite<typename KeyTraits<T>::Key>>* states,
                   Composite<typename KeyTraits<T>::Key>* winners,
-                  const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here,
-                  uint32_t stage_capacity) {
+                  const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here) {
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
   __shared__ BlockShared<Comp> sh;
-  extern __shared__ __align__(16) unsigned char finish_stage_memory[];
-  Comp* const stage = reinterpret_cast<Comp*>(finish_stage_memory);
   const int64_t row = blockIdx.x;
   RowState<Comp>* state = states + row;
   Comp* row_winners = winners + row * g.k;
@@ -773,8 +765,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   // those above it, and that rank is its output slot. One staging copy and one pass over shared
   // memory instead of radix rounds and a sort, each a chain of barriers (k = 50 of 150k took
   // 12 us that way).
+  static_assert(kSortCapacity >= kBlockThreads, "the counting rank stages in sh.winners");
   if (state->finish_direct && sort_here && state->source_count <= kBlockThreads) {
     const uint32_t count = state->source_count;
+    Comp* const stage = sh.winners;
     copy_batched(candidates + row * layout.capacity, count, stage);
     __syncthreads();
     if (threadIdx.x < count) {
@@ -807,14 +801,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
                                 state->in_bucket};
     if (state->source_is_buffer) {
-      const Comp* items = candidates + row * layout.capacity;
-      const uint32_t count = state->source_count;
-      if (count <= stage_capacity) {
-        copy_batched(items, count, stage);
-        __syncthreads();
-        items = stage;
-      }
-      const BufferSource<Comp> source{items, int64_t(count)};
+      const BufferSource<Comp> source{candidates + row * layout.capacity,
+                                      int64_t(state->source_count)};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
       for_each_composite(source,
                          [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });

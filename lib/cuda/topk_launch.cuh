@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <utility>
 
 #include <cub/device/device_merge_sort.cuh>
@@ -50,21 +49,6 @@ void launch_after_previous(void (*kernel)(Params...), unsigned grid, int threads
   config.numAttrs = 1;
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...),
              "launching a top-k kernel");
-}
-
-// Lets finish_kernel<T> take up to kFinishStageMaxBytes of dynamic shared memory on the current
-// device: beyond 48 KB a kernel must opt in, once per device.
-template <class T>
-void allow_finish_stage() {
-  static std::atomic<uint64_t> allowed_devices{0};
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "reading the current device");
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if ((allowed_devices.load(std::memory_order_acquire) & bit) != 0) return;
-  check_cuda(cudaFuncSetAttribute(finish_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(kFinishStageMaxBytes)),
-             "raising the finish kernel's shared-memory limit");
-  allowed_devices.fetch_or(bit, std::memory_order_release);
 }
 
 template <int Items, class T>
@@ -154,11 +138,9 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                             p.largest, layout, states, winners, buffer0, buffer1, true);
       launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
                             p.largest, layout, states, winners, buffer1, buffer0, false);
-      allow_finish_stage<T>();
-      launch_after_previous(finish_kernel<T>, unsigned(g.rows), kBlockThreads,
-                            plan.finish_stage * sizeof(Comp), stream, g, input, p.values,
-                            p.indices, index64, p.largest, layout, states, winners, buffer0,
-                            plan.sort_in_block, plan.finish_stage);
+      launch_after_previous(finish_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream, g,
+                            input, p.values, p.indices, index64, p.largest, layout, states,
+                            winners, buffer0, plan.sort_in_block);
       if (!plan.sort_in_block) {
         void* temp = base + plan.sort_temp_offset;
         for (int64_t row = 0; row < g.rows; ++row) {

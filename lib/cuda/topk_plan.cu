@@ -19,10 +19,6 @@ constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);  // indices fit 32 bits, 
 // Below this many input bytes the sample kernel's launch costs more than the read it saves.
 constexpr int64_t kSampledMinBytes = int64_t(4) << 20;
 constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
-// The finish kernel's shared-memory stage: what the filter passes usually leave, or room for
-// twice the candidates a sampled threshold is expected to leave (see choose_sampling).
-constexpr uint32_t kMinFinishStage = 1024;
-static_assert(kMinFinishStage >= kBlockThreads, "the finish kernel's counting rank stages a block");
 
 // A sample of S elements of a row of n ranks k at k*S/n; the threshold is the sample's r-th
 // largest key with r = ceil(m + 4 sqrt(m) + 8), m = k*S/n. The row's elements at or above it
@@ -48,7 +44,7 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 // candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
 // for ~4 us more sampling.
 void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
-                     int sm_count, uint32_t max_finish_stage) {
+                     int sm_count) {
   if (rows * n * element_bytes < kSampledMinBytes) return;
   auto counting_fits = [](const SampleChoice& c) {
     return c.expected_candidates + 6 * c.candidates_sd <= double(kBlockThreads);
@@ -72,9 +68,6 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   // Below a quarter of what the finish kernel takes alone, overshooting it is as unlikely as a
   // miss, so the threshold pass need not histogram the candidates for the filter passes.
   plan.histogram_candidates = expected_candidates > double(kDirectFinishCandidates) / 4;
-  while (plan.finish_stage < max_finish_stage && plan.finish_stage < 2 * expected_candidates) {
-    plan.finish_stage *= 2;
-  }
   // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
   // flight each already cover the memory latency) pays the per-block setup and the row-state
   // round trips once per SM slot instead of a wave and a half of short blocks.
@@ -137,9 +130,8 @@ TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
   plan.sort_in_block = k <= kSortCapacity;
 
   const int key_bytes = int(dtype_info(key.dtype)->size);
+  choose_sampling(plan, rows, n, k, key_bytes, sm_count);
   const size_t comp = composite_bytes(key_bytes);
-  plan.finish_stage = kMinFinishStage;
-  choose_sampling(plan, rows, n, k, key_bytes, sm_count, uint32_t(kFinishStageMaxBytes / comp));
   size_t offset = 0;
   plan.states_offset = offset;
   offset += align_up(size_t(rows) * row_state_bytes(key_bytes));
