@@ -4,7 +4,9 @@
 //
 // Two kernels share the row loaders and the selection:
 //  - warp_topk_kernel reads its row straight from global memory: whole 16-byte vectors per lane
-//    when the row is contiguous and aligned, one element per load otherwise;
+//    when every row is contiguous, aligned and made of whole vectors, one element per load
+//    otherwise; with more rows than one wave of warps, a warp loads its next row while it
+//    selects the current one;
 //  - warp_topk_tile_kernel serves dim-0 inputs (consecutive rows adjacent in memory, elements far
 //    apart), where a warp reading its own row would touch 32 cache lines per load: a block stages
 //    kTileRows rows through shared memory with loads that each cover kTileRows adjacent rows.
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cuda/device_utils.cuh"
 
@@ -45,27 +48,44 @@ __device__ __forceinline__ uint32_t position_complement(int position) {
   return ~uint32_t(position) & kComplementMask<T>;
 }
 
-template <class Packed>
-__device__ __forceinline__ uint32_t packed_position(Packed p) {
-  constexpr int kIndexBits = sizeof(Packed) == 4 ? 16 : 32;
-  return ~uint32_t(p) & uint32_t((uint64_t(1) << kIndexBits) - 1);
+// Rows of 32- and 64-bit keys are first selected on truncated slots: one key-sized word, the
+// key's bits above the lowest 10 over 10 bits of complemented position (positions are below
+// 1024). A round of 32-bit keys is then one REDUX instead of two, and the per-lane work halves.
+// Elements whose keys agree above those 10 bits (a "group") may come out of order;
+// select_ranks reports any round whose outcome could have depended on that, and the row is
+// then selected again on exact slots.
+constexpr int kTruncatedIndexBits = 10;
+template <class T> constexpr bool kTruncatedFirst = sizeof(KeyOf<T>) >= 4;
+template <class T, bool Truncated>
+using SlotFor = typename std::conditional<Truncated, KeyOf<T>, PackedFor<T>>::type;
+
+template <bool Truncated, class Slot>
+__device__ __forceinline__ uint32_t slot_position(Slot s) {
+  constexpr int kIndexBits = Truncated ? kTruncatedIndexBits : sizeof(Slot) == 4 ? 16 : 32;
+  return ~uint32_t(s) & uint32_t((uint64_t(1) << kIndexBits) - 1);
 }
 
-template <class T>
-__device__ __forceinline__ PackedFor<T> pack_key(KeyOf<T> key, uint32_t complement) {
-  return (PackedFor<T>(key) << kPackedIndexBits<KeyOf<T>>) | PackedFor<T>(complement);
+template <class T, bool Truncated>
+__device__ __forceinline__ SlotFor<T, Truncated> pack_key(KeyOf<T> key, uint32_t complement) {
+  if constexpr (Truncated) {
+    static_assert(sizeof(KeyOf<T>) >= 4, "narrow keys are packed exactly in 32 bits");
+    constexpr KeyOf<T> kIndexMask = (KeyOf<T>(1) << kTruncatedIndexBits) - 1;
+    return (key & ~kIndexMask) | (KeyOf<T>(complement) & kIndexMask);
+  } else {
+    return (PackedFor<T>(key) << kPackedIndexBits<KeyOf<T>>) | PackedFor<T>(complement);
+  }
 }
 
 // Loaded in place of elements past the row's end: neither NaN nor +-0 in any float layout, so it
 // never sends a row to the exact keys; its slot is cleared before selection.
 constexpr int kAbsentBits = 1;
 
-template <class T>
-__device__ __forceinline__ PackedFor<T> pack_exact(Bits<T> bits, uint32_t complement,
-                                                   bool largest) {
+template <class T, bool Truncated>
+__device__ __forceinline__ SlotFor<T, Truncated> pack_exact(Bits<T> bits, uint32_t complement,
+                                                            bool largest) {
   T value;
   memcpy(&value, &bits, sizeof(T));
-  return pack_key<T>(selection_key(value, largest), complement);
+  return pack_key<T, Truncated>(selection_key(value, largest), complement);
 }
 
 // Float types by their bit layout. For every value but NaN and +-0 the selection key is the bits
@@ -95,9 +115,9 @@ template <class T> constexpr bool kPlainFirst = FloatLayout<T>::kFloat;
 
 // `flip` is all ones for largest = false (the key complemented, as in selection_key), else 0.
 // `special` is set when the element is NaN or +-0: its plain key is then not its key.
-template <class T>
-__device__ __forceinline__ PackedFor<T> pack_plain(Bits<T> bits, uint32_t complement,
-                                                   Bits<T> flip, bool& special) {
+template <class T, bool Truncated>
+__device__ __forceinline__ SlotFor<T, Truncated> pack_plain(Bits<T> bits, uint32_t complement,
+                                                            Bits<T> flip, bool& special) {
   using Layout = FloatLayout<T>;
   // 16-bit values are widened so that `magnitude - 1` wraps for +-0 instead of promoting to int.
   using Word = typename BitsOfSize<(sizeof(T) < 4 ? 4 : int(sizeof(T)))>::type;
@@ -106,7 +126,7 @@ __device__ __forceinline__ PackedFor<T> pack_plain(Bits<T> bits, uint32_t comple
   special |= Word(magnitude - 1) >= Word(Layout::kExponent);
   const Word negative = (b & Layout::kSign) ? ~Word(0) : Word(0);
   const Word key = b ^ negative ^ (Word(Layout::kSign) & ~negative) ^ Word(flip);
-  return pack_key<T>(KeyOf<T>(key), complement);
+  return pack_key<T, Truncated>(KeyOf<T>(key), complement);
 }
 
 // pack_plain for the two 16-bit floats of one 32-bit word (positions p and p + 1, `complement`
@@ -173,98 +193,100 @@ __device__ __forceinline__ void sort_slots_descending(P (&slots)[N]) {
   }
 }
 
-// The exact selection: each lane sorts its slots, so its best is always slot 0; each of k rounds
-// takes the warp-wide maximum of the lanes' bests, and the lane that owned the winner shifts its
-// slots down by one. Returns, in lane r < k, the position of rank r.
-template <int Items, class Packed>
-__device__ __forceinline__ uint32_t select_by_sorting(Packed (&slots)[Items], int k, int lane) {
+// After a round on truncated slots (see kTruncatedIndexBits) has moved on the lane that won it:
+// whether this lane's next candidate shares the winner's group. If no lane notes that after any
+// round, every winner was the exact maximum of what remained: an element that would have won
+// before it, or in its place, only by its low key bits is in its group, and so is the candidate
+// in front of that element. This covers group 0 too, where real elements and the markers 0 and
+// kUnknown can coincide: every candidate is then in group 0.
+template <bool Truncated, class Slot>
+__device__ __forceinline__ void note_unclear(Slot candidate, Slot winner, bool& unclear) {
+  if constexpr (Truncated) {
+    constexpr Slot kGroup = ~((Slot(1) << kTruncatedIndexBits) - 1);
+    unclear = unclear || ((candidate ^ winner) & kGroup) == 0;
+  }
+}
+
+// The sorting selection: each lane sorts its slots, so its best is always slot 0; each of k
+// rounds takes the warp-wide maximum of the lanes' bests, and the lane that owned the winner
+// shifts its slots down by one. Returns, in lane r < k, the position of rank r; `unclear` as in
+// note_unclear (truncated slots only).
+template <bool Truncated, int Items, class Slot>
+__device__ __forceinline__ uint32_t select_by_sorting(Slot (&slots)[Items], int k, int lane,
+                                                      bool& unclear) {
   sort_slots_descending(slots);
   uint32_t my_rank_position = 0;
+  unclear = false;
   for (int r = 0; r < k; ++r) {
-    const Packed winner = warp_max(slots[0]);
-    if (lane == r) my_rank_position = packed_position(winner);
+    const Slot winner = warp_max(slots[0]);
+    if (lane == r) my_rank_position = slot_position<Truncated>(winner);
     if (slots[0] == winner) {
 #pragma unroll
       for (int j = 0; j + 1 < Items; ++j) slots[j] = slots[j + 1];
-      slots[Items - 1] = Packed(0);
+      slots[Items - 1] = Slot(0);
     }
+    note_unclear<Truncated>(slots[0], winner, unclear);
   }
   return my_rank_position;
 }
 
-// Returns, in lane r < k, the position of rank r among the warp's slots (unsorted; 0 = absent).
+// Returns, in lane r < k, the position of rank r among the warp's slots (unsorted; 0 = absent),
+// exact for exact slots; for truncated ones, `unclear` (the same in every lane) says whether the
+// result may differ from the exact one (see note_unclear).
 // A row's winners rarely cluster in one lane (8 of 256 random elements: three in one lane of 8
 // in ~4% of rows), so the rounds first run on each lane's best two only: 2-3 min/max per slot
 // instead of a sorting network, and a round moves two registers instead of shifting all slots.
 // A lane that gave up both holds kUnknown (below every element, above "absent") and may hide a
 // third element above the last winner; only then is the row selected again by sorting. Any input
-// is exact; ties and sorted rows merely take the slower way more often.
-template <int Items, class Packed>
-__device__ __forceinline__ uint32_t select_ranks(Packed (&slots)[Items], int k, int lane) {
+// comes out in the exact order of its slots; ties and sorted rows merely take the slower way
+// more often.
+template <bool Truncated, int Items, class Slot>
+__device__ __forceinline__ uint32_t select_ranks(Slot (&slots)[Items], int k, int lane,
+                                                 bool& unclear) {
+  bool lane_unclear = false;
+  uint32_t my_rank_position;
   if constexpr (Items <= 2) {
-    return select_by_sorting(slots, k, lane);
+    my_rank_position = select_by_sorting<Truncated>(slots, k, lane, lane_unclear);
   } else {
-    // A real element's packed low bits are ~position, far above 1 (positions are below 1024).
-    constexpr Packed kUnknown = 1;
-    Packed best = 0, second = 0;
+    // A real element's packed low bits are ~position, far above 1 (positions are below 1024);
+    // in truncated slots of group 0 they may be 1 (see note_unclear).
+    constexpr Slot kUnknown = 1;
+    Slot best = 0, second = 0;
 #pragma unroll
     for (int j = 0; j < Items; ++j) {
-      const Packed s = slots[j];
-      const Packed lower = s < best ? s : best;
+      const Slot s = slots[j];
+      const Slot lower = s < best ? s : best;
       second = lower > second ? lower : second;
       best = s > best ? s : best;
     }
-    uint32_t my_rank_position = 0;
-    Packed winner = 0;
+    my_rank_position = 0;
+    Slot winner = 0;
     for (int r = 0; r < k; ++r) {
       winner = warp_max(best);
-      if (lane == r) my_rank_position = packed_position(winner);
+      if (lane == r) my_rank_position = slot_position<Truncated>(winner);
       if (best == winner) {
         best = second;
         second = kUnknown;
       }
+      note_unclear<Truncated>(best, winner, lane_unclear);
     }
     const bool emptied = best == kUnknown;
     if (__any_sync(0xffffffffu, emptied)) {
+      // Truncated slots count whole groups: at least every element at or above the winner.
+      constexpr Slot kCompared =
+          Truncated ? ~((Slot(1) << kTruncatedIndexBits) - 1) : ~Slot(0);
       int at_least_last = 0;
 #pragma unroll
-      for (int j = 0; j < Items; ++j) at_least_last += slots[j] >= winner ? 1 : 0;
+      for (int j = 0; j < Items; ++j) {
+        at_least_last += (slots[j] & kCompared) >= (winner & kCompared) ? 1 : 0;
+      }
       if (__any_sync(0xffffffffu, emptied && at_least_last > 2)) {
-        my_rank_position = select_by_sorting(slots, k, lane);
+        my_rank_position = select_by_sorting<Truncated>(slots, k, lane, lane_unclear);
       }
     }
-    return my_rank_position;
   }
-}
-
-// Loads one element per slot: slot j of lane `lane` is element j*32 + lane. Every load is issued
-// before any key is computed, so a lane has Items loads in flight rather than one at a time.
-// Returns whether a plain key missed (see FloatLayout).
-template <class T, int Items, bool Plain>
-__device__ __forceinline__ bool load_row_elements(const T* row, int64_t stride, int n, int lane,
-                                                  bool largest, PackedFor<T> (&slots)[Items]) {
-  const Bits<T>* first = reinterpret_cast<const Bits<T>*>(row) + int64_t(lane) * stride;
-  const int64_t step = stride * 32;
-  Bits<T> raw[Items];
-#pragma unroll
-  for (int j = 0; j < Items; ++j) {
-    raw[j] = j * 32 + lane < n ? first[j * step] : Bits<T>(kAbsentBits);
-  }
-  const Bits<T> flip = largest ? Bits<T>(0) : Bits<T>(~Bits<T>(0));
-  bool special = false;
-#pragma unroll
-  for (int j = 0; j < Items; ++j) {
-    const int position = j * 32 + lane;
-    const uint32_t complement = position_complement<T>(position);
-    PackedFor<T> packed;
-    if constexpr (Plain) {
-      packed = pack_plain<T>(raw[j], complement, flip, special);
-    } else {
-      packed = pack_exact<T>(raw[j], complement, largest);
-    }
-    slots[j] = position < n ? packed : 0;
-  }
-  return special;
+  unclear = Truncated && __any_sync(0xffffffffu, lane_unclear);
+  return my_rank_position;
 }
 
 template <int Bytes> struct VectorOfSize;
@@ -274,45 +296,107 @@ template <> struct VectorOfSize<4> { using type = uint32_t; };
 template <> struct VectorOfSize<8> { using type = uint2; };
 template <> struct VectorOfSize<16> { using type = uint4; };
 
-// Loads a contiguous row (global or shared memory) whose start is aligned to VectorBytes: vector
-// c of lane `lane` is vector c*32 + lane of the row, so a warp's load covers consecutive bytes.
-// The vector that straddles the row's end is read element by element; none reads past it.
-// Returns whether a plain key missed (see FloatLayout).
-template <class T, int Items, bool Plain, int VectorBytes>
-__device__ __forceinline__ bool load_row_vectors(const T* row, int n, int lane, bool largest,
-                                                 PackedFor<T> (&slots)[Items]) {
-  constexpr int kPer = VectorBytes / int(sizeof(T));
-  constexpr int kVectors = Items / kPer;
-  static_assert(kPer >= 1 && kVectors * kPer == Items, "a lane's slots are whole vectors");
+// A lane's slots of one row as its loads left them. Keys are computed from them only when the
+// row is selected, so that a warp's loads of its next row fly while it selects the current one
+// (see warp_topk_kernel); nothing may read or write these registers before then.
+//  - LaneVectors: vector c of lane `lane` is vector c*32 + lane of the row, so a warp's load
+//    covers consecutive bytes;
+//  - LaneElements: slot j of lane `lane` is element j*32 + lane (any stride).
+template <class T, int Items, int VectorBytes>
+struct LaneVectors {
+  static constexpr int kPer = VectorBytes / int(sizeof(T));
+  static constexpr int kCount = Items / kPer;
+  static_assert(kPer >= 1 && kCount * kPer == Items, "a lane's slots are whole vectors");
   using Vector = typename VectorOfSize<VectorBytes>::type;
-  const Vector* vectors = reinterpret_cast<const Vector*>(row);
-  const Bits<T>* elements = reinterpret_cast<const Bits<T>*>(row);
-  Vector raw[kVectors];
+  Vector vectors[kCount];
+};
+
+template <class T, int Items>
+struct LaneElements {
+  Bits<T> elements[Items];
+};
+
+template <class Vector, class T>
+__device__ __forceinline__ Vector absent_vector() {
+  constexpr int kPer = int(sizeof(Vector) / sizeof(T));
+  Bits<T> part[kPer];
 #pragma unroll
-  for (int c = 0; c < kVectors; ++c) {
+  for (int e = 0; e < kPer; ++e) part[e] = Bits<T>(kAbsentBits);
+  Vector v;
+  memcpy(&v, part, sizeof(Vector));
+  return v;
+}
+
+// A row of whole vectors whose start is aligned to one: each vector is in the row or past its
+// end. `stride` is 1.
+template <class T, int Items, int VectorBytes>
+__device__ __forceinline__ void load_lane(const T* row, int64_t, int n, int lane,
+                                          LaneVectors<T, Items, VectorBytes>& raw) {
+  using Lane = LaneVectors<T, Items, VectorBytes>;
+  using Vector = typename Lane::Vector;
+  const Vector* vectors = reinterpret_cast<const Vector*>(row);
+  const Vector absent = absent_vector<Vector, T>();
+#pragma unroll
+  for (int c = 0; c < Lane::kCount; ++c) {
+    raw.vectors[c] = (c * 32 + lane) * Lane::kPer < n ? vectors[c * 32 + lane] : absent;
+  }
+}
+
+template <class T, int Items>
+__device__ __forceinline__ void load_lane(const T* row, int64_t stride, int n, int lane,
+                                          LaneElements<T, Items>& raw) {
+  const Bits<T>* first = reinterpret_cast<const Bits<T>*>(row) + int64_t(lane) * stride;
+  const int64_t step = stride * 32;
+#pragma unroll
+  for (int j = 0; j < Items; ++j) {
+    raw.elements[j] = j * 32 + lane < n ? first[j * step] : Bits<T>(kAbsentBits);
+  }
+}
+
+// A contiguous row (global or shared memory) whose start is aligned to VectorBytes and whose
+// end may fall inside a vector: that vector is read element by element, none past the end.
+template <class T, int Items, int VectorBytes>
+__device__ __forceinline__ void load_lane_to_end(const T* row, int n, int lane,
+                                                 LaneVectors<T, Items, VectorBytes>& raw) {
+  using Lane = LaneVectors<T, Items, VectorBytes>;
+  constexpr int kPer = Lane::kPer;
+  const auto* vectors = reinterpret_cast<const typename Lane::Vector*>(row);
+  const Bits<T>* elements = reinterpret_cast<const Bits<T>*>(row);
+#pragma unroll
+  for (int c = 0; c < Lane::kCount; ++c) {
     const int first = (c * 32 + lane) * kPer;
     if (first + kPer <= n) {
-      raw[c] = vectors[c * 32 + lane];
+      raw.vectors[c] = vectors[c * 32 + lane];
     } else {
       Bits<T> part[kPer];
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
         part[e] = first + e < n ? elements[first + e] : Bits<T>(kAbsentBits);
       }
-      memcpy(&raw[c], part, VectorBytes);
+      memcpy(&raw.vectors[c], part, VectorBytes);
     }
   }
+}
+
+// Keys a lane's slots: plain keys (returns whether one missed, see FloatLayout) or exact ones,
+// into exact or truncated slots. Slots past the row's end become 0.
+template <bool Plain, bool Truncated, class T, int Items, int VectorBytes>
+__device__ __forceinline__ bool key_lane(const LaneVectors<T, Items, VectorBytes>& raw, int n,
+                                         int lane, bool largest,
+                                         SlotFor<T, Truncated> (&slots)[Items]) {
+  using Lane = LaneVectors<T, Items, VectorBytes>;
+  constexpr int kPer = Lane::kPer;
   const Bits<T> flip = largest ? Bits<T>(0) : Bits<T>(~Bits<T>(0));
   bool special = false;
   uint32_t special_pairs = 0;
 #pragma unroll
-  for (int c = 0; c < kVectors; ++c) {
+  for (int c = 0; c < Lane::kCount; ++c) {
     const int first = (c * 32 + lane) * kPer;
     const uint32_t complement = position_complement<T>(first);
-    PackedFor<T>* out = slots + c * kPer;
+    SlotFor<T, Truncated>* out = slots + c * kPer;
     if constexpr (Plain && sizeof(T) == 2 && VectorBytes >= 4) {
       uint32_t words[VectorBytes / 4];
-      memcpy(words, &raw[c], VectorBytes);
+      memcpy(words, &raw.vectors[c], VectorBytes);
 #pragma unroll
       for (int w = 0; w < VectorBytes / 4; ++w) {
         pack_plain_pair<T>(words[w], complement - 2 * w, largest ? 0u : ~0u, special_pairs,
@@ -320,13 +404,13 @@ __device__ __forceinline__ bool load_row_vectors(const T* row, int n, int lane, 
       }
     } else {
       Bits<T> part[kPer];
-      memcpy(part, &raw[c], VectorBytes);
+      memcpy(part, &raw.vectors[c], VectorBytes);
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
         if constexpr (Plain) {
-          out[e] = pack_plain<T>(part[e], complement - e, flip, special);
+          out[e] = pack_plain<T, Truncated>(part[e], complement - e, flip, special);
         } else {
-          out[e] = pack_exact<T>(part[e], complement - e, largest);
+          out[e] = pack_exact<T, Truncated>(part[e], complement - e, largest);
         }
       }
     }
@@ -340,48 +424,186 @@ __device__ __forceinline__ bool load_row_vectors(const T* row, int n, int lane, 
   return special || (special_pairs & 0x80008000u) != 0;
 }
 
+template <bool Plain, bool Truncated, class T, int Items>
+__device__ __forceinline__ bool key_lane(const LaneElements<T, Items>& raw, int n, int lane,
+                                         bool largest, SlotFor<T, Truncated> (&slots)[Items]) {
+  const Bits<T> flip = largest ? Bits<T>(0) : Bits<T>(~Bits<T>(0));
+  bool special = false;
+#pragma unroll
+  for (int j = 0; j < Items; ++j) {
+    const int position = j * 32 + lane;
+    const uint32_t complement = position_complement<T>(position);
+    SlotFor<T, Truncated> packed;
+    if constexpr (Plain) {
+      packed = pack_plain<T, Truncated>(raw.elements[j], complement, flip, special);
+    } else {
+      packed = pack_exact<T, Truncated>(raw.elements[j], complement, largest);
+    }
+    slots[j] = position < n ? packed : 0;
+  }
+  return special;
+}
+
 // Widest load a lane makes for Items slots of T from global memory: 16 bytes, or all its slots
 // when they are fewer.
 template <class T, int Items>
 constexpr int kRowVectorBytes = Items * int(sizeof(T)) < 16 ? Items * int(sizeof(T)) : 16;
 
-template <class T, int Items, bool Plain>
-__device__ __forceinline__ bool load_global_row(const T* row, int64_t stride, bool vectors, int n,
-                                                int lane, bool largest,
-                                                PackedFor<T> (&slots)[Items]) {
-  return vectors ? load_row_vectors<T, Items, Plain, kRowVectorBytes<T, Items>>(row, n, lane,
-                                                                               largest, slots)
-                 : load_row_elements<T, Items, Plain>(row, stride, n, lane, largest, slots);
+// What a lane of warp_topk_kernel holds of a row: whole vectors when every row of the launch
+// is made of them (rows_are_whole_vectors), else single elements.
+template <class T, int Items, bool VectorRows>
+using LaneRow =
+    typename std::conditional<VectorRows, LaneVectors<T, Items, kRowVectorBytes<T, Items>>,
+                              LaneElements<T, Items>>::type;
+
+// Whether every row of a launch is contiguous, starts aligned to a vector of kRowVectorBytes and
+// is a whole number of them long.
+template <class T, int Items>
+bool rows_are_whole_vectors(const RowGeometry& g, const T* input) {
+  constexpr int64_t kVectorBytes = kRowVectorBytes<T, Items>;
+  constexpr int64_t kVectorElements = kVectorBytes / int64_t(sizeof(T));
+  bool whole = g.input_stride == 1 && g.n % kVectorElements == 0 &&
+               reinterpret_cast<uintptr_t>(input) % kVectorBytes == 0;
+  for (int d = 0; d < g.batch_ndim; ++d) {
+    whole = whole && (g.batch_sizes[d] == 1 || g.input_batch_strides[d] % kVectorElements == 0);
+  }
+  return whole;
 }
 
-// Rows whose packed slots fit 8 registers fit the 32 registers per thread that keep 64 warps
-// resident (the many-row MoE shapes: 16384 rows are two such waves); larger rows would spill.
+// Resident blocks per SM the register budget is set for, by the bytes of a lane's packed slots:
+// 8 registers of slots fit the 32 registers per thread that keep 64 warps resident (the many-row
+// MoE shapes); larger rows get the most blocks whose budget they still fit without spilling
+// (ptxas -v), a row in flight included.
+constexpr int warp_row_min_blocks(int slot_bytes) {
+  return slot_bytes <= 32 ? 16 : slot_bytes <= 64 ? 10 : slot_bytes <= 128 ? 6 : 3;
+}
 template <class T, int Items>
-constexpr int kWarpRowMinBlocks = Items * sizeof(PackedFor<T>) <= 32 ? 16 : 1;
+constexpr int kWarpRowMinBlocks = warp_row_min_blocks(Items * int(sizeof(PackedFor<T>)));
 
+constexpr int kWarpRowsPerBlock = kWarpRowThreads / 32;
+
+// Whether warp_topk_kernel may loop over rows (see there): rows of whole vectors of 16- or
+// 32-bit types whose lane share is at most two 16-byte vectors. Single elements take a register
+// each, and longer rows (n > 512 of 16-bit types, n > 256 of 32-bit ones) or wider keys more: in
+// flight next to a selection they would spill at the kernel's register budget.
+template <class T, int Items, bool VectorRows>
+constexpr bool kWarpRowLoop =
+    VectorRows && (sizeof(T) == 2 || sizeof(T) == 4) && Items * sizeof(T) <= 32;
+
+// Keys a row whose lane slots `raw` has loaded: plain keys first where they exist, exact ones
+// (the row loaded again) if any of them missed.
+template <bool Truncated, class T, int Items, bool VectorRows>
+__device__ __forceinline__ void key_row(const RowGeometry& g, const T* row, bool largest,
+                                        int lane, LaneRow<T, Items, VectorRows>& raw,
+                                        SlotFor<T, Truncated> (&slots)[Items]) {
+  const int n = int(g.n);
+  const bool special = key_lane<kPlainFirst<T>, Truncated>(raw, n, lane, largest, slots);
+  if (kPlainFirst<T> && __any_sync(0xffffffffu, special)) {
+    load_lane(row, g.input_stride, n, lane, raw);
+    key_lane<false, Truncated>(raw, n, lane, largest, slots);
+  }
+}
+
+// Whether truncating the keys of these exact slots loses nothing: in each half of the key range
+// (top bit set or clear) the bits truncation drops are the same in every element, so elements of
+// one group have equal keys and the truncated order is the exact order. Rows of values of a
+// narrower type, or of few distinct values, are that way, and their ties within groups are what
+// makes the truncated rounds unclear.
 template <class T, int Items>
+__device__ __forceinline__ bool truncation_is_exact(const PackedFor<T> (&slots)[Items]) {
+  using Key = KeyOf<T>;
+  constexpr Key kDropped = (Key(1) << kTruncatedIndexBits) - 1;
+  constexpr Key kTop = Key(1) << (8 * sizeof(Key) - 1);
+  // Both halves side by side in one word: the dropped bits of keys with the top bit set above
+  // those of the others.
+  uint32_t any = 0, all = ~0u;
+#pragma unroll
+  for (int j = 0; j < Items; ++j) {
+    const Key key = Key(slots[j] >> kPackedIndexBits<Key>);
+    const uint32_t dropped = uint32_t(key & kDropped) << ((key & kTop) ? kTruncatedIndexBits : 0);
+    const uint32_t half = uint32_t(kDropped) << ((key & kTop) ? kTruncatedIndexBits : 0);
+    if (slots[j] != 0) {
+      any |= dropped;
+      all &= dropped | ~half;
+    }
+  }
+  any = __reduce_or_sync(0xffffffffu, any);
+  all = __reduce_and_sync(0xffffffffu, all);
+  return (any & ~all) == 0;
+}
+
+// Selects one row whose lane slots `raw` has loaded, and writes its result. Rows of 32- and
+// 64-bit keys go through truncated slots first (see kTruncatedIndexBits).
+template <class T, int Items, bool VectorRows>
+__device__ __forceinline__ void select_row(const RowGeometry& g, const T* input, void* values,
+                                           void* indices, bool index64, bool largest,
+                                           const RowOffsets& o, int lane,
+                                           LaneRow<T, Items, VectorRows>& raw) {
+  const T* row = input + o.input;
+  const int k = int(g.k);
+  uint32_t my_rank_position = 0;
+  bool unclear = true;  // until a truncated selection says its result is the exact one
+  if constexpr (kTruncatedFirst<T>) {
+    SlotFor<T, true> slots[Items];
+    key_row<true, T, Items, VectorRows>(g, row, largest, lane, raw, slots);
+    my_rank_position = select_ranks<true>(slots, k, lane, unclear);
+    if (unclear) load_lane(row, g.input_stride, int(g.n), lane, raw);
+  }
+  if (unclear) {
+    PackedFor<T> slots[Items];
+    key_row<false, T, Items, VectorRows>(g, row, largest, lane, raw, slots);
+    bool exact = false;
+    if constexpr (kTruncatedFirst<T>) exact = truncation_is_exact<T>(slots);
+    if (!exact) my_rank_position = select_ranks<false>(slots, k, lane, unclear);
+  }
+  // The winner's value is read again from the input, which this warp has just read (L1/L2).
+  if (lane < k) write_result(g, input, values, indices, index64, o, lane, my_rank_position);
+}
+
+// device_row_offsets of a launch with at most one batch dim, without its division loop (whose
+// calls would spill the registers of a row in flight).
+__device__ __forceinline__ RowOffsets one_dim_row_offsets(const RowGeometry& g, int64_t row) {
+  return RowOffsets{row * g.input_batch_strides[0], row * g.values_batch_strides[0],
+                    row * g.indices_batch_strides[0]};
+}
+
+// A warp per row. Without Loop the launch gives every row its own warp. With Loop (where
+// kWarpRowLoop holds, for at most one batch dim) it makes at most one wave of blocks, and when
+// the rows outnumber its warps each warp takes every (warps in the grid)-th row, issuing its
+// next row's loads before it selects the current row: their DRAM latency passes during the
+// selection instead of after it. A warp with one row does what it does without Loop.
+template <class T, int Items, bool VectorRows, bool Loop>
 __global__ void __launch_bounds__(kWarpRowThreads, (kWarpRowMinBlocks<T, Items>))
     warp_topk_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                      bool largest) {
+  static_assert(!Loop || kWarpRowLoop<T, Items, VectorRows>, "rows in flight would spill");
   const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * (kWarpRowThreads / 32) + (threadIdx.x >> 5);
+  int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
   if (row >= g.rows) return;
-  const RowOffsets o = device_row_offsets(g, row);
-  const T* in = input + o.input;
-  const int n = int(g.n), k = int(g.k);
-  constexpr uintptr_t kVectorAlignment = kRowVectorBytes<T, Items>;
-  const bool vectors =
-      g.input_stride == 1 && reinterpret_cast<uintptr_t>(in) % kVectorAlignment == 0;
-
-  PackedFor<T> slots[Items];
-  const bool special = load_global_row<T, Items, kPlainFirst<T>>(in, g.input_stride, vectors, n,
-                                                                  lane, largest, slots);
-  if (kPlainFirst<T> && __any_sync(0xffffffffu, special)) {
-    load_global_row<T, Items, false>(in, g.input_stride, vectors, n, lane, largest, slots);
+  const int n = int(g.n);
+  LaneRow<T, Items, VectorRows> raw;
+  if constexpr (!Loop) {
+    const RowOffsets o = device_row_offsets(g, row);
+    load_lane(input + o.input, g.input_stride, n, lane, raw);
+    select_row<T, Items, VectorRows>(g, input, values, indices, index64, largest, o, lane, raw);
+  } else {
+    const int64_t warps = int64_t(gridDim.x) * kWarpRowsPerBlock;
+    load_lane(input + one_dim_row_offsets(g, row).input, g.input_stride, n, lane, raw);
+#pragma unroll 1
+    for (;;) {
+      const int64_t next_row = row + warps;
+      const bool more = next_row < g.rows;
+      LaneRow<T, Items, VectorRows> next;
+      if (more) {
+        load_lane(input + one_dim_row_offsets(g, next_row).input, g.input_stride, n, lane, next);
+      }
+      select_row<T, Items, VectorRows>(g, input, values, indices, index64, largest,
+                                       one_dim_row_offsets(g, row), lane, raw);
+      if (!more) return;
+      row = next_row;
+      raw = next;
+    }
   }
-  const uint32_t my_rank_position = select_ranks(slots, k, lane);
-  // The winner's value is read again from the input, which this warp has just read (L1/L2).
-  if (lane < k) write_result(g, input, values, indices, index64, o, lane, my_rank_position);
 }
 
 // Elements per row of a tile in shared memory: at least n, and an odd number of 4-byte words
@@ -454,14 +676,16 @@ __global__ void __launch_bounds__(kTileThreads)
 
   if (warp < tile_rows) {
     const T* row = reinterpret_cast<const T*>(tile + warp * pitch);
-    constexpr int kBytes = kTileVectorBytes<T, Items>;
+    LaneVectors<T, Items, kTileVectorBytes<T, Items>> raw;
+    load_lane_to_end(row, n, lane, raw);
     PackedFor<T> slots[Items];
-    const bool special =
-        load_row_vectors<T, Items, kPlainFirst<T>, kBytes>(row, n, lane, largest, slots);
+    const bool special = key_lane<kPlainFirst<T>, false>(raw, n, lane, largest, slots);
     if (kPlainFirst<T> && __any_sync(0xffffffffu, special)) {
-      load_row_vectors<T, Items, false, kBytes>(row, n, lane, largest, slots);
+      load_lane_to_end(row, n, lane, raw);
+      key_lane<false, false>(raw, n, lane, largest, slots);
     }
-    const uint32_t my_rank_position = select_ranks(slots, k, lane);
+    bool unclear = false;
+    const uint32_t my_rank_position = select_ranks<false>(slots, k, lane, unclear);
     if (lane < k) ranked[warp][lane] = uint16_t(my_rank_position);
   }
   __syncthreads();

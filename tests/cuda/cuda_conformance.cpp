@@ -655,6 +655,25 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // More rows than the warp kernel's one wave of resident warps (8448 of them on an H200 for
+  // n <= 128, fewer for longer rows): each warp loops over several rows, loading the next while
+  // it selects the current one. Row counts that are no multiple of the grid's warps, a
+  // broadcast row (every warp reads the same one), and an unaligned base (the non-looping
+  // kernel, for comparison).
+  const Shape loop_shapes[] = {{12001, 2, 2}, {9001, 64, 4}, {20001, 256, 8}, {12345, 512, 10}};
+  for (const Shape& s : loop_shapes) {
+    if (quick && s.rows * s.n > 50000) continue;
+    for (const Layout& layout : {warp_layouts[3], warp_layouts[4], layouts[3]}) {
+      for (mtk_dtype d : dtypes) {
+        for (Data data : {Data::Random, Data::Special, Data::FewDistinct}) {
+          if ((quick || layout.broadcast_rows) && data != Data::Special) continue;
+          const uint64_t pick = rng();
+          Case c{d, s.rows, s.n, s.k, data, layout, (pick & 1) != 0, true, (pick & 4) != 0};
+          check_case(ctx, c, rng, false);
+        }
+      }
+    }
+  }
   check_workspace_and_alloc(ctx.cuda);
 
   CHECK_OK(mtk_context_destroy(ctx.cuda));

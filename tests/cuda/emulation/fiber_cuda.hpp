@@ -1,10 +1,10 @@
 // Host emulation of the CUDA subset the warp top-k kernels use (lib/cuda/topk_warp_kernels.cuh):
-// one block at a time, each thread a ucontext fiber, warp collectives and __syncthreads as
-// cooperative rendezvous. Divergent collectives (lanes of one warp in different ops), partial
-// warp masks and deadlocks abort. Results only: no timing, no memory model (racecheck on the GPU
-// covers that). `__shared__` expands to nothing, so only dynamic shared memory (an `extern`
-// array the test defines at namespace scope) is shared between the fibers: enough for these
-// kernels, which keep no static shared arrays.
+// one block at a time (the test sets blockIdx and gridDim), each thread a ucontext fiber, warp
+// collectives and __syncthreads as cooperative rendezvous. Divergent collectives (lanes of one
+// warp in different ops), partial warp masks and deadlocks abort. Results only: no timing, no
+// memory model (racecheck on the GPU covers that). `__shared__` expands to nothing, so only
+// dynamic shared memory (an `extern` array the test defines at namespace scope) is shared
+// between the fibers: enough for these kernels, which keep no static shared arrays.
 #pragma once
 #include <ucontext.h>
 
@@ -65,6 +65,7 @@ struct Block {
 
 inline Block* block = nullptr;
 inline EmuDim3 block_idx;
+inline EmuDim3 grid_dim;
 
 inline Fiber& me() { return block->fibers[block->current]; }
 inline void yield() { swapcontext(&me().context, &block->scheduler); }
@@ -142,6 +143,7 @@ V warp_collective(int op, V value, Combine combine) {
 
 #define threadIdx (emu::me().thread_idx)
 #define blockIdx (emu::block_idx)
+#define gridDim (emu::grid_dim)
 
 inline void check_full(unsigned mask) {
   if (mask != 0xffffffffu) emu::fail("partial warp mask");
@@ -152,6 +154,24 @@ inline uint32_t __reduce_max_sync(unsigned mask, uint32_t v) {
   return emu::warp_collective(1, v, [](emu::WarpRendezvous& w) {
     uint32_t m = 0;
     for (int l = 0; l < 32; ++l) m = std::max(m, uint32_t(w.in[l]));
+    for (int l = 0; l < 32; ++l) w.out[l] = m;
+  });
+}
+
+inline uint32_t __reduce_or_sync(unsigned mask, uint32_t v) {
+  check_full(mask);
+  return emu::warp_collective(5, v, [](emu::WarpRendezvous& w) {
+    uint32_t m = 0;
+    for (int l = 0; l < 32; ++l) m |= uint32_t(w.in[l]);
+    for (int l = 0; l < 32; ++l) w.out[l] = m;
+  });
+}
+
+inline uint32_t __reduce_and_sync(unsigned mask, uint32_t v) {
+  check_full(mask);
+  return emu::warp_collective(6, v, [](emu::WarpRendezvous& w) {
+    uint32_t m = ~0u;
+    for (int l = 0; l < 32; ++l) m &= uint32_t(w.in[l]);
     for (int l = 0; l < 32; ++l) w.out[l] = m;
   });
 }

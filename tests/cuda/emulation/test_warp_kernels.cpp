@@ -1,9 +1,10 @@
 // The CUDA warp-per-row kernels (lib/cuda/topk_warp_kernels.cuh) run on the host under
 // fiber_cuda.hpp, so CI checks their selection logic without a GPU: every dtype, layouts
-// (contiguous, unaligned, strided, reversed, broadcast, dim 0 through both kernels), data kinds
-// and both directions, against a stable-sort reference under selection_key; inputs sit against
-// a guard page and outputs' gaps must stay untouched. Also checks the kernels' branch-free float
-// keys against pack_exact on every 16-bit pattern and on edge and random f32/f64 values.
+// (contiguous, unaligned, strided, reversed, broadcast, dim 0 through both kernels), grids of
+// fewer warps than rows (each warp loops over several), data kinds and both directions,
+// against a stable-sort reference under selection_key; inputs sit against a guard page and
+// outputs' gaps must stay untouched. Also checks the kernels' branch-free float keys against
+// pack_exact on every 16-bit pattern and on edge and random f32/f64 values.
 //
 // Usage: test_warp_kernels [--quick]   (--quick: rows up to 300 elements, a third of the cases;
 // `make test` runs it). Exits 0 when every case matches.
@@ -54,9 +55,13 @@ struct Guarded {
   ~Guarded() { munmap(base, mapped); }
 };
 
-enum class Data { Random, Special, FewDistinct, AllEqual, Ascending, Descending };
+// NearTies: 32- and 64-bit values a few thousand units in the last place apart, near the
+// bottom, the top or 1.0 of their range, so that many keys agree above their lowest 10 bits
+// (the truncated slots' groups, kTruncatedIndexBits), group 0 included.
+enum class Data { Random, Special, FewDistinct, AllEqual, Ascending, Descending, NearTies };
 static const char* data_name(Data d) {
-  static const char* names[] = {"random", "special", "few", "equal", "ascending", "descending"};
+  static const char* names[] = {"random",    "special",    "few",      "equal",
+                                "ascending", "descending", "near-ties"};
   return names[int(d)];
 }
 
@@ -70,9 +75,20 @@ Bits<T> make_value(Data kind, int64_t i, int64_t n) {
     case Data::FewDistinct: x = double(int(rng() % 5) - 2); break;
     case Data::AllEqual: x = 1.0; break;
     case Data::Ascending: x = double(i) - double(n) / 2; break;
-    default: x = double(n) / 2 - double(i); break;
+    case Data::Descending: x = double(n) / 2 - double(i); break;
+    default: x = normal(rng); break;  // NearTies of narrow types: nothing to truncate
   }
   Bits<T> b{};
+  if constexpr (sizeof(T) >= 4) {
+    if (kind == Data::NearTies) {
+      const Bits<T> near_one = std::is_same_v<T, float>    ? Bits<T>(0x3f800000u)
+                               : std::is_same_v<T, double> ? Bits<T>(0x3ff0000000000000ull)
+                                                           : Bits<T>(1000000);
+      const Bits<T> bases[] = {near_one, Bits<T>(0), Bits<T>(~Bits<T>(0) - 4096),
+                               Bits<T>(Bits<T>(1) << (8 * sizeof(T) - 1))};
+      return Bits<T>(bases[rng() % 4] + Bits<T>(rng() % 4096));
+    }
+  }
   if constexpr (std::is_same_v<T, float>) {
     float f = float(x);
     std::memcpy(&b, &f, 4);
@@ -143,9 +159,38 @@ KeyT<T> key_of(Bits<T> b, bool largest) {
   return selection_key(v, largest);
 }
 
+// Runs the direct kernel that launch_warp_rows picks for these rows. Where it loops over rows,
+// the grid is at most `wave` blocks (the launch's one wave of resident blocks): a small wave
+// gives every warp several rows, and row counts that are no multiple of the grid's warps.
+template <class T, int Items>
+void run_direct(const RowGeometry& g, const T* input, void* values, void* indices, bool index64,
+                bool largest, int64_t wave) {
+  const int64_t all_rows = (g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  auto run = [&](auto kernel, int64_t blocks) {
+    emu::grid_dim.x = unsigned(blocks);
+    for (int64_t b = 0; b < blocks; ++b) {
+      emu::block_idx.x = unsigned(b);
+      emu::run_block(kWarpRowThreads,
+                     [&] { kernel(g, input, values, indices, index64, largest); });
+    }
+  };
+  const bool vector_rows = rows_are_whole_vectors<T, Items>(g, input);
+  if constexpr (kWarpRowLoop<T, Items, true>) {
+    if (vector_rows && g.batch_ndim <= 1) {
+      run(warp_topk_kernel<T, Items, true, true>, std::min(all_rows, wave));
+      return;
+    }
+  }
+  if (vector_rows) {
+    run(warp_topk_kernel<T, Items, true, false>, all_rows);
+  } else {
+    run(warp_topk_kernel<T, Items, false, false>, all_rows);
+  }
+}
+
 template <class T, int Items>
 void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bool largest,
-              bool index64, bool use_tile) {
+              bool index64, bool use_tile, int64_t wave) {
   const size_t size = sizeof(T);
   const int64_t stored_rows = L.broadcast ? 1 : rows;
   std::vector<Bits<T>> logical(size_t(stored_rows * n));
@@ -198,6 +243,7 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bo
 
   if (use_tile) {
     const size_t bytes = tile_bytes<T>(n);
+    emu::grid_dim.x = unsigned((rows + kTileRows - 1) / kTileRows);
     for (int64_t b = 0; b * kTileRows < rows; ++b) {
       std::memset(tile_storage, 0xA5, sizeof(tile_storage));
       emu::block_idx.x = unsigned(b);
@@ -209,13 +255,7 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bo
       }
     }
   } else {
-    const int64_t per_block = kWarpRowThreads / 32;
-    for (int64_t b = 0; b * per_block < rows; ++b) {
-      emu::block_idx.x = unsigned(b);
-      emu::run_block(kWarpRowThreads, [&] {
-        warp_topk_kernel<T, Items>(g, input, values.data(), indices.data(), index64, largest);
-      });
-    }
+    run_direct<T, Items>(g, input, values.data(), indices.data(), index64, largest, wave);
   }
 
   ++cases;
@@ -272,36 +312,36 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bo
     ++failures;
     std::fprintf(stderr,
                  "FAIL %s size=%zu Items=%d rows=%lld n=%lld k=%lld data=%s layout=%s "
-                 "largest=%d idx64=%d tile=%d\n",
+                 "largest=%d idx64=%d tile=%d wave=%lld\n",
                  typeid(T).name(), size, Items, (long long)rows, (long long)n, (long long)k,
-                 data_name(data), L.name, largest, index64, use_tile);
+                 data_name(data), L.name, largest, index64, use_tile, (long long)wave);
   }
 }
 
 template <class T, int Items>
 void run_items(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bool largest,
-               bool index64) {
+               bool index64, int64_t wave) {
   const bool dim0 = L.transposed && !L.broadcast;
-  run_case<T, Items>(rows, n, k, data, L, largest, index64, false);
+  run_case<T, Items>(rows, n, k, data, L, largest, index64, false, wave);
   if constexpr (kTileKernelFits<T, Items>) {
     if (dim0 && tile_bytes<T>(n) <= kTileMaxBytes) {
-      run_case<T, Items>(rows, n, k, data, L, largest, index64, true);
+      run_case<T, Items>(rows, n, k, data, L, largest, index64, true, wave);
     }
   }
 }
 
 template <class T>
 void run_shape(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bool largest,
-               bool index64) {
+               bool index64, int64_t wave) {
   int items = 1;
   while (items * 32 < n) items *= 2;
   switch (items) {
-    case 1: run_items<T, 1>(rows, n, k, data, L, largest, index64); break;
-    case 2: run_items<T, 2>(rows, n, k, data, L, largest, index64); break;
-    case 4: run_items<T, 4>(rows, n, k, data, L, largest, index64); break;
-    case 8: run_items<T, 8>(rows, n, k, data, L, largest, index64); break;
-    case 16: run_items<T, 16>(rows, n, k, data, L, largest, index64); break;
-    default: run_items<T, 32>(rows, n, k, data, L, largest, index64); break;
+    case 1: run_items<T, 1>(rows, n, k, data, L, largest, index64, wave); break;
+    case 2: run_items<T, 2>(rows, n, k, data, L, largest, index64, wave); break;
+    case 4: run_items<T, 4>(rows, n, k, data, L, largest, index64, wave); break;
+    case 8: run_items<T, 8>(rows, n, k, data, L, largest, index64, wave); break;
+    case 16: run_items<T, 16>(rows, n, k, data, L, largest, index64, wave); break;
+    default: run_items<T, 32>(rows, n, k, data, L, largest, index64, wave); break;
   }
 }
 
@@ -312,8 +352,8 @@ void check_plain_16() {
     for (int largest = 0; largest < 2; ++largest) {
       bool special = false;
       const Bits<T> flip = largest ? Bits<T>(0) : Bits<T>(~Bits<T>(0));
-      const auto plain = pack_plain<T>(Bits<T>(v), 0xfff0, flip, special);
-      const auto exact = pack_exact<T>(Bits<T>(v), 0xfff0, largest);
+      const auto plain = pack_plain<T, false>(Bits<T>(v), 0xfff0, flip, special);
+      const auto exact = pack_exact<T, false>(Bits<T>(v), 0xfff0, largest);
       const uint32_t mag = v & 0x7fff;
       const bool is_special = mag == 0 || mag > FloatLayout<T>::kExponent;
       if (special != is_special || (!special && plain != exact)) {
@@ -358,8 +398,8 @@ void check_plain_wide(int count) {
   for (B v : values) {
     for (int largest = 0; largest < 2; ++largest) {
       bool special = false;
-      const auto plain = pack_plain<T>(v, 77, largest ? B(0) : B(~B(0)), special);
-      const auto exact = pack_exact<T>(v, 77, largest);
+      const auto plain = pack_plain<T, false>(v, 77, largest ? B(0) : B(~B(0)), special);
+      const auto exact = pack_exact<T, false>(v, 77, largest);
       const B mag = B(v & B(~sign));
       const bool is_special = mag == 0 || mag > exponent;
       if (special != is_special || (!special && plain != exact)) {
@@ -396,7 +436,7 @@ int main(int argc, char** argv) {
                           {6, 255, 32}, {3, 257, 31}, {5, 300, 16}, {33, 384, 9}, {3, 512, 10},
                           {2, 513, 32}, {2, 777, 5}, {2, 1000, 32}, {2, 1024, 17}};
   const Data datas[] = {Data::Random, Data::Special, Data::FewDistinct, Data::AllEqual,
-                        Data::Ascending, Data::Descending};
+                        Data::Ascending, Data::Descending, Data::NearTies};
   auto for_dtypes = [&](auto&& f) {
     f(float{}); f(bf16_bits{}); f(f16_bits{}); f(double{}); f(int8_t{}); f(uint8_t{});
     f(int16_t{}); f(int32_t{}); f(int64_t{});
@@ -409,14 +449,20 @@ int main(int argc, char** argv) {
         for_dtypes([&](auto tag) {
           using T = decltype(tag);
           ++combo;
-          if (quick && combo % 3 != 0) return;
+          // A third of the cases, rotating through the nine dtypes from one layout and data
+          // kind to the next (combo % 3 alone would keep the same three dtypes every time).
+          if (quick && (combo + combo / 9) % 3 != 0) return;
           Layout layout = L;
           const std::string name = L.name;
           if (name == "shifted" || name == "dim0-shifted") layout.shift_bytes = sizeof(T);
           const bool largest = (rng() & 1) != 0;
           const bool index64 = (rng() & 2) != 0;
           const int64_t rows = L.transposed ? s.rows : std::min<int64_t>(s.rows, 12);
-          run_shape<T>(rows, s.n, s.k, d, layout, largest, index64);
+          // Looping kernels get a wave of 1-3 blocks (every warp takes several rows) or one
+          // large enough for a warp per row.
+          const int64_t choice = int64_t(rng() % 4);
+          const int64_t wave = choice < 3 ? 1 + choice : rows;
+          run_shape<T>(rows, s.n, s.k, d, layout, largest, index64, wave);
         });
       }
     }
