@@ -441,16 +441,10 @@ __global__ void __launch_bounds__(kSampleThreads)
     const int shift = kKeyBits - resolved - kBlockDigitBits;
     for (int b = threadIdx.x; b < kBlockBins; b += kSampleThreads) hist[b] = 0;
     __syncthreads();
-    // Samples crowd into a few top digits (a handful of exponents), and shared atomics on one
-    // address serialise: lanes with the same digit add once, through their lowest lane.
 #pragma unroll
     for (int j = 0; j < SamplesPerThread; ++j) {
-      const bool in_play = resolved == 0 || (keys[j] >> (shift + kBlockDigitBits)) == prefix;
-      const uint32_t playing = __ballot_sync(0xffffffffu, in_play);
-      if (in_play) {
-        const uint32_t digit = uint32_t(keys[j] >> shift) & (kBlockBins - 1);
-        const uint32_t peers = __match_any_sync(playing, digit);
-        if (lane == __ffs(peers) - 1) atomicAdd(&hist[digit], uint32_t(__popc(peers)));
+      if (resolved == 0 || (keys[j] >> (shift + kBlockDigitBits)) == prefix) {
+        atomicAdd(&hist[uint32_t(keys[j] >> shift) & (kBlockBins - 1)], 1u);
       }
     }
     __syncthreads();
