@@ -106,14 +106,18 @@ template <> struct FloatFormat<float> {
   using Bits = uint32_t;
   using Wide = float;
   static constexpr Bits kSign = 0x80000000u, kExponent = 0x7f800000u;
-  static MTK_HOST_DEVICE Wide widen_bits(Bits b) { return key_threshold_detail::float_from_bits(b); }
+  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
+    return key_threshold_detail::float_from_bits(b);
+  }
   static MTK_HOST_DEVICE Wide widen(float v) { return v; }
 };
 template <> struct FloatFormat<double> {
   using Bits = uint64_t;
   using Wide = double;
   static constexpr Bits kSign = 0x8000000000000000ull, kExponent = 0x7ff0000000000000ull;
-  static MTK_HOST_DEVICE Wide widen_bits(Bits b) { return key_threshold_detail::double_from_bits(b); }
+  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
+    return key_threshold_detail::double_from_bits(b);
+  }
   static MTK_HOST_DEVICE Wide widen(double v) { return v; }
 };
 template <> struct FloatFormat<bf16_bits> {

@@ -504,10 +504,10 @@ constexpr uint32_t kThresholdStageCapacity = 2048;
 constexpr int threshold_blocks_per_sm(int element_bytes) { return element_bytes == 1 ? 2 : 4; }
 
 // The one read of the input for sampled plans: candidates (the elements that pass the row's
-// threshold test, see key_threshold.hpp) go to the buffer and their top digit to the row's histogram. The last block of the
-// row then either leaves few candidates to the finish kernel alone, or chooses the first digit
-// over them for the filter passes, or, when the threshold missed, clears what the pass left and
-// flags the row for the exact passes over the input.
+// threshold test, see key_threshold.hpp) go to the buffer and their top digit to the row's
+// histogram. The last block of the row then either leaves few candidates to the finish kernel
+// alone, or chooses the first digit over them for the filter passes, or, when the threshold
+// missed, clears what the pass left and flags the row for the exact passes over the input.
 //
 // Candidates are staged in shared memory and copied out once per block: a global atomic whose
 // result a warp waits for costs an L2 round trip, and on a single long row every warp would wait

@@ -86,7 +86,9 @@ void sixteen_bit(const char* type, std::mt19937_64& rng) {
   for (uint32_t p = 0; p < 256; ++p) thresholds.push_back(uint16_t(p << 8));
   for (int i = 0; i < 2000; ++i) thresholds.push_back(uint16_t(rng()));
   for (bool largest : {true, false}) {
-    for (uint16_t t : thresholds) check<T, uint16_t>(type, t, largest, values, nan16<T>, pos_inf16<T>);
+    for (uint16_t t : thresholds) {
+      check<T, uint16_t>(type, t, largest, values, nan16<T>, pos_inf16<T>);
+    }
   }
 }
 
