@@ -90,25 +90,6 @@ __device__ __forceinline__ void for_each_composite(const Source& source, Visit&&
   }
 }
 
-// Copies `count` composites with the loads of each thread batched as in for_each_composite.
-template <class Comp>
-__device__ __forceinline__ void copy_batched(const Comp* from, uint32_t count, Comp* to) {
-  constexpr int kBatch = 4;
-  for (uint32_t first = threadIdx.x; first < count; first += kBlockThreads * kBatch) {
-    Comp batch[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const uint32_t i = first + uint32_t(u) * kBlockThreads;
-      batch[u] = i < count ? from[i] : Comp(0);
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const uint32_t i = first + uint32_t(u) * kBlockThreads;
-      if (i < count) to[i] = batch[u];
-    }
-  }
-}
-
 // Narrows `sel` digit by digit over `source` (elements outside `sel`'s prefix are ignored) until
 // its bucket holds exactly the winners still needed. Every thread returns the same selection.
 template <int Bits, class Comp, class Source>
@@ -523,12 +504,11 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
-  constexpr uint32_t kStageCapacity = kThresholdStageCapacity;
   __shared__ uint32_t hist[kMultiBins];
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
   __shared__ uint32_t last_flag;
-  __shared__ Comp staged[kStageCapacity];
+  __shared__ Comp staged[kThresholdStageCapacity];
   __shared__ uint32_t staged_count, staged_base;
 
   const int64_t row = blockIdx.x / layout.blocks_per_row;
@@ -577,7 +557,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
           atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
         }
         const uint32_t at = atomicAdd(&staged_count, 1u);
-        if (at < kStageCapacity) {
+        if (at < kThresholdStageCapacity) {
           staged[at] = items[e];
         } else {
           spill[e] = any_spill = true;
@@ -589,7 +569,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     });
   });
   __syncthreads();
-  const uint32_t stage_size = min(staged_count, kStageCapacity);
+  const uint32_t stage_size = min(staged_count, kThresholdStageCapacity);
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
   if (histogram_candidates) {
     for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
@@ -763,10 +743,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (state->finish_direct && sort_here && state->source_count <= kBlockThreads) {
     const uint32_t count = state->source_count;
     Comp* const stage = sh.winners;
-    copy_batched(candidates + row * layout.capacity, count, stage);
+    const bool ranks = threadIdx.x < count;
+    const Comp mine = ranks ? candidates[row * layout.capacity + threadIdx.x] : Comp(0);
+    if (ranks) stage[threadIdx.x] = mine;
     __syncthreads();
-    if (threadIdx.x < count) {
-      const Comp mine = stage[threadIdx.x];
+    if (ranks) {
       uint32_t rank = 0;
 #pragma unroll 4
       for (uint32_t j = 0; j < count; ++j) rank += stage[j] > mine ? 1u : 0u;
