@@ -174,8 +174,8 @@ std::string mismatch(const Shape& s, const std::vector<uint8_t>& input, const Ho
 
 // ---- timing -----------------------------------------------------------------------------------
 
-struct Settings {
-  int calls = 100, reps = 7, singles = 50;
+struct Settings : BurstSettings {
+  int singles = 50;
 };
 
 struct Timing {
@@ -217,7 +217,7 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
   const size_t outputs = static_cast<size_t>(s.rows * s.k);
   const size_t rotation = input_bytes <= l2_bytes ? 4 : 1;
   // Large inputs take ms per call: fewer calls keep the whole run within its time budget.
-  if (static_cast<double>(s.rows) * s.n >= double(1 << 26)) settings = {10, 3, 10};
+  if (static_cast<double>(s.rows) * s.n >= double(1 << 26)) settings = {{10, 3}, 10};
 
   std::vector<DeviceBuffer> inputs;
   std::vector<uint8_t> first_input;
@@ -257,8 +257,8 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
         "\"calls\": %d, \"reps\": %d, "
         "\"singles\": %d, \"input_buffers\": %zu, \"verified\": true}\n",
         s.family.c_str(), (long long)s.rows, (long long)s.n, (long long)s.k, s.dtype_name.c_str(),
-        (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.host_us, t.single_us, t.calls, t.reps,
-        t.singles, rotation);
+        (long long)s.dim, sorted ? "true" : "false", t.eager_us, t.host_us, t.single_us, t.calls,
+        t.reps, t.singles, rotation);
     std::fflush(stdout);
   }
   return true;
@@ -267,15 +267,9 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
 int run(int argc, char** argv) {
   Settings settings;
   auto option = [&](const std::string& arg, int count, char** args, int& i) {
-    if (arg == "--calls") {
-      settings.calls = positive_option(count, args, i);
-    } else if (arg == "--reps") {
-      settings.reps = positive_option(count, args, i);
-    } else if (arg == "--singles") {
-      settings.singles = positive_option(count, args, i);
-    } else {
-      return false;
-    }
+    if (settings.take_option(arg, count, args, i)) return true;
+    if (arg != "--singles") return false;
+    settings.singles = positive_option(count, args, i);
     return true;
   };
   auto bench = [&](const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream,

@@ -178,10 +178,6 @@ std::string mismatch(const Shape& s, const std::vector<uint16_t>& logits,
 
 // ---- one shape ---------------------------------------------------------------------------------
 
-struct Settings {
-  int calls = 100, reps = 7;
-};
-
 void print_shape(FILE* out, const Shape& s) {
   std::fprintf(out, "%s T=%lld E=%lld k=%lld", s.router.c_str(), (long long)s.tokens,
                (long long)s.experts, (long long)s.k);
@@ -189,7 +185,7 @@ void print_shape(FILE* out, const Shape& s) {
 
 // Returns false on a mismatch (reported on stderr); throws on library or CUDA errors.
 bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream,
-                 size_t l2_bytes, Settings settings) {
+                 size_t l2_bytes, BurstSettings settings) {
   const size_t elements = static_cast<size_t>(s.tokens * s.experts);
   const size_t logit_bytes = elements * sizeof(uint16_t);
   const size_t outputs = static_cast<size_t>(s.tokens * s.k);
@@ -277,16 +273,9 @@ bool bench_shape(const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t
 }
 
 int run(int argc, char** argv) {
-  Settings settings;
+  BurstSettings settings;
   auto option = [&](const std::string& arg, int count, char** args, int& i) {
-    if (arg == "--calls") {
-      settings.calls = positive_option(count, args, i);
-    } else if (arg == "--reps") {
-      settings.reps = positive_option(count, args, i);
-    } else {
-      return false;
-    }
-    return true;
+    return settings.take_option(arg, count, args, i);
   };
   auto bench = [&](const Shape& s, mtk_context cuda, mtk_context cpu, cudaStream_t stream,
                    size_t l2_bytes) {

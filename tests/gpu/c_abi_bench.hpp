@@ -159,6 +159,23 @@ inline int positive_option(int argc, char** argv, int& i) {
   return value;
 }
 
+// Both harnesses' bursts (median_burst_us): `calls` back-to-back calls, timed `reps` times.
+struct BurstSettings {
+  int calls = 100, reps = 7;
+  // Takes --calls N or --reps R at argv[i] (advancing i past the value); false for any other
+  // argument.
+  bool take_option(const std::string& arg, int argc, char** argv, int& i) {
+    if (arg == "--calls") {
+      calls = positive_option(argc, argv, i);
+    } else if (arg == "--reps") {
+      reps = positive_option(argc, argv, i);
+    } else {
+      return false;
+    }
+    return true;
+  }
+};
+
 // ---- timing ----------------------------------------------------------------------------------
 
 inline double median(std::vector<double> v) {
