@@ -491,9 +491,7 @@ def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
     if backend is not None and backend != view.backend and backend != "default":
         raise ValueError(f"metaltopk.topk: the input lives on the {view.backend} backend but "
                          f"backend = {backend!r} was asked for")
-    ctx = _contexts.get((view.backend, view.device_index))  # context()'s key, unvalidated
-    if ctx is None or ctx.handle is None:
-        ctx = context(view.backend, view.device_index)
+    ctx = context(view.backend, view.device_index)
     geometry = _geometry(view.shape, view.strides, 1, k, dim)  # strides are in elements already
     if geometry.out_shape is None:
         tensor = _describe(view.data, view.dtype, view.shape, view.strides)
