@@ -47,8 +47,7 @@ def _torch_setup(torch) -> None:
 
 def _torch_device(torch, index):
     """(torch.device, allocator) of a device index. The allocator is DeviceTensor.allocate: it
-    calls torch.empty_strided, which parses its arguments about 0.8 us faster than torch.empty
-    (torch 2.13, measured on CPU tensors)."""
+    calls torch.empty_strided, whose argument parsing is cheaper than torch.empty's."""
     entry = _torch_devices.get(index)
     if entry is None:
         device, empty_strided = torch.device("cuda", index), torch.empty_strided

@@ -5,8 +5,8 @@
 #   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest sanitize faults (default: all). Logs and the benchmark JSON go to $OUT (or
-#        ./gpu-out).
+#        pytest sanitize faults (default: all), and ncu (kernels named in $NCU_SHAPES). Logs and
+#        the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -67,6 +67,17 @@ for s in $STEPS; do
         --c-abi-bench "$BUILD/tests/bench_c_abi" ${BENCH_ARGS:-} ;;
     faults)
       step fault-sweep 120 "$BUILD/tests/reliability/fault_sweep" ;;
+    ncu)
+      # Nsight Compute on one launch of a kernel per NCU_SHAPES entry, kernel@shape (shape as
+      # bench_c_abi takes it), e.g. NCU_SHAPES="finish_kernel@sampling:256:151936:50:float32:-1".
+      for spec in ${NCU_SHAPES:-}; do
+        kernel=${spec%%@*} shape=${spec#*@}
+        step "ncu-$kernel-${shape//:/_}" 90 ncu --clock-control none --launch-skip 2 \
+          --launch-count 1 -k "regex:$kernel" --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+          --section Occupancy --section LaunchStats \
+          "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
+      done ;;
     *) note "unknown step $s" ;;
   esac
 done
