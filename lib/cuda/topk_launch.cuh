@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <utility>
 
 #include <cub/device/device_merge_sort.cuh>
@@ -71,40 +70,14 @@ void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
   }
   const bool vector_rows = rows_are_whole_vectors<T, Items>(g, input);
   const int64_t all_rows = (g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-  auto launch = [&](auto kernel, int64_t blocks) {
-    kernel<<<unsigned(blocks), kWarpRowThreads, 0, stream>>>(g, input, p.values, p.indices,
-                                                             index64, p.largest);
+  auto launch = [&](auto kernel) {
+    kernel<<<unsigned(all_rows), kWarpRowThreads, 0, stream>>>(g, input, p.values, p.indices,
+                                                               index64, p.largest);
   };
-  if constexpr (kWarpRowLoop<T, Items, true>) {
-    if (vector_rows && g.batch_ndim <= 1) {
-      // At most one wave of blocks: its warps loop over the further rows (see the kernel). The
-      // wave's size is asked once per device; the queries cost more than the launch.
-      const auto kernel = warp_topk_kernel<T, Items, true, true>;
-      constexpr int kCachedDevices = 64;
-      static std::atomic<int> wave_blocks[kCachedDevices];
-      int device = 0;
-      check_cuda(cudaGetDevice(&device), "reading the current device");
-      std::atomic<int>* cached =
-          device >= 0 && device < kCachedDevices ? &wave_blocks[device] : nullptr;
-      int wave = cached != nullptr ? cached->load(std::memory_order_relaxed) : 0;
-      if (wave == 0) {
-        int per_sm = 0, sms = 0;
-        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                                 kWarpRowThreads, 0),
-                   "reading the warp kernel's occupancy");
-        check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                   "reading the device's SM count");
-        wave = std::max(per_sm, 1) * std::max(sms, 1);
-        if (cached != nullptr) cached->store(wave, std::memory_order_relaxed);
-      }
-      launch(kernel, std::min<int64_t>(all_rows, wave));
-      return;
-    }
-  }
   if (vector_rows) {
-    launch(warp_topk_kernel<T, Items, true, false>, all_rows);
+    launch(warp_topk_kernel<T, Items, true>);
   } else {
-    launch(warp_topk_kernel<T, Items, false, false>, all_rows);
+    launch(warp_topk_kernel<T, Items, false>);
   }
 }
 

@@ -5,8 +5,7 @@
 // Two kernels share the row loaders and the selection:
 //  - warp_topk_kernel reads its row straight from global memory: whole 16-byte vectors per lane
 //    when every row is contiguous, aligned and made of whole vectors, one element per load
-//    otherwise; with more rows than one wave of warps, a warp loads its next row while it
-//    selects the current one;
+//    otherwise;
 //  - warp_topk_tile_kernel serves dim-0 inputs (consecutive rows adjacent in memory, elements far
 //    apart), where a warp reading its own row would touch 32 cache lines per load: a block stages
 //    kTileRows rows through shared memory with loads that each cover kTileRows adjacent rows.
@@ -482,14 +481,6 @@ constexpr int kWarpRowMinBlocks = warp_row_min_blocks(Items * int(sizeof(PackedF
 
 constexpr int kWarpRowsPerBlock = kWarpRowThreads / 32;
 
-// Whether warp_topk_kernel may loop over rows (see there): rows of whole vectors of 16- or
-// 32-bit types whose lane share is at most two 16-byte vectors. Single elements take a register
-// each, and longer rows (n > 512 of 16-bit types, n > 256 of 32-bit ones) or wider keys more: in
-// flight next to a selection they would spill at the kernel's register budget.
-template <class T, int Items, bool VectorRows>
-constexpr bool kWarpRowLoop =
-    VectorRows && (sizeof(T) == 2 || sizeof(T) == 4) && Items * sizeof(T) <= 32;
-
 // Keys a row whose lane slots `raw` has loaded: plain keys first where they exist, exact ones
 // (the row loaded again) if any of them missed.
 template <bool Truncated, class T, int Items, bool VectorRows>
@@ -560,50 +551,18 @@ __device__ __forceinline__ void select_row(const RowGeometry& g, const T* input,
   if (lane < k) write_result(g, input, values, indices, index64, o, lane, my_rank_position);
 }
 
-// device_row_offsets of a launch with at most one batch dim, without its division loop (whose
-// calls would spill the registers of a row in flight).
-__device__ __forceinline__ RowOffsets one_dim_row_offsets(const RowGeometry& g, int64_t row) {
-  return RowOffsets{row * g.input_batch_strides[0], row * g.values_batch_strides[0],
-                    row * g.indices_batch_strides[0]};
-}
-
-// A warp per row. Without Loop the launch gives every row its own warp. With Loop (where
-// kWarpRowLoop holds, for at most one batch dim) it makes at most one wave of blocks, and when
-// the rows outnumber its warps each warp takes every (warps in the grid)-th row, issuing its
-// next row's loads before it selects the current row: their DRAM latency passes during the
-// selection instead of after it. A warp with one row does what it does without Loop.
-template <class T, int Items, bool VectorRows, bool Loop>
+// A warp per row.
+template <class T, int Items, bool VectorRows>
 __global__ void __launch_bounds__(kWarpRowThreads, (kWarpRowMinBlocks<T, Items>))
     warp_topk_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                      bool largest) {
-  static_assert(!Loop || kWarpRowLoop<T, Items, VectorRows>, "rows in flight would spill");
   const int lane = threadIdx.x & 31;
-  int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
+  const int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
   if (row >= g.rows) return;
-  const int n = int(g.n);
+  const RowOffsets o = device_row_offsets(g, row);
   LaneRow<T, Items, VectorRows> raw;
-  if constexpr (!Loop) {
-    const RowOffsets o = device_row_offsets(g, row);
-    load_lane(input + o.input, g.input_stride, n, lane, raw);
-    select_row<T, Items, VectorRows>(g, input, values, indices, index64, largest, o, lane, raw);
-  } else {
-    const int64_t warps = int64_t(gridDim.x) * kWarpRowsPerBlock;
-    load_lane(input + one_dim_row_offsets(g, row).input, g.input_stride, n, lane, raw);
-#pragma unroll 1
-    for (;;) {
-      const int64_t next_row = row + warps;
-      const bool more = next_row < g.rows;
-      LaneRow<T, Items, VectorRows> next;
-      if (more) {
-        load_lane(input + one_dim_row_offsets(g, next_row).input, g.input_stride, n, lane, next);
-      }
-      select_row<T, Items, VectorRows>(g, input, values, indices, index64, largest,
-                                       one_dim_row_offsets(g, row), lane, raw);
-      if (!more) return;
-      row = next_row;
-      raw = next;
-    }
-  }
+  load_lane(input + o.input, g.input_stride, int(g.n), lane, raw);
+  select_row<T, Items, VectorRows>(g, input, values, indices, index64, largest, o, lane, raw);
 }
 
 // Elements per row of a tile in shared memory: at least n, and an odd number of 4-byte words

@@ -655,13 +655,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // More rows than the warp kernel's one wave of resident warps (8448 of them on an H200 for
-  // n <= 128, fewer for longer rows): each warp loops over several rows, loading the next while
-  // it selects the current one. Row counts that are no multiple of the grid's warps, a
-  // broadcast row (every warp reads the same one), and an unaligned base (the non-looping
-  // kernel, for comparison).
-  const Shape loop_shapes[] = {{12001, 2, 2}, {9001, 64, 4}, {20001, 256, 8}, {12345, 512, 10}};
-  for (const Shape& s : loop_shapes) {
+  // More rows than one wave of resident warps (8448 of them on an H200 for n <= 128, fewer for
+  // longer rows), row counts that are no multiple of a block's rows, a broadcast row (every warp
+  // reads the same one), and an unaligned base (element loads).
+  const Shape many_row_shapes[] = {{12001, 2, 2}, {9001, 64, 4}, {20001, 256, 8}, {12345, 512, 10}};
+  for (const Shape& s : many_row_shapes) {
     if (quick && s.rows * s.n > 50000) continue;
     for (const Layout& layout : {warp_layouts[3], warp_layouts[4], layouts[3]}) {
       for (mtk_dtype d : dtypes) {

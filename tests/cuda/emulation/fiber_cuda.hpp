@@ -1,10 +1,10 @@
 // Host emulation of the CUDA subset the warp top-k kernels use (lib/cuda/topk_warp_kernels.cuh):
-// one block at a time (the test sets blockIdx and gridDim), each thread a ucontext fiber, warp
-// collectives and __syncthreads as cooperative rendezvous. Divergent collectives (lanes of one
-// warp in different ops), partial warp masks and deadlocks abort. Results only: no timing, no
-// memory model (racecheck on the GPU covers that). `__shared__` expands to nothing, so only
-// dynamic shared memory (an `extern` array the test defines at namespace scope) is shared
-// between the fibers: enough for these kernels, which keep no static shared arrays.
+// one block at a time, each thread a ucontext fiber, warp collectives and __syncthreads as
+// cooperative rendezvous. Divergent collectives (lanes of one warp in different ops), partial
+// warp masks and deadlocks abort. Results only: no timing, no memory model (racecheck on the GPU
+// covers that). `__shared__` expands to nothing, so only dynamic shared memory (an `extern`
+// array the test defines at namespace scope) is shared between the fibers: enough for these
+// kernels, which keep no static shared arrays.
 #pragma once
 #include <ucontext.h>
 
@@ -65,7 +65,6 @@ struct Block {
 
 inline Block* block = nullptr;
 inline EmuDim3 block_idx;
-inline EmuDim3 grid_dim;
 
 inline Fiber& me() { return block->fibers[block->current]; }
 inline void yield() { swapcontext(&me().context, &block->scheduler); }
@@ -143,7 +142,6 @@ V warp_collective(int op, V value, Combine combine) {
 
 #define threadIdx (emu::me().thread_idx)
 #define blockIdx (emu::block_idx)
-#define gridDim (emu::grid_dim)
 
 inline void check_full(unsigned mask) {
   if (mask != 0xffffffffu) emu::fail("partial warp mask");

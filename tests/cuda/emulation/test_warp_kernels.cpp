@@ -1,9 +1,8 @@
 // The CUDA warp-per-row kernels (lib/cuda/topk_warp_kernels.cuh) run on the host under
 // fiber_cuda.hpp, so CI checks their selection logic without a GPU: every dtype, layouts
-// (contiguous, unaligned, strided, reversed, broadcast, dim 0 through both kernels), grids of
-// fewer warps than rows (each warp loops over several), data kinds and both directions,
-// against a stable-sort reference under selection_key; inputs sit against a guard page and
-// outputs' gaps must stay untouched. Also checks the kernels' branch-free float keys against
+// (contiguous, unaligned, strided, reversed, broadcast, dim 0 through both kernels), data kinds
+// and both directions, against a stable-sort reference under selection_key; inputs sit against
+// a guard page and outputs' gaps must stay untouched. Also checks the kernels' branch-free float keys against
 // pack_exact on every 16-bit pattern and on edge and random f32/f64 values.
 //
 // Usage: test_warp_kernels [--quick]   (--quick: rows up to 300 elements, a third of the cases;
@@ -159,38 +158,28 @@ KeyT<T> key_of(Bits<T> b, bool largest) {
   return selection_key(v, largest);
 }
 
-// Runs the direct kernel that launch_warp_rows picks for these rows. Where it loops over rows,
-// the grid is at most `wave` blocks (the launch's one wave of resident blocks): a small wave
-// gives every warp several rows, and row counts that are no multiple of the grid's warps.
+// Runs the direct kernel that launch_warp_rows picks for these rows, a warp per row.
 template <class T, int Items>
 void run_direct(const RowGeometry& g, const T* input, void* values, void* indices, bool index64,
-                bool largest, int64_t wave) {
-  const int64_t all_rows = (g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-  auto run = [&](auto kernel, int64_t blocks) {
-    emu::grid_dim.x = unsigned(blocks);
+                bool largest) {
+  const int64_t blocks = (g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  auto run = [&](auto kernel) {
     for (int64_t b = 0; b < blocks; ++b) {
       emu::block_idx.x = unsigned(b);
       emu::run_block(kWarpRowThreads,
                      [&] { kernel(g, input, values, indices, index64, largest); });
     }
   };
-  const bool vector_rows = rows_are_whole_vectors<T, Items>(g, input);
-  if constexpr (kWarpRowLoop<T, Items, true>) {
-    if (vector_rows && g.batch_ndim <= 1) {
-      run(warp_topk_kernel<T, Items, true, true>, std::min(all_rows, wave));
-      return;
-    }
-  }
-  if (vector_rows) {
-    run(warp_topk_kernel<T, Items, true, false>, all_rows);
+  if (rows_are_whole_vectors<T, Items>(g, input)) {
+    run(warp_topk_kernel<T, Items, true>);
   } else {
-    run(warp_topk_kernel<T, Items, false, false>, all_rows);
+    run(warp_topk_kernel<T, Items, false>);
   }
 }
 
 template <class T, int Items>
 void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bool largest,
-              bool index64, bool use_tile, int64_t wave) {
+              bool index64, bool use_tile) {
   const size_t size = sizeof(T);
   const int64_t stored_rows = L.broadcast ? 1 : rows;
   std::vector<Bits<T>> logical(size_t(stored_rows * n));
@@ -243,7 +232,6 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bo
 
   if (use_tile) {
     const size_t bytes = tile_bytes<T>(n);
-    emu::grid_dim.x = unsigned((rows + kTileRows - 1) / kTileRows);
     for (int64_t b = 0; b * kTileRows < rows; ++b) {
       std::memset(tile_storage, 0xA5, sizeof(tile_storage));
       emu::block_idx.x = unsigned(b);
@@ -255,7 +243,7 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bo
       }
     }
   } else {
-    run_direct<T, Items>(g, input, values.data(), indices.data(), index64, largest, wave);
+    run_direct<T, Items>(g, input, values.data(), indices.data(), index64, largest);
   }
 
   ++cases;
@@ -312,36 +300,36 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bo
     ++failures;
     std::fprintf(stderr,
                  "FAIL %s size=%zu Items=%d rows=%lld n=%lld k=%lld data=%s layout=%s "
-                 "largest=%d idx64=%d tile=%d wave=%lld\n",
+                 "largest=%d idx64=%d tile=%d\n",
                  typeid(T).name(), size, Items, (long long)rows, (long long)n, (long long)k,
-                 data_name(data), L.name, largest, index64, use_tile, (long long)wave);
+                 data_name(data), L.name, largest, index64, use_tile);
   }
 }
 
 template <class T, int Items>
 void run_items(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bool largest,
-               bool index64, int64_t wave) {
+               bool index64) {
   const bool dim0 = L.transposed && !L.broadcast;
-  run_case<T, Items>(rows, n, k, data, L, largest, index64, false, wave);
+  run_case<T, Items>(rows, n, k, data, L, largest, index64, false);
   if constexpr (kTileKernelFits<T, Items>) {
     if (dim0 && tile_bytes<T>(n) <= kTileMaxBytes) {
-      run_case<T, Items>(rows, n, k, data, L, largest, index64, true, wave);
+      run_case<T, Items>(rows, n, k, data, L, largest, index64, true);
     }
   }
 }
 
 template <class T>
 void run_shape(int64_t rows, int64_t n, int64_t k, Data data, const Layout& L, bool largest,
-               bool index64, int64_t wave) {
+               bool index64) {
   int items = 1;
   while (items * 32 < n) items *= 2;
   switch (items) {
-    case 1: run_items<T, 1>(rows, n, k, data, L, largest, index64, wave); break;
-    case 2: run_items<T, 2>(rows, n, k, data, L, largest, index64, wave); break;
-    case 4: run_items<T, 4>(rows, n, k, data, L, largest, index64, wave); break;
-    case 8: run_items<T, 8>(rows, n, k, data, L, largest, index64, wave); break;
-    case 16: run_items<T, 16>(rows, n, k, data, L, largest, index64, wave); break;
-    default: run_items<T, 32>(rows, n, k, data, L, largest, index64, wave); break;
+    case 1: run_items<T, 1>(rows, n, k, data, L, largest, index64); break;
+    case 2: run_items<T, 2>(rows, n, k, data, L, largest, index64); break;
+    case 4: run_items<T, 4>(rows, n, k, data, L, largest, index64); break;
+    case 8: run_items<T, 8>(rows, n, k, data, L, largest, index64); break;
+    case 16: run_items<T, 16>(rows, n, k, data, L, largest, index64); break;
+    default: run_items<T, 32>(rows, n, k, data, L, largest, index64); break;
   }
 }
 
@@ -458,11 +446,7 @@ int main(int argc, char** argv) {
           const bool largest = (rng() & 1) != 0;
           const bool index64 = (rng() & 2) != 0;
           const int64_t rows = L.transposed ? s.rows : std::min<int64_t>(s.rows, 12);
-          // Looping kernels get a wave of 1-3 blocks (every warp takes several rows) or one
-          // large enough for a warp per row.
-          const int64_t choice = int64_t(rng() % 4);
-          const int64_t wave = choice < 3 ? 1 + choice : rows;
-          run_shape<T>(rows, s.n, s.k, d, layout, largest, index64, wave);
+          run_shape<T>(rows, s.n, s.k, d, layout, largest, index64);
         });
       }
     }
