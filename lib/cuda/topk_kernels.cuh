@@ -208,6 +208,11 @@ struct MultiLayout {
 };
 
 constexpr int kLoadsInFlight = 4;  // 16-byte loads per thread in visit_row_segment's main loop
+#ifndef MTK_CUDA_PREFETCH_CHUNKS
+#define MTK_CUDA_PREFETCH_CHUNKS 2
+#endif
+// How many chunks of its segment a block keeps in flight to L2 ahead of its loads.
+constexpr int kPrefetchChunks = MTK_CUDA_PREFETCH_CHUNKS;
 
 // Where segment `seg` of `count` elements starts and ends, for `blocks` segments.
 // Chunks are whole multiples of 64 elements so that vector loads stay aligned per segment.
@@ -253,8 +258,22 @@ __device__ __forceinline__ void visit_row_elements(const InputRow<T>& row, int64
     memcpy(elements, &data, 16);
     visit(elements, uint32_t(vector_index * kPerVector));
   };
+  // Each iteration of the main loop reads one chunk of kLoadsInFlight * Threads vectors; the
+  // chunks kPrefetchChunks ahead are already on their way to L2 (one bulk prefetch per chunk,
+  // issued by thread 0), so the loads below wait for L2 rather than for DRAM, and the bytes in
+  // flight no longer depend on registers or on how long the visitor runs.
+  constexpr int64_t kChunkVectors = int64_t(kLoadsInFlight) * Threads;
+  auto prefetch_chunk = [&](int64_t chunk_first) {
+    if (chunk_first < end_vector) {
+      prefetch_to_l2(vectors + chunk_first, uint32_t(min(kChunkVectors, end_vector - chunk_first)) * 16u);
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int d = 1; d < kPrefetchChunks; ++d) prefetch_chunk(first_vector + d * kChunkVectors);
+  }
   int64_t v = first_vector + threadIdx.x;
-  for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kLoadsInFlight * Threads) {
+  for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kChunkVectors) {
+    if (kPrefetchChunks > 0 && threadIdx.x == 0) prefetch_chunk(v + kPrefetchChunks * kChunkVectors);
     uint4 data[kLoadsInFlight];
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) data[u] = __ldg(vectors + v + u * Threads);
@@ -442,36 +461,6 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 }
 
-// Appends every flagged item of the warp's active lanes with one atomic: up to
-// capacity items land in `out`; `counter` still counts them all, so a count above capacity
-// tells the pass's last block that the buffer overflowed.
-template <int Count, class Item>
-__device__ __forceinline__ void warp_append_bounded(const bool (&take)[Count],
-                                                    const Item (&items)[Count], Item* out,
-                                                    uint32_t* counter, uint32_t capacity) {
-  const uint32_t active = __activemask();
-  uint32_t ballots[Count];
-  uint32_t total = 0;
-#pragma unroll
-  for (int e = 0; e < Count; ++e) {
-    ballots[e] = __ballot_sync(active, take[e]);
-    total += __popc(ballots[e]);
-  }
-  if (total == 0) return;
-  const int lane = threadIdx.x & 31;
-  const int leader = __ffs(active) - 1;
-  uint32_t position = 0;
-  if (lane == leader) position = atomicAdd(counter, total);
-  position = __shfl_sync(active, position, leader);
-  const uint32_t lanes_below = (1u << lane) - 1;
-#pragma unroll
-  for (int e = 0; e < Count; ++e) {
-    const uint32_t at = position + __popc(ballots[e] & lanes_below);
-    if (take[e] && at < capacity) out[at] = items[e];
-    position += __popc(ballots[e]);
-  }
-}
-
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it.
 constexpr uint32_t kDirectFinishCandidates = 16384;
@@ -479,6 +468,29 @@ constexpr uint32_t kDirectFinishCandidates = 16384;
 // sampling row of 150k with k = 1024 leaves ~1400 per block (with 1024, a quarter of them
 // spilled, and the pass ran 34 us slower than with k = 50).
 constexpr uint32_t kThresholdStageCapacity = 2048;
+
+// A staged candidate of the threshold pass: its raw bits above its index, in a composite's width
+// (so the stage takes no more shared memory than composites would).
+template <class T> using StageEntry = Composite<typename KeyTraits<T>::Key>;
+
+template <class T>
+__device__ __forceinline__ StageEntry<T> stage_entry(const T& value, uint32_t index) {
+  Bits<T> bits;
+  memcpy(&bits, &value, sizeof(T));
+  return (StageEntry<T>(bits) << 32) | StageEntry<T>(index);
+}
+
+template <class T>
+__device__ __forceinline__ T stage_value(StageEntry<T> entry) {
+  const Bits<T> bits = Bits<T>(entry >> 32);
+  T value;
+  memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
+template <class Entry>
+__device__ __forceinline__ uint32_t stage_index(Entry entry) { return uint32_t(entry); }
+
 // Resident threshold blocks per SM that the register budget must allow: the plan sizes the
 // grid to one wave of them. Sixteen 1-byte elements per vector need more registers than four
 // blocks leave (ptxas spilled over a kilobyte per thread), so those get two.
@@ -508,7 +520,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
   __shared__ uint32_t last_flag;
-  __shared__ Comp staged[kThresholdStageCapacity];
+  __shared__ StageEntry<T> staged[kThresholdStageCapacity];
   __shared__ uint32_t staged_count, staged_base;
 
   const int64_t row = blockIdx.x / layout.blocks_per_row;
@@ -525,6 +537,9 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  auto composite_of = [&](const T& value, uint32_t index) {
+    return make_composite(selection_key(value, largest), index);
+  };
   KeyThreshold<T>::make(threshold_key, largest).with_fixed_test([&](const auto& passes) {
     visit_row_elements<kMultiThreads>(source, begin, end, [&](const auto& elements,
                                                               uint32_t first) {
@@ -537,48 +552,42 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
         any |= take[e];
       }
       if (!any) return;
-      // Keys only for the few candidates: the test above needed none.
-      Comp items[kCount];
+      // A candidate costs its thread one shared atomic and a store of its raw bits and index;
+      // its key waits for the copy-out below, where every thread of the block has one to build
+      // (built here, they made the few lanes holding candidates run ~90 instructions a vector
+      // while the rest of the warp waited, and k ~ 1024 rows have a candidate in most vectors).
+      // Past the stage's capacity (heavy ties, adversarial rows) a candidate takes a global
+      // atomic of its own: rare, and kept out of the registers of the common path.
   #pragma unroll
       for (int e = 0; e < kCount; ++e) {
-        items[e] = take[e] ? make_composite(selection_key(elements[e], largest),
-                                            first + uint32_t(e))
-                           : Comp(0);
-      }
-      // A candidate costs its thread one shared atomic; a warp-wide ballot per vector cost more,
-      // as candidates are too rare to share it and too common to skip it.
-      bool spill[kCount];
-      bool any_spill = false;
-  #pragma unroll
-      for (int e = 0; e < kCount; ++e) {
-        spill[e] = false;
         if (!take[e]) continue;
-        if (histogram_candidates) {
-          atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
-        }
+        const uint32_t index = first + uint32_t(e);
         const uint32_t at = atomicAdd(&staged_count, 1u);
         if (at < kThresholdStageCapacity) {
-          staged[at] = items[e];
+          staged[at] = stage_entry(elements[e], index);
         } else {
-          spill[e] = any_spill = true;
+          const Comp c = composite_of(elements[e], index);
+          if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
+          const uint32_t slot = atomicAdd(&state->next_count, 1u);
+          if (slot < capacity) row_candidates[slot] = c;
         }
-      }
-      if (any_spill) {
-        warp_append_bounded(spill, items, row_candidates, &state->next_count, capacity);
       }
     });
   });
   __syncthreads();
   const uint32_t stage_size = min(staged_count, kThresholdStageCapacity);
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < stage_size; i += kMultiThreads) {
+    const Comp c = composite_of(stage_value<T>(staged[i]), stage_index(staged[i]));
+    if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
+    if (staged_base + i < capacity) row_candidates[staged_base + i] = c;
+  }
   if (histogram_candidates) {
+    __syncthreads();
     for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
       if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
     }
-  }
-  __syncthreads();
-  for (uint32_t i = threadIdx.x; i < stage_size; i += kMultiThreads) {
-    if (staged_base + i < capacity) row_candidates[staged_base + i] = staged[i];
   }
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
     const uint32_t count = __ldcg(&state->next_count);
