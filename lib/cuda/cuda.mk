@@ -19,5 +19,5 @@ LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 
 $(BUILD)/lib/cuda/%.o: lib/cuda/%.cu $(CUDA_HEADERS) lib/cuda/cuda.mk
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(NVCCFLAGS_EXTRA) -Iinclude -Ilib $(BACKEND_DEFINES) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib $(BACKEND_DEFINES) -c $< -o $@
 endif

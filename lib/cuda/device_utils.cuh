@@ -105,18 +105,6 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-// Starts moving `bytes` (a multiple of 16) from global memory at `address` (16-byte aligned) into
-// L2 without waiting for them: one instruction for a whole chunk, holding no registers (sm_90's
-// bulk copy engine; nothing on older GPUs, whose loads then simply wait for DRAM).
-__device__ __forceinline__ void prefetch_to_l2(const void* address, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(address), "r"(bytes) : "memory");
-#else
-  (void)address;
-  (void)bytes;
-#endif
-}
-
 // Exclusive sum of `value` over all threads with a larger thread index (a suffix sum), plus the
 // block total. `scratch` holds one word per warp. Every thread of the block must call it.
 template <int Threads>

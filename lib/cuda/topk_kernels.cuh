@@ -127,18 +127,77 @@ __device__ __forceinline__ bool is_winner(Comp c, const Selection<Comp>& start,
   return final_sel.resolved == 0 || (c >> (Bits - final_sel.resolved)) >= final_sel.prefix;
 }
 
+template <class Comp>
+__device__ __forceinline__ Comp shuffle_xor(Comp value, int lane_mask) {
+  if constexpr (sizeof(Comp) == 8) {
+    return Comp(__shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(value), lane_mask));
+  } else {
+    const unsigned long long low = static_cast<unsigned long long>(value);
+    const unsigned long long high = static_cast<unsigned long long>(value >> 64);
+    return (Comp(__shfl_xor_sync(0xffffffffu, high, lane_mask)) << 64) |
+           Comp(__shfl_xor_sync(0xffffffffu, low, lane_mask));
+  }
+}
+
+// A bitonic sort's compare-exchanges of one (span, stride) stage, on the two adjacent elements a
+// lane holds (a at the even index `first`, b after it) when stride < kWarpSortSpan: the partner
+// of each is in the same lane (stride 1) or in lane ^ stride / 2 of the same warp.
+template <class Comp>
+__device__ __forceinline__ void warp_bitonic_stage(Comp& a, Comp& b, int first, int span,
+                                                   int stride) {
+  const bool descending = (first & span) == 0;
+  if (stride == 1) {
+    if (descending ? a < b : a > b) {
+      const Comp t = a;
+      a = b;
+      b = t;
+    }
+    return;
+  }
+  const Comp partner_a = shuffle_xor(a, stride >> 1), partner_b = shuffle_xor(b, stride >> 1);
+  const bool keep_larger = ((first & stride) == 0) == descending;
+  a = (a > partner_a) == keep_larger ? a : partner_a;
+  b = (b > partner_b) == keep_larger ? b : partner_b;
+}
+
+// Elements a warp sorts in registers, two per lane: bitonic stages with a smaller stride need no
+// barrier.
+constexpr int kWarpSortSpan = 64;
+
+// Runs, for every span from first_span to last_span, the stages with strides below
+// kWarpSortSpan, in registers, on each warp's groups of kWarpSortSpan elements of items[0, size).
+template <class Comp>
+__device__ void warp_bitonic_stages(Comp* items, int size, int first_span, int last_span) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  for (int group = warp; group * kWarpSortSpan < size; group += kBlockThreads / 32) {
+    const int first = group * kWarpSortSpan + 2 * lane;
+    Comp a = items[first], b = items[first + 1];
+    for (int span = first_span; span <= last_span; span <<= 1) {
+      for (int stride = min(span, kWarpSortSpan) >> 1; stride > 0; stride >>= 1) {
+        warp_bitonic_stage(a, b, first, span, stride);
+      }
+    }
+    items[first] = a;
+    items[first + 1] = b;
+  }
+}
+
 // Sorts `count` composites in shared memory into descending order (bitonic; zero padding sinks
-// to the end) and writes the row's outputs.
+// to the end) and writes the row's outputs. Stages whose stride is below kWarpSortSpan run in
+// registers (warp_bitonic_stages), so a sort of 1024 takes 14 barriers instead of 55.
 template <class T, class Comp>
 __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
                                const T* input, void* values, void* indices, bool index64,
                                const RowOffsets& o) {
-  int size = 1;
+  static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
+  int size = kWarpSortSpan;
   while (size < count) size <<= 1;
   for (int i = count + threadIdx.x; i < size; i += kBlockThreads) sh.winners[i] = Comp(0);
   __syncthreads();
-  for (int span = 2; span <= size; span <<= 1) {
-    for (int stride = span >> 1; stride > 0; stride >>= 1) {
+  warp_bitonic_stages(sh.winners, size, 2, kWarpSortSpan);
+  __syncthreads();
+  for (int span = 2 * kWarpSortSpan; span <= size; span <<= 1) {
+    for (int stride = span >> 1; stride >= kWarpSortSpan; stride >>= 1) {
       for (int i = threadIdx.x; i < size; i += kBlockThreads) {
         const int j = i ^ stride;
         if (j > i) {
@@ -152,6 +211,8 @@ __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeomet
       }
       __syncthreads();
     }
+    warp_bitonic_stages(sh.winners, size, span, span);
+    __syncthreads();
   }
   for (int r = threadIdx.x; r < count; r += kBlockThreads) {
     write_result(g, input, values, indices, index64, o, r, composite_index(sh.winners[r]));
@@ -208,11 +269,6 @@ struct MultiLayout {
 };
 
 constexpr int kLoadsInFlight = 4;  // 16-byte loads per thread in visit_row_segment's main loop
-#ifndef MTK_CUDA_PREFETCH_CHUNKS
-#define MTK_CUDA_PREFETCH_CHUNKS 2
-#endif
-// How many chunks of its segment a block keeps in flight to L2 ahead of its loads.
-constexpr int kPrefetchChunks = MTK_CUDA_PREFETCH_CHUNKS;
 
 // Where segment `seg` of `count` elements starts and ends, for `blocks` segments.
 // Chunks are whole multiples of 64 elements so that vector loads stay aligned per segment.
@@ -258,22 +314,8 @@ __device__ __forceinline__ void visit_row_elements(const InputRow<T>& row, int64
     memcpy(elements, &data, 16);
     visit(elements, uint32_t(vector_index * kPerVector));
   };
-  // Each iteration of the main loop reads one chunk of kLoadsInFlight * Threads vectors; the
-  // chunks kPrefetchChunks ahead are already on their way to L2 (one bulk prefetch per chunk,
-  // issued by thread 0), so the loads below wait for L2 rather than for DRAM, and the bytes in
-  // flight no longer depend on registers or on how long the visitor runs.
-  constexpr int64_t kChunkVectors = int64_t(kLoadsInFlight) * Threads;
-  auto prefetch_chunk = [&](int64_t chunk_first) {
-    if (chunk_first < end_vector) {
-      prefetch_to_l2(vectors + chunk_first, uint32_t(min(kChunkVectors, end_vector - chunk_first)) * 16u);
-    }
-  };
-  if (threadIdx.x == 0) {
-    for (int d = 1; d < kPrefetchChunks; ++d) prefetch_chunk(first_vector + d * kChunkVectors);
-  }
   int64_t v = first_vector + threadIdx.x;
-  for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kChunkVectors) {
-    if (kPrefetchChunks > 0 && threadIdx.x == 0) prefetch_chunk(v + kPrefetchChunks * kChunkVectors);
+  for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kLoadsInFlight * Threads) {
     uint4 data[kLoadsInFlight];
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) data[u] = __ldg(vectors + v + u * Threads);
@@ -616,6 +658,9 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   }
 }
 
+// Candidates per block of a filter pass over the buffer: two rounds of kLoadsInFlight loads.
+constexpr int64_t kFilterItemsPerBlock = int64_t(2) * kLoadsInFlight * kMultiThreads;
+
 // A filter pass: splits the elements under the previous prefix by the digit just chosen.
 template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
@@ -646,6 +691,14 @@ __global__ void __launch_bounds__(kMultiThreads)
   const uint32_t needed = state->needed, in_bucket = state->in_bucket;
   const bool from_buffer = state->source_is_buffer;
   const int64_t source_count = from_buffer ? int64_t(state->source_count) : g.n;
+  // A pass over the buffer takes only as many of the row's blocks as its candidates fill; the
+  // others leave at once. Spread over all of them, a few ten thousand candidates kept every
+  // block's fixed costs and sent ~100 histogram atomics per block to the same few global bins.
+  const int64_t filled_blocks = (source_count + kFilterItemsPerBlock - 1) / kFilterItemsPerBlock;
+  const int active_blocks =
+      from_buffer ? int(min(int64_t(layout.blocks_per_row), max(int64_t(1), filled_blocks)))
+                  : layout.blocks_per_row;
+  if (seg >= active_blocks) return;
   const bool take_all = in_bucket == needed;
   const bool fits = !take_all && int64_t(in_bucket) <= layout.capacity;
   const bool histogram = histogram_next && !take_all;
@@ -666,7 +719,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   const InputRow<T> input_row{input + o.input, g.input_stride, g.n, largest};
   const Comp* buffer = candidates_in + row * layout.capacity;
   int64_t begin, end;
-  segment_bounds(source_count, layout.blocks_per_row, seg, begin, end);
+  segment_bounds(source_count, active_blocks, seg, begin, end);
   auto consider = [&](const auto& items) {
     constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
     bool win[kCount], bucket[kCount];
@@ -695,9 +748,22 @@ __global__ void __launch_bounds__(kMultiThreads)
     }
   };
   if (from_buffer) {
-    for (int64_t i = begin + threadIdx.x; i < end; i += kMultiThreads) {
-      const Comp items[1] = {buffer[i]};
-      consider(items);
+    // kLoadsInFlight loads per thread before any is used, as in visit_row_elements.
+    for (int64_t first = begin + threadIdx.x; first < end;
+         first += int64_t(kLoadsInFlight) * kMultiThreads) {
+      Comp batch[kLoadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        const int64_t i = first + int64_t(u) * kMultiThreads;
+        batch[u] = i < end ? buffer[i] : Comp(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (first + int64_t(u) * kMultiThreads < end) {
+          const Comp items[1] = {batch[u]};
+          consider(items);
+        }
+      }
     }
   } else {
     visit_row_segment<kMultiThreads>(input_row, begin, end, consider);
@@ -708,7 +774,7 @@ __global__ void __launch_bounds__(kMultiThreads)
       if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
     }
   }
-  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
+  if (last_block_of_row(&state->blocks_done, active_blocks, &last_flag)) {
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
       state->complete = take_all ? 1u : 0u;

@@ -5,9 +5,8 @@
 #   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest sanitize faults (default: all), ncu (kernels named in $NCU_SHAPES) and sweep (the
-#        long-row shapes timed once per prefetch distance in $SWEEP_PREFETCH, see below). Logs
-#        and the benchmark JSON go to $OUT (or ./gpu-out).
+#        pytest sanitize faults (default: all), and ncu (kernels named in $NCU_SHAPES). Logs and
+#        the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -78,22 +77,6 @@ for s in $STEPS; do
           --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section LaunchStats \
           "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
-      done ;;
-    sweep)
-      # kPrefetchChunks (topk_kernels.cuh) is a compile-time constant: each distance rebuilds the
-      # 2- and 4-byte kernel files in a copy of the build, whose library then serves the C
-      # harness on the shapes that stream whole rows.
-      shapes="sampling:256:151936:50:float32:-1 sampling:256:151936:1024:float32:-1
-        sampling:256:262144:256:float32:-1 sampling:64:151936:50:bfloat16:-1
-        select:1:268435456:100:float32:-1 select:1:67108864:1000:bfloat16:-1"
-      for d in ${SWEEP_PREFETCH:-0 1 2 4}; do
-        variant=$BUILD-prefetch$d
-        rm -rf "$variant" && cp -r "$BUILD" "$variant" &&
-          rm -f "$variant"/lib/cuda/topk_key16.o "$variant"/lib/cuda/topk_key32.o
-        step "build-prefetch$d" 240 make BUILD="$variant" -j"$(nproc)" \
-          NVCCFLAGS_EXTRA="-DMTK_CUDA_PREFETCH_CHUNKS=$d" "$variant/libmetaltopk.so" || exit 1
-        step "sweep-prefetch$d" 120 env LD_LIBRARY_PATH="$PWD/$variant" \
-          "$BUILD/tests/bench_c_abi" --calls 50 --reps 5 $shapes
       done ;;
     *) note "unknown step $s" ;;
   esac
