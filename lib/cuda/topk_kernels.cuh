@@ -66,7 +66,6 @@ struct BlockShared {
   uint32_t scan[kBlockThreads / 32];
   BucketChoice choice;
   uint32_t winner_count;
-  unsigned long long common_and, common_or;  // extend_common_prefix's block reduction
   Comp winners[kSortCapacity];
 };
 
@@ -89,80 +88,6 @@ __device__ __forceinline__ void for_each_composite(const Source& source, Visit&&
       if (first + int64_t(u) * kBlockThreads < source.n) visit(batch[u]);
     }
   }
-}
-
-// Up to kHeldPerThread composites per thread of a block, held in registers (item u of thread t is
-// item t + u * kBlockThreads of the source), so that radix rounds over them read no memory.
-constexpr int kHeldPerThread = 8;
-
-template <class Comp>
-struct HeldItems {
-  Comp items[kHeldPerThread];
-  int count;  // items this thread holds
-};
-
-template <class Comp>
-__device__ __forceinline__ HeldItems<Comp> hold_items(const BufferSource<Comp>& source) {
-  HeldItems<Comp> held;
-  held.count = 0;
-#pragma unroll
-  for (int u = 0; u < kHeldPerThread; ++u) {
-    const int64_t i = threadIdx.x + int64_t(u) * kBlockThreads;
-    held.items[u] = i < source.n ? source.items[i] : Comp(0);
-    if (i < source.n) held.count = u + 1;
-  }
-  return held;
-}
-
-template <class Comp, class Visit>
-__device__ __forceinline__ void for_each_composite(const HeldItems<Comp>& held, Visit&& visit) {
-#pragma unroll
-  for (int u = 0; u < kHeldPerThread; ++u) {
-    if (u < held.count) visit(held.items[u]);
-  }
-}
-
-// Extends `sel`'s prefix by the leading bits that all its elements in `held` share. Radix rounds
-// over those bits would put every element in one bucket, each round a chain of barriers and of
-// shared atomics on a single bin; candidates above a sampled threshold share their sign and most
-// of their exponent. Composites of keys up to 32 bits (Bits <= 64).
-template <int Bits>
-__device__ Selection<uint64_t> extend_common_prefix(const HeldItems<uint64_t>& held,
-                                                    Selection<uint64_t> sel,
-                                                    BlockShared<uint64_t>& sh) {
-  static_assert(Bits <= 64, "one 64-bit word per composite");
-  unsigned long long all_and = ~0ull, any_or = 0;
-  for_each_composite(held, [&](uint64_t c) {
-    if (has_prefix<Bits>(c, sel.prefix, sel.resolved)) {
-      all_and &= c;
-      any_or |= c;
-    }
-  });
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    all_and &= __shfl_xor_sync(0xffffffffu, all_and, offset);
-    any_or |= __shfl_xor_sync(0xffffffffu, any_or, offset);
-  }
-  if (threadIdx.x == 0) {
-    sh.common_and = ~0ull;
-    sh.common_or = 0;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    atomicAnd(&sh.common_and, all_and);
-    atomicOr(&sh.common_or, any_or);
-  }
-  __syncthreads();
-  const uint64_t differing = (sh.common_and ^ sh.common_or) << (64 - Bits);
-  const uint64_t any_element = sh.common_or;
-  __syncthreads();  // the words may be reused right after
-  // With no element in play the words differ everywhere, and nothing changes.
-  const int common = differing == 0 ? Bits : __clzll(differing);
-  if (common > sel.resolved) {
-    sel.prefix = any_element >> (Bits - common);
-    sel.resolved = common;
-  }
-  return sel;
 }
 
 // Narrows `sel` digit by digit over `source` (elements outside `sel`'s prefix are ignored) until
@@ -867,7 +792,7 @@ __global__ void __launch_bounds__(kMultiThreads)
 // One block per row: resolves the remaining bits of an unfinished row from its candidates (or
 // the input, after an overflow), appends the last winners, and sorts the row when k fits.
 template <class T>
-__global__ void __launch_bounds__(kBlockThreads, 2)
+__global__ void __launch_bounds__(kBlockThreads)
     finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                   bool largest, MultiLayout layout,
                   RowState<Composite<typename KeyTraits<T>::Key>>* states,
@@ -925,30 +850,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   if (!state->complete) {
     const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
                                 state->in_bucket};
-    const BufferSource<Comp> buffer{candidates + row * layout.capacity,
-                                    int64_t(state->source_count)};
-    bool held_path = false;
-    if constexpr (kBits <= 64) {
-      held_path = state->source_is_buffer && buffer.n <= int64_t(kBlockThreads) * kHeldPerThread;
-    }
-    if (held_path) {
-      if constexpr (kBits <= 64) {
-        const HeldItems<Comp> held = hold_items(buffer);
-        const Selection<Comp> narrowed = extend_common_prefix<kBits>(held, start, sh);
-        const Selection<Comp> final_sel = block_refine<kBits>(held, narrowed, sh);
-        // Every thread runs every slot, so the appends are warp-aggregated: one atomic per warp
-        // and slot rather than one per winner on a single shared counter.
-        Comp* const out = sort_here ? sh.winners : row_winners;
-        uint32_t* const counter = sort_here ? &sh.winner_count : &state->winners;
-#pragma unroll
-        for (int u = 0; u < kHeldPerThread; ++u) {
-          const bool take = u < held.count && is_winner<kBits>(held.items[u], narrowed, final_sel);
-          warp_append(take, held.items[u], out, counter);
-        }
-      }
-    } else if (state->source_is_buffer) {
-      const Selection<Comp> final_sel = block_refine<kBits>(buffer, start, sh);
-      for_each_composite(buffer,
+    if (state->source_is_buffer) {
+      const BufferSource<Comp> source{candidates + row * layout.capacity,
+                                      int64_t(state->source_count)};
+      const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+      for_each_composite(source,
                          [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });
     } else {
       const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
