@@ -692,8 +692,8 @@ __global__ void __launch_bounds__(kMultiThreads)
   const bool from_buffer = state->source_is_buffer;
   const int64_t source_count = from_buffer ? int64_t(state->source_count) : g.n;
   // A pass over the buffer takes only as many of the row's blocks as its candidates fill; the
-  // others leave at once. Spread over all of them, a few ten thousand candidates kept every
-  // block's fixed costs and sent ~100 histogram atomics per block to the same few global bins.
+  // others leave at once. Spread over all of them, a few ten thousand candidates paid every
+  // block's fixed costs (histogram clear and flush, the ticket) for a few dozen items each.
   const int64_t filled_blocks = (source_count + kFilterItemsPerBlock - 1) / kFilterItemsPerBlock;
   const int active_blocks =
       from_buffer ? int(min(int64_t(layout.blocks_per_row), max(int64_t(1), filled_blocks)))

@@ -5,8 +5,9 @@
 #   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest sanitize faults (default: all), and ncu (kernels named in $NCU_SHAPES). Logs and
-#        the benchmark JSON go to $OUT (or ./gpu-out).
+#        pytest sanitize faults (default: all), and ncu and ncu-source (kernels named in
+#        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
+#        tests/gpu/sass_stalls.py). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -77,6 +78,17 @@ for s in $STEPS; do
           --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section LaunchStats \
           "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
+      done ;;
+    ncu-source)
+      # Where the kernel's warps stall, instruction by instruction: the page is a large CSV, its
+      # summary (by stall reason, then the most sampled instructions) goes beside it.
+      for spec in ${NCU_SHAPES:-}; do
+        kernel=${spec%%@*} shape=${spec#*@}
+        name="ncu-source-$kernel-${shape//:/_}"
+        step "$name" 90 ncu --clock-control none --launch-skip 2 --launch-count 1 \
+          -k "regex:$kernel" --section SourceCounters --section WarpStateStats --page source \
+          --print-source sass --csv "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 \
+          "$shape" && python3 tests/gpu/sass_stalls.py "$OUT/$name.log" 30 > "$OUT/$name.txt"
       done ;;
     *) note "unknown step $s" ;;
   esac
