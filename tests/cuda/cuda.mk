@@ -16,17 +16,25 @@ test-cuda: $(CUDA_CONFORMANCE)
 
 TEST_TARGETS += test-cuda
 
-# The warp kernels' logic on the host (tests/cuda/emulation): needs no nvcc and no GPU.
+# The warp kernels' and the block kernel's logic on the host (tests/cuda/emulation): needs no
+# nvcc and no GPU.
 WARP_EMULATION := $(BUILD)/tests/cuda_warp_emulation
+BLOCK_EMULATION := $(BUILD)/tests/cuda_block_emulation
+EMULATION_HEADERS := tests/cuda/emulation/fiber_cuda.hpp lib/cuda/topk_warp_kernels.cuh \
+  lib/cuda/device_utils.cuh lib/core/ordered_key.hpp lib/core/problem.hpp
 
-$(WARP_EMULATION): tests/cuda/emulation/test_warp_kernels.cpp tests/cuda/emulation/fiber_cuda.hpp \
-    lib/cuda/topk_warp_kernels.cuh lib/cuda/device_utils.cuh lib/core/ordered_key.hpp \
-    lib/core/problem.hpp
+$(WARP_EMULATION): tests/cuda/emulation/test_warp_kernels.cpp $(EMULATION_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude -Ilib -Itests/cuda/emulation $< -o $@
+
+$(BLOCK_EMULATION): tests/cuda/emulation/test_block_kernels.cpp $(EMULATION_HEADERS) \
+    lib/cuda/topk_kernels.cuh lib/core/key_threshold.hpp
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude -Ilib -Itests/cuda/emulation $< -o $@
 
 .PHONY: test-cuda-emulation
-test-cuda-emulation: $(WARP_EMULATION)
+test-cuda-emulation: $(WARP_EMULATION) $(BLOCK_EMULATION)
 	$(WARP_EMULATION) --quick
+	$(BLOCK_EMULATION) --quick
 
 TEST_TARGETS += test-cuda-emulation

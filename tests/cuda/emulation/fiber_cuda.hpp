@@ -1,10 +1,11 @@
-// Host emulation of the CUDA subset the warp top-k kernels use (lib/cuda/topk_warp_kernels.cuh):
+// Host emulation of the CUDA subset the warp top-k kernels (lib/cuda/topk_warp_kernels.cuh) and
+// the block kernel (block_select_kernel in lib/cuda/topk_kernels.cuh) use:
 // one block at a time, each thread a ucontext fiber, warp collectives and __syncthreads as
 // cooperative rendezvous. Divergent collectives (lanes of one warp in different ops), partial
 // warp masks and deadlocks abort. Results only: no timing, no memory model (racecheck on the GPU
 // covers that). `__shared__` expands to nothing, so only dynamic shared memory (an `extern`
-// array the test defines at namespace scope) is shared between the fibers: enough for these
-// kernels, which keep no static shared arrays.
+// array the test defines at namespace scope) is shared between the fibers: enough for the warp
+// kernels, which keep no static shared arrays; the block kernel's test redefines it as `static`.
 #pragma once
 #include <ucontext.h>
 
@@ -64,7 +65,7 @@ struct Block {
 };
 
 inline Block* block = nullptr;
-inline EmuDim3 block_idx;
+inline EmuDim3 block_idx, block_dim, grid_dim{1, 1, 1};
 
 inline Fiber& me() { return block->fibers[block->current]; }
 inline void yield() { swapcontext(&me().context, &block->scheduler); }
@@ -84,6 +85,7 @@ inline void run_block(unsigned threads, const std::function<void()>& body) {
   b.warps.resize((threads + 31) / 32);
   if (threads % 32 != 0) fail("blocks of whole warps only");
   block = &b;
+  block_dim.x = threads;
   for (unsigned t = 0; t < threads; ++t) {
     Fiber& f = b.fibers[t];
     f.thread_idx.x = t;
@@ -142,6 +144,8 @@ V warp_collective(int op, V value, Combine combine) {
 
 #define threadIdx (emu::me().thread_idx)
 #define blockIdx (emu::block_idx)
+#define blockDim (emu::block_dim)
+#define gridDim (emu::grid_dim)
 
 inline void check_full(unsigned mask) {
   if (mask != 0xffffffffu) emu::fail("partial warp mask");
@@ -213,11 +217,40 @@ inline void __syncthreads() {
   }
 }
 
-// Declared for device_utils.cuh's templates; the warp kernels never call them.
-inline uint32_t __shfl_up_sync(unsigned, uint32_t, int) { emu::fail("__shfl_up_sync"); }
+inline uint32_t __shfl_up_sync(unsigned mask, uint32_t v, int delta) {
+  check_full(mask);
+  static int offset;
+  offset = delta;
+  return emu::warp_collective(7 + 100 * delta, v, [](emu::WarpRendezvous& w) {
+    for (int l = 0; l < 32; ++l) w.out[l] = w.in[l >= offset ? l - offset : l];
+  });
+}
+
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  check_full(mask);
+  return emu::warp_collective(8, predicate != 0 ? 1u : 0u, [](emu::WarpRendezvous& w) {
+    unsigned bits = 0;
+    for (int l = 0; l < 32; ++l) bits |= unsigned(w.in[l]) << l;
+    for (int l = 0; l < 32; ++l) w.out[l] = bits;
+  });
+}
+
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+
+// Fibers switch only inside collectives and barriers, so a read-modify-write is atomic here.
+inline uint32_t atomicAdd(uint32_t* address, uint32_t value) {
+  const uint32_t old = *address;
+  *address = old + value;
+  return old;
+}
+
+using std::max;
+using std::min;
+
+// Declared for the kernels' other paths (multi-block passes, warp appends in divergent code);
+// the emulated kernels never call them.
 inline uint32_t __shfl_sync(unsigned, uint32_t, int) { emu::fail("__shfl_sync"); }
-inline unsigned __ballot_sync(unsigned, int) { emu::fail("__ballot_sync"); }
 inline unsigned __activemask() { emu::fail("__activemask"); }
-inline int __popc(unsigned) { emu::fail("__popc"); }
 inline int __ffs(unsigned) { emu::fail("__ffs"); }
-inline uint32_t atomicAdd(uint32_t*, uint32_t) { emu::fail("atomicAdd"); }
+inline void __threadfence() { emu::fail("__threadfence"); }
+inline uint4 __ldg(const uint4*) { emu::fail("__ldg"); }
