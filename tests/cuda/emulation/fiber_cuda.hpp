@@ -38,27 +38,30 @@ namespace emu {
 
 using Word = unsigned __int128;
 
+// How a warp collective turns its members' inputs into their outputs.
+using Combine = void (*)(const Word* in, Word* out, unsigned members, int param);
+
+constexpr int kRunning = -1;  // Fiber::wait: not waiting
+constexpr int kBarrier = -2;  // waiting in __syncthreads
+constexpr int kActiveMask = 0;  // the op of __activemask(), resolved last (see resolve_block)
+
 struct Fiber {
   ucontext_t context;
   EmuDim3 thread_idx;
   int lane = 0, warp = 0;
   bool done = false;
-};
-
-struct WarpRendezvous {
-  int arrived = 0;
-  uint64_t generation = 0;
-  int op = -1;
-  Word in[32];
-  Word out[32];
+  // The collective this thread waits in: op (or kRunning / kBarrier), its parameter and the
+  // warp mask it named, its input, and its output once released.
+  int wait = kRunning;
+  int param = 0;
+  unsigned mask = 0;
+  Combine combine = nullptr;
+  Word in = 0, out = 0;
+  bool released = false;
 };
 
 struct Block {
   std::vector<Fiber> fibers;
-  std::vector<WarpRendezvous> warps;
-  int block_arrived = 0;
-  uint64_t block_generation = 0;
-  uint64_t progress = 0;
   int current = 0;
   ucontext_t scheduler;
   std::function<void()> body;
@@ -73,8 +76,56 @@ inline void yield() { swapcontext(&me().context, &block->scheduler); }
 inline void trampoline() {
   block->body();
   me().done = true;
-  ++block->progress;
   swapcontext(&me().context, &block->scheduler);
+}
+
+// Called when every live thread of the block waits. Releases, in this order of preference:
+// each warp collective whose named mask is exactly the lanes waiting in it with the same op and
+// parameter; else each warp's __activemask() callers (the lanes that reached that point
+// together while the warp's others wait elsewhere or have exited: how divergent code sees its
+// active lanes); else the barrier, once every live thread is in it. False: a deadlock.
+inline bool resolve_block(Block& b) {
+  const int warps = int(b.fibers.size() / 32);
+  auto release_groups = [&](bool active_mask_ops) {
+    bool released = false;
+    for (int w = 0; w < warps; ++w) {
+      Fiber* lanes = &b.fibers[size_t(w) * 32];
+      for (int l = 0; l < 32; ++l) {
+        const Fiber& f = lanes[l];
+        if (f.done || f.wait < 0 || f.released || (f.wait == kActiveMask) != active_mask_ops) {
+          continue;
+        }
+        unsigned members = 0;
+        for (int m = 0; m < 32; ++m) {
+          const Fiber& g = lanes[m];
+          if (!g.done && !g.released && g.wait == f.wait && g.param == f.param &&
+              (active_mask_ops || g.mask == f.mask)) {
+            members |= 1u << m;
+          }
+        }
+        if (!active_mask_ops && members != f.mask) continue;  // the mask's other lanes not here
+        Word in[32] = {}, out[32] = {};
+        for (int m = 0; m < 32; ++m) {
+          if (members >> m & 1) in[m] = lanes[m].in;
+        }
+        f.combine(in, out, members, f.param);
+        for (int m = 0; m < 32; ++m) {
+          if (members >> m & 1) {
+            lanes[m].out = out[m];
+            lanes[m].released = true;
+          }
+        }
+        released = true;
+      }
+    }
+    return released;
+  };
+  if (release_groups(false) || release_groups(true)) return true;
+  for (const Fiber& f : b.fibers) {
+    if (!f.done && f.wait != kBarrier) return false;
+  }
+  for (Fiber& f : b.fibers) f.released = !f.done;
+  return true;
 }
 
 // Runs `body` for every thread of one block.
@@ -82,7 +133,6 @@ inline void run_block(unsigned threads, const std::function<void()>& body) {
   Block b;
   b.body = body;
   b.fibers.resize(threads);
-  b.warps.resize((threads + 31) / 32);
   if (threads % 32 != 0) fail("blocks of whole warps only");
   block = &b;
   block_dim.x = threads;
@@ -99,44 +149,43 @@ inline void run_block(unsigned threads, const std::function<void()>& body) {
     f.context.uc_link = nullptr;
     makecontext(&f.context, trampoline, 0);
   }
+  // Each pass runs every thread that can move until it waits or exits; a pass in which all of
+  // them wait resolves what it can.
   for (;;) {
-    bool all_done = true;
-    const uint64_t before = b.progress;
+    bool all_done = true, moved = false;
     for (unsigned t = 0; t < threads; ++t) {
-      if (b.fibers[t].done) continue;
+      Fiber& f = b.fibers[t];
+      if (f.done) continue;
       all_done = false;
+      if (f.wait != kRunning && !f.released) continue;
       b.current = int(t);
-      swapcontext(&b.scheduler, &b.fibers[t].context);
+      swapcontext(&b.scheduler, &f.context);
+      moved = true;
     }
     if (all_done) break;
-    if (b.progress == before) fail("deadlock: every live thread waits on a collective");
+    if (!moved && !resolve_block(b)) fail("deadlock: no collective or barrier can complete");
   }
   block = nullptr;
 }
 
-template <class V, class Combine>
-V warp_collective(int op, V value, Combine combine) {
+// Waits in a collective: `op` and `param` identify it, `mask` is the warp mask the call named
+// (ignored for kActiveMask). Returns this lane's output.
+template <class V>
+V wait_in(int op, int param, unsigned mask, V value, Combine combine) {
   Fiber& f = me();
-  WarpRendezvous& w = block->warps[f.warp];
-  if (w.arrived == 0) {
-    w.op = op;
-  } else if (w.op != op) {
-    fail("lanes of one warp in different collectives");
-  }
   Word bits = 0;
   std::memcpy(&bits, &value, sizeof(V));
-  w.in[f.lane] = bits;
-  const uint64_t generation = w.generation;
-  if (++w.arrived == 32) {
-    combine(w);
-    w.arrived = 0;
-    ++w.generation;
-    ++block->progress;
-  } else {
-    while (w.generation == generation) yield();
-  }
+  f.wait = op;
+  f.param = param;
+  f.mask = mask;
+  f.combine = combine;
+  f.in = bits;
+  f.released = false;
+  yield();
+  f.wait = kRunning;
+  f.released = false;
   V result;
-  std::memcpy(&result, &w.out[f.lane], sizeof(V));
+  std::memcpy(&result, &f.out, sizeof(V));
   return result;
 }
 
@@ -147,110 +196,101 @@ V warp_collective(int op, V value, Combine combine) {
 #define blockDim (emu::block_dim)
 #define gridDim (emu::grid_dim)
 
-inline void check_full(unsigned mask) {
-  if (mask != 0xffffffffu) emu::fail("partial warp mask");
-}
-
 inline uint32_t __reduce_max_sync(unsigned mask, uint32_t v) {
-  check_full(mask);
-  return emu::warp_collective(1, v, [](emu::WarpRendezvous& w) {
-    uint32_t m = 0;
-    for (int l = 0; l < 32; ++l) m = std::max(m, uint32_t(w.in[l]));
-    for (int l = 0; l < 32; ++l) w.out[l] = m;
+  return emu::wait_in(1, 0, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m, int) {
+    uint32_t r = 0;
+    for (int l = 0; l < 32; ++l) if (m >> l & 1) r = std::max(r, uint32_t(in[l]));
+    for (int l = 0; l < 32; ++l) out[l] = r;
   });
 }
 
 inline uint32_t __reduce_or_sync(unsigned mask, uint32_t v) {
-  check_full(mask);
-  return emu::warp_collective(5, v, [](emu::WarpRendezvous& w) {
-    uint32_t m = 0;
-    for (int l = 0; l < 32; ++l) m |= uint32_t(w.in[l]);
-    for (int l = 0; l < 32; ++l) w.out[l] = m;
+  return emu::wait_in(2, 0, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m, int) {
+    uint32_t r = 0;
+    for (int l = 0; l < 32; ++l) if (m >> l & 1) r |= uint32_t(in[l]);
+    for (int l = 0; l < 32; ++l) out[l] = r;
   });
 }
 
 inline uint32_t __reduce_and_sync(unsigned mask, uint32_t v) {
-  check_full(mask);
-  return emu::warp_collective(6, v, [](emu::WarpRendezvous& w) {
-    uint32_t m = ~0u;
-    for (int l = 0; l < 32; ++l) m &= uint32_t(w.in[l]);
-    for (int l = 0; l < 32; ++l) w.out[l] = m;
-  });
-}
-
-inline int __any_sync(unsigned mask, int predicate) {
-  check_full(mask);
-  return emu::warp_collective(2, predicate != 0 ? 1 : 0, [](emu::WarpRendezvous& w) {
-    int any = 0;
-    for (int l = 0; l < 32; ++l) any |= int(w.in[l]);
-    for (int l = 0; l < 32; ++l) w.out[l] = any;
-  });
-}
-
-inline uint64_t __shfl_xor_sync(unsigned mask, uint64_t v, int lane_mask) {
-  check_full(mask);
-  static int offset;
-  offset = lane_mask;
-  return emu::warp_collective(3 + 100 * lane_mask, v, [](emu::WarpRendezvous& w) {
-    for (int l = 0; l < 32; ++l) w.out[l] = w.in[l ^ offset];
-  });
-}
-
-inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  check_full(mask);
-  emu::warp_collective(4, 0, [](emu::WarpRendezvous& w) {
-    for (int l = 0; l < 32; ++l) w.out[l] = 0;
-  });
-}
-
-inline void __syncthreads() {
-  emu::Block* b = emu::block;
-  int live = 0;
-  for (auto& f : b->fibers) live += f.done ? 0 : 1;
-  const uint64_t generation = b->block_generation;
-  if (++b->block_arrived == live) {
-    b->block_arrived = 0;
-    ++b->block_generation;
-    ++b->progress;
-  } else {
-    while (b->block_generation == generation) emu::yield();
-  }
-}
-
-inline uint32_t __shfl_up_sync(unsigned mask, uint32_t v, int delta) {
-  check_full(mask);
-  static int offset;
-  offset = delta;
-  return emu::warp_collective(7 + 100 * delta, v, [](emu::WarpRendezvous& w) {
-    for (int l = 0; l < 32; ++l) w.out[l] = w.in[l >= offset ? l - offset : l];
+  return emu::wait_in(3, 0, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m, int) {
+    uint32_t r = ~0u;
+    for (int l = 0; l < 32; ++l) if (m >> l & 1) r &= uint32_t(in[l]);
+    for (int l = 0; l < 32; ++l) out[l] = r;
   });
 }
 
 inline unsigned __ballot_sync(unsigned mask, int predicate) {
-  check_full(mask);
-  return emu::warp_collective(8, predicate != 0 ? 1u : 0u, [](emu::WarpRendezvous& w) {
-    unsigned bits = 0;
-    for (int l = 0; l < 32; ++l) bits |= unsigned(w.in[l]) << l;
-    for (int l = 0; l < 32; ++l) w.out[l] = bits;
+  return emu::wait_in(4, 0, mask, predicate != 0 ? 1u : 0u,
+                      [](const emu::Word* in, emu::Word* out, unsigned m, int) {
+                        unsigned bits = 0;
+                        for (int l = 0; l < 32; ++l) if (m >> l & 1) bits |= unsigned(in[l]) << l;
+                        for (int l = 0; l < 32; ++l) out[l] = bits;
+                      });
+}
+
+inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  emu::wait_in(5, 0, mask, 0, [](const emu::Word*, emu::Word* out, unsigned, int) {
+    for (int l = 0; l < 32; ++l) out[l] = 0;
   });
 }
 
-inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline unsigned __activemask() {
+  return emu::wait_in(emu::kActiveMask, 0, 0u, 0u,
+                      [](const emu::Word*, emu::Word* out, unsigned m, int) {
+                        for (int l = 0; l < 32; ++l) out[l] = m;
+                      });
+}
 
-// Fibers switch only inside collectives and barriers, so a read-modify-write is atomic here.
+// Shuffles read the source lane's input; a source outside the members is an error on a GPU
+// (undefined value), so it fails here.
+inline emu::Word shuffle_source(const emu::Word* in, unsigned members, int source) {
+  if (source < 0 || source > 31 || !(members >> source & 1)) emu::fail("shuffle from a lane outside the mask");
+  return in[source];
+}
+
+inline uint64_t __shfl_xor_sync(unsigned mask, uint64_t v, int lane_mask) {
+  return emu::wait_in(6, lane_mask, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m,
+                                                int x) {
+    for (int l = 0; l < 32; ++l) if (m >> l & 1) out[l] = shuffle_source(in, m, l ^ x);
+  });
+}
+
+inline uint32_t __shfl_up_sync(unsigned mask, uint32_t v, int delta) {
+  return emu::wait_in(7, delta, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m,
+                                            int d) {
+    for (int l = 0; l < 32; ++l) if (m >> l & 1) out[l] = l >= d ? shuffle_source(in, m, l - d) : in[l];
+  });
+}
+
+inline uint32_t __shfl_sync(unsigned mask, uint32_t v, int source) {
+  return emu::wait_in(8, source, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m,
+                                             int src) {
+    for (int l = 0; l < 32; ++l) if (m >> l & 1) out[l] = shuffle_source(in, m, src);
+  });
+}
+
+inline void __syncthreads() {
+  emu::wait_in(emu::kBarrier, 0, 0u, 0, nullptr);
+}
+
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __ffs(unsigned v) { return __builtin_ffs(int(v)); }
+
+// Threads switch only inside collectives and barriers, so a read-modify-write is atomic here,
+// and memory needs no fences or cache hints.
 inline uint32_t atomicAdd(uint32_t* address, uint32_t value) {
   const uint32_t old = *address;
   *address = old + value;
   return old;
 }
+inline void __threadfence() {}
+template <class T>
+T __ldg(const T* address) { return *address; }
+template <class T>
+T __ldcg(const T* address) { return *address; }
 
 using std::max;
 using std::min;
-
-// Declared for the kernels' other paths (multi-block passes, warp appends in divergent code);
-// the emulated kernels never call them.
-inline uint32_t __shfl_sync(unsigned, uint32_t, int) { emu::fail("__shfl_sync"); }
-inline unsigned __activemask() { emu::fail("__activemask"); }
-inline int __ffs(unsigned) { emu::fail("__ffs"); }
-inline void __threadfence() { emu::fail("__threadfence"); }
-inline uint4 __ldg(const uint4*) { emu::fail("__ldg"); }

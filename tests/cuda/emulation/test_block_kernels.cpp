@@ -1,13 +1,18 @@
-// The CUDA block-per-row kernel (block_select_kernel in lib/cuda/topk_kernels.cuh: radix select
-// over the row in shared memory, then the shared-memory sort whose short strides run in
-// registers through warp shuffles) on the host under fiber_cuda.hpp, so CI checks its logic
-// without a GPU. The finish kernel of the multi-block path shares block_refine and
-// sort_and_write with it. Rows of every key width (f32, f64 with 128-bit composites, bf16,
-// int8), ties, NaN and signed zeros, both directions, k from 1 to the sort's capacity, against a
-// stable sort under selection_key.
+// The CUDA block kernels of lib/cuda/topk_kernels.cuh on the host under fiber_cuda.hpp, so CI
+// checks their logic without a GPU:
+//  - block_select_kernel: radix select over the row in shared memory, then the shared-memory
+//    sort whose short strides run in registers through warp shuffles;
+//  - the multi-block pipeline in launch_topk's order: the sampled threshold (sample, threshold
+//    pass, the fallback histogram), or the plain histogram, then both filter passes and the
+//    finish, or for k above the sort's capacity a host sort and write_sorted_kernel. Sample
+//    ranks that hit, that leave too few candidates and that overflow a small candidate buffer
+//    drive every branch between them.
+// Blocks run one after another, which is one of the orders a GPU may choose. Rows of every key
+// width (f32, f64 with 128-bit composites, bf16, int8), ties, NaN and signed zeros, both
+// directions, against a stable sort under selection_key.
 //
-// Usage: test_block_kernels [--quick]   (`make test` runs --quick). Exits 0 when every case
-// matches.
+// Usage: test_block_kernels [--quick]   (`make test` runs --quick: fewer shapes and directions).
+// Exits 0 when every case matches.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -69,8 +74,75 @@ std::vector<T> make_row(int64_t n, Data data) {
   return row;
 }
 
+// One launch of `kernel` over `grid` blocks of `threads`, a block at a time.
+template <class Kernel>
+void launch(int64_t grid, int threads, Kernel&& kernel) {
+  for (int64_t b = 0; b < grid; ++b) {
+    emu::block_idx.x = unsigned(b);
+    emu::run_block(unsigned(threads), kernel);
+  }
+}
+
+// The multi-block path as launch_topk runs it, with the plan's choices given directly.
+struct MultiChoice {
+  int blocks_per_row;
+  int64_t capacity;
+  uint32_t sample_rank;  // 0: the plain histogram pass
+  bool histogram_candidates;
+};
+
 template <class T>
-void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const char* name) {
+void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* indices,
+               bool largest, const MultiChoice& c) {
+  using Comp = Composite<typename KeyTraits<T>::Key>;
+  std::vector<RowState<Comp>> states(size_t(g.rows));  // zeroed, as the memset of launch_topk
+  std::vector<Comp> winners(size_t(g.rows * g.k), Comp(0));
+  std::vector<Comp> buffer0(size_t(g.rows * c.capacity)), buffer1(size_t(g.rows * c.capacity));
+  const MultiLayout layout{c.blocks_per_row, c.capacity};
+  const int64_t grid = g.rows * c.blocks_per_row;
+  if (c.sample_rank > 0) {
+    launch(g.rows, kSampleThreads, [&] {
+      multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
+                                                     states.data());
+    });
+    launch(grid, kMultiThreads, [&] {
+      multi_threshold_kernel<T>(g, input, largest, layout, states.data(), buffer0.data(),
+                                c.histogram_candidates);
+    });
+    launch(grid, kMultiThreads, [&] {
+      multi_histogram_kernel<T>(g, input, largest, layout, states.data(), true);
+    });
+  } else {
+    launch(grid, kMultiThreads, [&] {
+      multi_histogram_kernel<T>(g, input, largest, layout, states.data(), false);
+    });
+  }
+  launch(grid, kMultiThreads, [&] {
+    multi_filter_kernel<T>(g, input, largest, layout, states.data(), winners.data(),
+                           buffer0.data(), buffer1.data(), true);
+  });
+  launch(grid, kMultiThreads, [&] {
+    multi_filter_kernel<T>(g, input, largest, layout, states.data(), winners.data(),
+                           buffer1.data(), buffer0.data(), false);
+  });
+  const bool sort_here = g.k <= kSortCapacity;
+  launch(g.rows, kBlockThreads, [&] {
+    finish_kernel<T>(g, input, values, indices, true, largest, layout, states.data(),
+                     winners.data(), buffer0.data(), sort_here);
+  });
+  if (!sort_here) {  // launch_topk's merge sort, then its write kernel
+    for (int64_t r = 0; r < g.rows; ++r) {
+      std::sort(winners.begin() + r * g.k, winners.begin() + (r + 1) * g.k, std::greater<>());
+    }
+    launch(1, 256, [&] {
+      write_sorted_kernel<T>(g, input, values, indices, true, winners.data());
+    });
+  }
+}
+
+template <class T>
+void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const char* name,
+              const MultiChoice* multi) {
   std::vector<std::vector<T>> input_rows;
   std::vector<T> input;
   for (int64_t r = 0; r < rows; ++r) {
@@ -87,9 +159,10 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
   g.values_batch_strides[0] = g.indices_batch_strides[0] = k;
   std::vector<Bits<T>> values(size_t(rows * k));
   std::vector<int64_t> indices(size_t(rows * k), -1);
-  for (int64_t r = 0; r < rows; ++r) {
-    emu::block_idx.x = unsigned(r);
-    emu::run_block(kBlockThreads, [&] {
+  if (multi != nullptr) {
+    run_multi<T>(g, input.data(), values.data(), indices.data(), largest, *multi);
+  } else {
+    launch(rows, kBlockThreads, [&] {
       block_select_kernel<T>(g, input.data(), values.data(), indices.data(), true, largest);
     });
   }
@@ -106,8 +179,10 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
       Bits<T> expected_bits;
       std::memcpy(&expected_bits, &row[size_t(order[size_t(j)])], sizeof(T));
       if (got != order[size_t(j)] || values[size_t(r * k + j)] != expected_bits) {
-        std::fprintf(stderr, "FAIL %s rows=%lld n=%lld k=%lld data=%d largest=%d: row %lld rank %lld "
-                     "index %lld, expected %lld\n", name, (long long)rows, (long long)n,
+        std::fprintf(stderr,
+                     "FAIL %s %s rows=%lld n=%lld k=%lld data=%d largest=%d: row %lld rank %lld "
+                     "index %lld, expected %lld\n",
+                     multi != nullptr ? "multi" : "block", name, (long long)rows, (long long)n,
                      (long long)k, int(data), int(largest), (long long)r, (long long)j,
                      (long long)got, (long long)order[size_t(j)]);
         ++failures;
@@ -127,7 +202,38 @@ void run_type(const char* name, bool quick) {
       if (std::is_integral_v<T> && data == Data::Special) continue;
       for (bool largest : {true, false}) {
         if (quick && !largest && data != Data::FewDistinct) continue;
-        run_case<T>(2, s.n, s.k, data, largest, name);
+        run_case<T>(2, s.n, s.k, data, largest, name, nullptr);
+      }
+    }
+  }
+  // The multi-block path. The plan's sample rank for 2048 samples (topk_plan.cu) hits; rank 1
+  // leaves fewer than k candidates, the whole sample (2048) more than a small buffer holds:
+  // both fall back to the passes over the input.
+  auto plan_rank = [](int64_t n, int64_t k) {
+    const double m = double(k) * 2048 / double(n);
+    return uint32_t(std::ceil(m + 4 * std::sqrt(m) + 8));
+  };
+  struct MultiCase { int64_t rows, n, k; int blocks_per_row; int64_t capacity; int rank; bool histogram; };
+  const MultiCase multi_cases[] = {
+      {2, 20000, 50, 3, 20000, -1, false},     // sampled, direct finish by counting
+      {1, 20000, 700, 4, 20000, -1, false},    // sampled, direct finish by radix rounds
+      {1, 60000, 4000, 5, 60000, -1, true},    // sampled, k above the sort: write_sorted_kernel
+      {1, 60000, 100, 4, 60000, 1400, true},   // ~41k candidates: the filter passes on the buffer
+      {2, 20000, 300, 3, 20000, 1, true},      // too few candidates: fallback
+      {1, 30000, 20, 4, 3000, 2048, true},     // overflowing buffer: fallback
+      {1, 30000, 200, 4, 30000, 0, false},     // the plain histogram pass
+      {1, 30000, 2048, 2, 2000, 0, false},     // plain, buckets past the buffer: input re-read
+  };
+  for (const MultiCase& m : multi_cases) {
+    for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
+      if (std::is_integral_v<T> && data == Data::Special) continue;
+      if (quick && data == Data::Special) continue;
+      for (bool largest : {true, false}) {
+        if (quick && largest != (data == Data::Random)) continue;
+        const MultiChoice choice{m.blocks_per_row, m.capacity,
+                                 m.rank < 0 ? plan_rank(m.n, m.k) : uint32_t(m.rank),
+                                 m.histogram};
+        run_case<T>(m.rows, m.n, m.k, data, largest, name, &choice);
       }
     }
   }
@@ -139,6 +245,6 @@ int main(int argc, char** argv) {
   run_type<double>("f64", quick);
   run_type<bf16_bits>("bf16", quick);
   run_type<int8_t>("i8", quick);
-  std::printf("block kernel emulation: %d cases, %d failures\n", cases, failures);
+  std::printf("block and multi-block kernel emulation: %d cases, %d failures\n", cases, failures);
   return failures == 0 ? 0 : 1;
 }
