@@ -89,6 +89,7 @@ struct MultiChoice {
   int64_t capacity;
   uint32_t sample_rank;  // 0: the plain histogram pass
   bool histogram_candidates;
+  bool wide_sample;
 };
 
 template <class T>
@@ -102,8 +103,13 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
   const int64_t grid = g.rows * c.blocks_per_row;
   if (c.sample_rank > 0) {
     launch(g.rows, kSampleThreads, [&] {
-      multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
+      if (c.wide_sample) {
+        multi_sample_kernel<T, kWideSamplesPerThread>(g, input, largest, c.sample_rank,
                                                      states.data());
+      } else {
+        multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
+                                                       states.data());
+      }
     });
     launch(grid, kMultiThreads, [&] {
       multi_threshold_kernel<T>(g, input, largest, layout, states.data(), buffer0.data(),
@@ -206,23 +212,31 @@ void run_type(const char* name, bool quick) {
       }
     }
   }
-  // The multi-block path. The plan's sample rank for 2048 samples (topk_plan.cu) hits; rank 1
-  // leaves fewer than k candidates, the whole sample (2048) more than a small buffer holds:
-  // both fall back to the passes over the input.
-  auto plan_rank = [](int64_t n, int64_t k) {
-    const double m = double(k) * 2048 / double(n);
+  // The multi-block path. The plan's sample rank (topk_plan.cu) hits; rank 1 leaves fewer than
+  // k candidates, the whole narrow sample (2048) more than a small buffer holds: both fall back
+  // to the passes over the input.
+  auto plan_rank = [](int64_t n, int64_t k, bool wide) {
+    const double m = double(k) * kSampleThreads *
+                     (wide ? kWideSamplesPerThread : kNarrowSamplesPerThread) / double(n);
     return uint32_t(std::ceil(m + 4 * std::sqrt(m) + 8));
   };
-  struct MultiCase { int64_t rows, n, k; int blocks_per_row; int64_t capacity; int rank; bool histogram; };
+  struct MultiCase {
+    int64_t rows, n, k;
+    int blocks_per_row;
+    int64_t capacity;
+    int rank;  // -1: the plan's
+    bool histogram, wide;
+  };
   const MultiCase multi_cases[] = {
-      {2, 20000, 50, 3, 20000, -1, false},     // sampled, direct finish by counting
-      {1, 20000, 700, 4, 20000, -1, false},    // sampled, direct finish by radix rounds
-      {1, 60000, 4000, 5, 60000, -1, true},    // sampled, k above the sort: write_sorted_kernel
-      {1, 60000, 100, 4, 60000, 1400, true},   // ~41k candidates: the filter passes on the buffer
-      {2, 20000, 300, 3, 20000, 1, true},      // too few candidates: fallback
-      {1, 30000, 20, 4, 3000, 2048, true},     // overflowing buffer: fallback
-      {1, 30000, 200, 4, 30000, 0, false},     // the plain histogram pass
-      {1, 30000, 2048, 2, 2000, 0, false},     // plain, buckets past the buffer: input re-read
+      {2, 20000, 50, 3, 20000, -1, false, false},    // sampled, direct finish by counting
+      {1, 20000, 700, 4, 20000, -1, false, false},   // sampled, direct finish by radix rounds
+      {1, 40000, 50, 3, 40000, -1, false, true},     // the wide sample
+      {1, 60000, 4000, 5, 60000, -1, true, false},   // k above the sort: write_sorted_kernel
+      {1, 60000, 100, 4, 60000, 1400, true, false},  // ~41k candidates: filter passes on them
+      {2, 20000, 300, 3, 20000, 1, true, false},     // too few candidates: fallback
+      {1, 30000, 20, 4, 3000, 2048, true, false},    // overflowing buffer: fallback
+      {1, 30000, 200, 4, 30000, 0, false, false},    // the plain histogram pass
+      {1, 30000, 2048, 2, 2000, 0, false, false},    // plain, buckets past the buffer: re-reads
   };
   for (const MultiCase& m : multi_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
@@ -231,8 +245,8 @@ void run_type(const char* name, bool quick) {
       for (bool largest : {true, false}) {
         if (quick && largest != (data == Data::Random)) continue;
         const MultiChoice choice{m.blocks_per_row, m.capacity,
-                                 m.rank < 0 ? plan_rank(m.n, m.k) : uint32_t(m.rank),
-                                 m.histogram};
+                                 m.rank < 0 ? plan_rank(m.n, m.k, m.wide) : uint32_t(m.rank),
+                                 m.histogram, m.wide};
         run_case<T>(m.rows, m.n, m.k, data, largest, name, &choice);
       }
     }
