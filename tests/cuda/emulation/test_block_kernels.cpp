@@ -92,6 +92,39 @@ struct MultiChoice {
   bool wide_sample;
 };
 
+// The sample kernel's contract, from the sample it must have drawn (runs of 32 adjacent
+// elements centred in equal strata of the row): its threshold t is at most the sample's
+// rank-th largest key, at least `rank` sample keys reach it, and exactly `rank` do unless t is
+// that key itself (ties). A looser threshold would still give exact results, through more
+// candidates or the fallback, so only this check sees it.
+template <class T, class State>
+void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
+                             const MultiChoice& c, const std::vector<State>& states) {
+  using Key = typename KeyTraits<T>::Key;
+  const int64_t per_thread = c.wide_sample ? kWideSamplesPerThread : kNarrowSamplesPerThread;
+  const int64_t runs = kSampleThreads * per_thread / 32;
+  for (int64_t r = 0; r < g.rows; ++r) {
+    std::vector<Key> keys;
+    for (int64_t run = 0; run < runs; ++run) {
+      const int64_t centre = (2 * run + 1) * g.n / (2 * runs);
+      const int64_t start = std::min(std::max(centre - 16, int64_t(0)), g.n - 32);
+      for (int64_t lane = 0; lane < 32; ++lane) {
+        keys.push_back(selection_key(input[r * g.n + start + lane], largest));
+      }
+    }
+    std::sort(keys.begin(), keys.end(), std::greater<>());
+    const Key t = Key(states[size_t(r)].threshold >> 32);
+    const Key ranked = keys[c.sample_rank - 1];
+    const int64_t reaching = std::count_if(keys.begin(), keys.end(), [&](Key k) { return k >= t; });
+    if (t > ranked || reaching < int64_t(c.sample_rank) ||
+        (reaching != int64_t(c.sample_rank) && t != ranked)) {
+      std::fprintf(stderr, "FAIL sample threshold: row %lld rank %u: %lld samples reach it\n",
+                   (long long)r, c.sample_rank, (long long)reaching);
+      ++failures;
+    }
+  }
+}
+
 template <class T>
 void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* indices,
                bool largest, const MultiChoice& c) {
@@ -111,6 +144,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
                                                        states.data());
       }
     });
+    check_sample_thresholds(g, input, largest, c, states);
     launch(grid, kMultiThreads, [&] {
       multi_threshold_kernel<T>(g, input, largest, layout, states.data(), buffer0.data(),
                                 c.histogram_candidates);
