@@ -619,6 +619,7 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
     uintptr_t a, b;
     valid = ew.ok && eid.ok && w.sizes[1] == params.k && raw_dtype(w) == MTK_FLOAT32 &&
             (ids_raw == MTK_INT32 || ids_raw == MTK_INT64) &&
+            !(ids_raw == MTK_INT32 && experts > INT32_MAX) &&
             (ew.numel == 0 || w.data != nullptr) && (eid.numel == 0 || ids.data != nullptr) &&
             (el.numel == 0 || byte_span(logits, el, lt.size, &a, &b)) &&
             (ew.numel == 0 || byte_span(w, ew, 4, &a, &b)) &&
