@@ -69,23 +69,26 @@ struct BlockShared {
   Comp winners[kSortCapacity];
 };
 
-// Calls visit(c) for every composite of `source`, spread over the block. Loads are issued in
-// batches so that each thread waits for one memory latency per batch, not per element: these
-// loops run once per digit in a single block, where nothing else hides that latency.
-template <class Source, class Visit>
+// Calls visit(c) for every composite of `source`, spread over the block's Threads threads.
+// Loads are issued in batches so that each thread waits for one memory latency per batch, not
+// per element: these loops run once per digit in a single block (or over a short buffer in a
+// few blocks), where nothing else hides that latency.
+constexpr int kCompositeBatch = 4;  // loads per thread in flight in for_each_composite
+
+template <int Threads = kBlockThreads, class Source, class Visit>
 __device__ __forceinline__ void for_each_composite(const Source& source, Visit&& visit) {
-  constexpr int kBatch = 4;
+  constexpr int kBatch = kCompositeBatch;
   using Comp = decltype(source.composite(0));
-  for (int64_t first = threadIdx.x; first < source.n; first += int64_t(kBlockThreads) * kBatch) {
+  for (int64_t first = threadIdx.x; first < source.n; first += int64_t(Threads) * kBatch) {
     Comp batch[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t i = first + int64_t(u) * kBlockThreads;
+      const int64_t i = first + int64_t(u) * Threads;
       batch[u] = i < source.n ? source.composite(i) : Comp(0);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      if (first + int64_t(u) * kBlockThreads < source.n) visit(batch[u]);
+      if (first + int64_t(u) * Threads < source.n) visit(batch[u]);
     }
   }
 }
@@ -658,8 +661,8 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   }
 }
 
-// Candidates per block of a filter pass over the buffer: two rounds of kLoadsInFlight loads.
-constexpr int64_t kFilterItemsPerBlock = int64_t(2) * kLoadsInFlight * kMultiThreads;
+// Candidates per block of a filter pass over the buffer: two batches of for_each_composite.
+constexpr int64_t kFilterItemsPerBlock = int64_t(2) * kCompositeBatch * kMultiThreads;
 
 // A filter pass: splits the elements under the previous prefix by the digit just chosen.
 template <class T>
@@ -748,23 +751,11 @@ __global__ void __launch_bounds__(kMultiThreads)
     }
   };
   if (from_buffer) {
-    // kLoadsInFlight loads per thread before any is used, as in visit_row_elements.
-    for (int64_t first = begin + threadIdx.x; first < end;
-         first += int64_t(kLoadsInFlight) * kMultiThreads) {
-      Comp batch[kLoadsInFlight];
-#pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
-        const int64_t i = first + int64_t(u) * kMultiThreads;
-        batch[u] = i < end ? buffer[i] : Comp(0);
-      }
-#pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
-        if (first + int64_t(u) * kMultiThreads < end) {
-          const Comp items[1] = {batch[u]};
-          consider(items);
-        }
-      }
-    }
+    const BufferSource<Comp> segment{buffer + begin, end - begin};
+    for_each_composite<kMultiThreads>(segment, [&](Comp c) {
+      const Comp items[1] = {c};
+      consider(items);
+    });
   } else {
     visit_row_segment<kMultiThreads>(input_row, begin, end, consider);
   }
