@@ -7,7 +7,8 @@
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
 #        pytest sanitize faults (default: all), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
-#        tests/gpu/sass_stalls.py). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
+#        tests/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
+#        shapes). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -78,6 +79,16 @@ for s in $STEPS; do
           --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section LaunchStats \
           "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
+      done ;;
+    split)
+      # Each kernel of one call on its own (ncu serialises them, so the overlap of dependent
+      # launches is gone; no cache flush, clocks as they run): what every stage of the pipeline
+      # costs, for NCU_SHAPES given as shapes (tests/gpu/kernel_split.py lists the last call's).
+      for shape in ${NCU_SHAPES:-}; do
+        step "split-${shape//:/_}" 90 ncu --clock-control none --cache-control none \
+          --metrics gpu__time_duration.sum,sm__cycles_active.avg,gpc__cycles_elapsed.max \
+          "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
+        python3 tests/gpu/kernel_split.py "$OUT/split-${shape//:/_}.log" | tee -a "$SUMMARY"
       done ;;
     ncu-source)
       # Where the kernel's warps stall, instruction by instruction: the page is a large CSV, its
