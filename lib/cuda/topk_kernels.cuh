@@ -509,10 +509,14 @@ __global__ void __launch_bounds__(kSampleThreads)
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it.
 constexpr uint32_t kDirectFinishCandidates = 16384;
-// Candidates a threshold block stages in shared memory before spilling to global appends: a
-// sampling row of 150k with k = 1024 leaves ~1400 per block (with 1024, a quarter of them
-// spilled, and the pass ran 34 us slower than with k = 50).
-constexpr uint32_t kThresholdStageCapacity = 2048;
+// Candidates a threshold thread stages in its own slots of shared memory before spilling to
+// global appends: 32 KB a block, 16 slots of 8-byte entries (8 of 16-byte ones). A sampling
+// row of 150k with k = 1024 leaves ~1400 per block, ~5.4 a thread: 16 slots make a spill a
+// once-in-ten-thousand event there. Own slots need no atomic: the candidate costs one shared
+// store, where a block-wide counter cost each candidate an atomic whose result the next store
+// waited for (the k = 1024 pass ran 61 us against 42 for k = 50).
+template <class Entry>
+constexpr int kThresholdSlotsPerThread = int(32768 / (kMultiThreads * sizeof(Entry)));
 
 // A staged candidate of the threshold pass: its raw bits above its index, in a composite's width
 // (so the stage takes no more shared memory than composites would).
@@ -565,8 +569,9 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
   __shared__ uint32_t last_flag;
-  __shared__ StageEntry<T> staged[kThresholdStageCapacity];
-  __shared__ uint32_t staged_count, staged_base;
+  constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>>;
+  __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
+  __shared__ uint32_t staged_base;
 
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
@@ -576,8 +581,8 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   Comp* row_candidates = candidates + row * layout.capacity;
 
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
-  if (threadIdx.x == 0) staged_count = 0;
   __syncthreads();
+  int staged_count = 0;  // this thread's slots in use
   const RowOffsets o = device_row_offsets(g, row);
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
@@ -597,19 +602,18 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
         any |= take[e];
       }
       if (!any) return;
-      // A candidate costs its thread one shared atomic and a store of its raw bits and index;
-      // its key waits for the copy-out below, where every thread of the block has one to build
-      // (built here, they made the few lanes holding candidates run ~90 instructions a vector
-      // while the rest of the warp waited, and k ~ 1024 rows have a candidate in most vectors).
-      // Past the stage's capacity (heavy ties, adversarial rows) a candidate takes a global
-      // atomic of its own: rare, and kept out of the registers of the common path.
+      // A candidate costs its thread a store of its raw bits and index; its key waits for the
+      // copy-out below, where every thread of the block has one to build (built here, they made
+      // the few lanes holding candidates run ~90 instructions a vector while the rest of the
+      // warp waited, and k ~ 1024 rows have a candidate in most vectors). Past the thread's
+      // slots (heavy ties, adversarial rows) a candidate takes a global atomic of its own: rare,
+      // and kept out of the registers of the common path.
   #pragma unroll
       for (int e = 0; e < kCount; ++e) {
         if (!take[e]) continue;
         const uint32_t index = first + uint32_t(e);
-        const uint32_t at = atomicAdd(&staged_count, 1u);
-        if (at < kThresholdStageCapacity) {
-          staged[at] = stage_entry(elements[e], index);
+        if (staged_count < kSlots) {
+          staged[staged_count++][threadIdx.x] = stage_entry(elements[e], index);
         } else {
           const Comp c = composite_of(elements[e], index);
           if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
@@ -619,14 +623,17 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       }
     });
   });
-  __syncthreads();
-  const uint32_t stage_size = min(staged_count, kThresholdStageCapacity);
+  uint32_t stage_size;
+  const uint32_t after_mine =
+      block_suffix_sum<kMultiThreads>(uint32_t(staged_count), scan, stage_size);
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
   __syncthreads();
-  for (uint32_t i = threadIdx.x; i < stage_size; i += kMultiThreads) {
-    const Comp c = composite_of(stage_value<T>(staged[i]), stage_index(staged[i]));
+  for (int j = 0; j < staged_count; ++j) {
+    const StageEntry<T> entry = staged[j][threadIdx.x];
+    const Comp c = composite_of(stage_value<T>(entry), stage_index(entry));
     if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
-    if (staged_base + i < capacity) row_candidates[staged_base + i] = c;
+    const uint32_t at = staged_base + after_mine + uint32_t(j);
+    if (at < capacity) row_candidates[at] = c;
   }
   if (histogram_candidates) {
     __syncthreads();
