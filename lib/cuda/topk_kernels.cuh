@@ -321,11 +321,11 @@ __device__ __forceinline__ void visit_row_elements(const InputRow<T>& row, int64
   for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kLoadsInFlight * Threads) {
     uint4 data[kLoadsInFlight];
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) data[u] = __ldg(vectors + v + u * Threads);
+    for (int u = 0; u < kLoadsInFlight; ++u) data[u] = load_streaming(vectors + v + u * Threads);
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) visit_vector(data[u], v + u * Threads);
   }
-  for (; v < end_vector; v += Threads) visit_vector(__ldg(vectors + v), v);
+  for (; v < end_vector; v += Threads) visit_vector(load_streaming(vectors + v), v);
 }
 
 // visit_row_elements with each element ranked: visit(items) gets an array of composites.
@@ -510,13 +510,17 @@ __global__ void __launch_bounds__(kSampleThreads)
 // passes cost more in launches and row-state round trips than they save it.
 constexpr uint32_t kDirectFinishCandidates = 16384;
 // Candidates a threshold thread stages in its own slots of shared memory before spilling to
-// global appends: 32 KB a block, 16 slots of 8-byte entries (8 of 16-byte ones). A sampling
-// row of 150k with k = 1024 leaves ~1400 per block, ~5.4 a thread: 16 slots make a spill a
-// once-in-ten-thousand event there. Own slots need no atomic: the candidate costs one shared
-// store, where a block-wide counter cost each candidate an atomic whose result the next store
-// waited for (the k = 1024 pass ran 61 us against 42 for k = 50).
-template <class Entry>
-constexpr int kThresholdSlotsPerThread = int(32768 / (kMultiThreads * sizeof(Entry)));
+// global appends. Own slots need no atomic: a candidate costs one shared store, where a
+// block-wide counter cost each an atomic whose result the next store waited for (the k = 1024
+// pass ran 61 us against 42 for k = 50). The stage's size is the plan's choice: the shared
+// memory of four resident blocks slows the streaming itself (a 32 KB stage cost the pass over
+// 2^28 16%, 24 KB 3%), so only plans expecting more than two candidates a thread take the
+// large one. A sampling row of 150k with k = 1024 leaves ~5.4 a thread: 12 slots make a spill a
+// once-in-a-hundred-threads event there.
+constexpr int kSmallThresholdStageBytes = 8192;
+constexpr int kLargeThresholdStageBytes = 24576;
+template <class Entry, int StageBytes>
+constexpr int kThresholdSlotsPerThread = int(StageBytes / (kMultiThreads * sizeof(Entry)));
 
 // A staged candidate of the threshold pass: its raw bits above its index, in a composite's width
 // (so the stage takes no more shared memory than composites would).
@@ -554,7 +558,7 @@ constexpr int threshold_blocks_per_sm(int element_bytes) { return element_bytes 
 // Candidates are staged in shared memory and copied out once per block: a global atomic whose
 // result a warp waits for costs an L2 round trip, and on a single long row every warp would wait
 // on the same counter. Beyond the stage's capacity they go straight to the buffer.
-template <class T>
+template <class T, int StageBytes>
 __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(sizeof(T))))
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
@@ -569,7 +573,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
   __shared__ uint32_t last_flag;
-  constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>>;
+  constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>, StageBytes>;
   __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
   __shared__ uint32_t staged_base;
 

@@ -127,8 +127,11 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
                                                                 plan.sample_rank, states);
         }
-        launch_after_previous(multi_threshold_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
-                              p.largest, layout, states, buffer0, plan.histogram_candidates);
+        launch_after_previous(plan.large_threshold_stage
+                                  ? multi_threshold_kernel<T, kLargeThresholdStageBytes>
+                                  : multi_threshold_kernel<T, kSmallThresholdStageBytes>,
+                              grid, kMultiThreads, 0, stream, g, input, p.largest, layout, states,
+                              buffer0, plan.histogram_candidates);
         launch_after_previous(multi_histogram_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
                               p.largest, layout, states, true);
       } else {

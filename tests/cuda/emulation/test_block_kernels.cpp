@@ -90,6 +90,7 @@ struct MultiChoice {
   uint32_t sample_rank;  // 0: the plain histogram pass
   bool histogram_candidates;
   bool wide_sample;
+  bool large_stage;  // the threshold pass's stage size
 };
 
 // The sample kernel's contract, from the sample it must have drawn (runs of 32 adjacent
@@ -146,8 +147,13 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
     });
     check_sample_thresholds(g, input, largest, c, states);
     launch(grid, kMultiThreads, [&] {
-      multi_threshold_kernel<T>(g, input, largest, layout, states.data(), buffer0.data(),
-                                c.histogram_candidates);
+      if (c.large_stage) {
+        multi_threshold_kernel<T, kLargeThresholdStageBytes>(
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram_candidates);
+      } else {
+        multi_threshold_kernel<T, kSmallThresholdStageBytes>(
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram_candidates);
+      }
     });
     launch(grid, kMultiThreads, [&] {
       multi_histogram_kernel<T>(g, input, largest, layout, states.data(), true);
@@ -259,18 +265,19 @@ void run_type(const char* name, bool quick) {
     int blocks_per_row;
     int64_t capacity;
     int rank;  // -1: the plan's
-    bool histogram, wide;
+    bool histogram, wide, large_stage;
   };
   const MultiCase multi_cases[] = {
-      {2, 20000, 50, 3, 20000, -1, false, false},    // sampled, direct finish by counting
-      {1, 20000, 700, 4, 20000, -1, false, false},   // sampled, direct finish by radix rounds
-      {1, 40000, 50, 3, 40000, -1, false, true},     // the wide sample
-      {1, 60000, 4000, 5, 60000, -1, true, false},   // k above the sort: write_sorted_kernel
-      {1, 60000, 100, 4, 60000, 1400, true, false},  // ~41k candidates: filter passes on them
-      {2, 20000, 300, 3, 20000, 1, true, false},     // too few candidates: fallback
-      {1, 30000, 20, 4, 3000, 2048, true, false},    // overflowing buffer: fallback
-      {1, 30000, 200, 4, 30000, 0, false, false},    // the plain histogram pass
-      {1, 30000, 2048, 2, 2000, 0, false, false},    // plain, buckets past the buffer: re-reads
+      {2, 20000, 50, 3, 20000, -1, false, false, false},    // sampled, direct finish by counting
+      {1, 20000, 700, 4, 20000, -1, false, false, true},    // sampled, direct finish by rounds
+      {1, 40000, 50, 3, 40000, -1, false, true, false},     // the wide sample
+      {1, 60000, 4000, 5, 60000, -1, true, false, true},    // k above the sort: write_sorted
+      {1, 60000, 100, 4, 60000, 1400, true, false, false},  // ~41k candidates: filter passes
+      {1, 60000, 100, 4, 60000, 1400, true, false, true},   // the same through the large stage
+      {2, 20000, 300, 3, 20000, 1, true, false, false},     // too few candidates: fallback
+      {1, 30000, 20, 4, 3000, 2048, true, false, true},     // overflowing buffer: fallback
+      {1, 30000, 200, 4, 30000, 0, false, false, false},    // the plain histogram pass
+      {1, 30000, 2048, 2, 2000, 0, false, false, false},    // plain, bucket past the buffer
   };
   for (const MultiCase& m : multi_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
@@ -280,7 +287,7 @@ void run_type(const char* name, bool quick) {
         if (quick && largest != (data == Data::Random)) continue;
         const MultiChoice choice{m.blocks_per_row, m.capacity,
                                  m.rank < 0 ? plan_rank(m.n, m.k, m.wide) : uint32_t(m.rank),
-                                 m.histogram, m.wide};
+                                 m.histogram, m.wide, m.large_stage};
         run_case<T>(m.rows, m.n, m.k, data, largest, name, &choice);
       }
     }
