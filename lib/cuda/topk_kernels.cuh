@@ -515,8 +515,8 @@ constexpr uint32_t kDirectFinishCandidates = 16384;
 // pass ran 61 us against 42 for k = 50). The stage's size is the plan's choice: the shared
 // memory of four resident blocks slows the streaming itself (a 32 KB stage cost the pass over
 // 2^28 16%, 24 KB 3%), so only plans expecting more than two candidates a thread take the
-// large one. A sampling row of 150k with k = 1024 leaves ~5.4 a thread: 12 slots make a spill a
-// once-in-a-hundred-threads event there.
+// large one. A sampling row of 150k with k = 1024 leaves ~5.4 a thread: with 12 slots one
+// thread in 260 spills there.
 constexpr int kSmallThresholdStageBytes = 8192;
 constexpr int kLargeThresholdStageBytes = 24576;
 template <class Entry, int StageBytes>

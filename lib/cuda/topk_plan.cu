@@ -74,8 +74,8 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   const int64_t one_wave = int64_t(threshold_blocks_per_sm(int(element_bytes))) *
                            std::max(sm_count, 1) / rows;
   plan.blocks_per_row = int(std::max<int64_t>(1, std::min<int64_t>(plan.blocks_per_row, one_wave)));
-  // Four slots a thread in the small stage: with two candidates a thread expected, one thread
-  // in twenty spills; a huge row's ~1.1 (2^28, k = 100) spills one in two hundred.
+  // Four slots a thread in the small stage (two for 64-bit keys): with two candidates a thread
+  // expected, one thread in twenty spills; a huge row's ~1.1 (2^28, k = 100) one in 190.
   plan.large_threshold_stage =
       expected_candidates > 2.0 * double(plan.blocks_per_row) * double(kMultiThreads);
 }

@@ -39,7 +39,7 @@ struct TopkPlan {
   uint32_t sample_rank = 0;     // Multi: > 0 reads the input once through a sampled threshold
   int samples_per_thread = 0;   // Multi, sampled: which sample size
   bool histogram_candidates = false;  // Multi, sampled: too many expected for the finish alone
-  bool large_threshold_stage = false;  // Multi, sampled: more than a candidate a thread expected
+  bool large_threshold_stage = false;  // Multi, sampled: over two candidates a thread expected
   size_t states_offset = 0, winners_offset = 0, candidates_offset[2] = {0, 0};
   size_t sort_temp_offset = 0, sort_temp_bytes = 0;
   size_t workspace_bytes = 0;   // exact scratch for the call (0 for Warp and Block)
