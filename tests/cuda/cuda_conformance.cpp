@@ -5,9 +5,10 @@
 // with an independent host reference (a stable sort under the contract's order, written here
 // without the library's key mapping) and with the CPU backend.
 //
-// Usage: cuda_conformance [--quick] (--quick: rows*n <= 50000 and fewer data kinds, for the
-// sanitizers). Exits 0 when every case passes, 1 on the first mismatch
-// class (all mismatches are listed), 2 when no CUDA device is available.
+// Usage: cuda_conformance [--quick | --sampled] (--quick: rows*n <= 50000 and fewer data kinds,
+// for the sanitizers; --sampled: only the sampled-threshold plans). Exits 0 when every case
+// passes, 1 on the first mismatch class (all mismatches are listed), 2 when no CUDA device is
+// available.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -511,10 +512,82 @@ void check_workspace_and_alloc(mtk_context cuda) {
   }
 }
 
+// Sampled-threshold plans (inputs of 4 MB and more, k small next to the row): the threshold
+// hits on random and ascending data (the finish kernel takes the candidates alone, or the
+// filter passes narrow them first); on few-distinct and all-equal data the candidates
+// overflow, on spikes there are fewer than k, and both fall back to the exact passes over the
+// input.
+void check_sampled_plans(const Contexts& ctx, std::mt19937_64& rng, bool quick,
+                         const Layout& contiguous, const Layout& strided_input) {
+  if (!quick) {
+    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT64, MTK_INT8, MTK_UINT8}) {
+      for (Data data : {Data::Random, Data::Ascending, Data::FewDistinct}) {
+        Case c{d, 16, 262144, 64, data, contiguous, data != Data::Ascending, true, d == MTK_UINT8};
+        check_case(ctx, c, rng, true);
+      }
+    }
+    Case huge{MTK_FLOAT32, 1, int64_t(1) << 22, 3000, Data::Random, contiguous, true, true, false};
+    check_case(ctx, huge, rng, true);
+    huge.sorted = false;
+    check_case(ctx, huge, rng, true);
+    huge.data = Data::AllEqual;
+    check_case(ctx, huge, rng, true);
+    huge.data = Data::Random;  // more candidates than the finish takes: the filter passes run
+    huge.k = 20000;
+    check_case(ctx, huge, rng, true);
+    huge.data = Data::Spikes;
+    huge.k = 20000;
+    huge.sorted = true;
+    check_case(ctx, huge, rng, true);
+    Case strided{MTK_BFLOAT16, 8, 524288, 100, Data::Special, strided_input, true, true, false};
+    check_case(ctx, strided, rng, true);
+    // 8- and 16-bit keys with more candidates than the finish kernel takes alone (~31k of 4M),
+    // so their top digits are histogrammed in the threshold pass and the filter passes run.
+    for (mtk_dtype d : {MTK_BFLOAT16, MTK_FLOAT16, MTK_INT16, MTK_UINT8}) {
+      for (Data data : {Data::Random, Data::Special, Data::FewDistinct}) {
+        Case c{d, 1, int64_t(1) << 22, 20000, data, contiguous, data != Data::Special, true, false};
+        check_case(ctx, c, rng, true);
+      }
+    }
+    // Sampling rows (150k, k = 50): a wide sample leaves ~210 candidates a row, which the
+    // finish kernel ranks by counting. Special values put the threshold among NaN, infinities
+    // and zeros, the corners of the raw-value threshold test, in both directions.
+    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT16, MTK_FLOAT64, MTK_INT8}) {
+      for (Data data : {Data::Random, Data::Special}) {
+        for (bool largest : {true, false}) {
+          Case c{d, 32, 151936, 50, data, contiguous, largest, true, false};
+          check_case(ctx, c, rng, true);
+        }
+      }
+    }
+  } else {
+    // The sanitizers' share: a threshold that hits without the candidate histogram, one that
+    // hits with it, and one whose candidates overflow.
+    Case c{MTK_FLOAT32, 2, int64_t(1) << 19, 10, Data::Random, contiguous, true, true, false};
+    check_case(ctx, c, rng, true);
+    c.rows = 1;
+    c.n = int64_t(1) << 20;
+    c.k = 100;
+    check_case(ctx, c, rng, true);
+    c.data = Data::AllEqual;
+    check_case(ctx, c, rng, true);
+    Case counted{MTK_FLOAT32, 8, 151936, 50, Data::Special, contiguous, false, true, false};
+    check_case(ctx, counted, rng, true);  // the finish kernel's counting rank
+  }
+}
+
+int report(Contexts& ctx) {
+  CHECK_OK(mtk_context_destroy(ctx.cuda));
+  CHECK_OK(mtk_context_destroy(ctx.cpu));
+  std::printf("%d cases, %d failures\n", cases, failures);
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool sampled_only = argc > 1 && std::strcmp(argv[1], "--sampled") == 0;
   int compiled = 0, available = 0;
   CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
   if (!compiled || !available) {
@@ -537,6 +610,10 @@ int main(int argc, char** argv) {
       {"transposed", 1, false, false, true, 1},
       {"strided-out", 1, false, false, false, 2},
   };
+  if (sampled_only) {
+    check_sampled_plans(ctx, rng, false, contiguous, layouts[1]);
+    return report(ctx);
+  }
   // (rows, n, k) straddling: warp (n <= 1024, k <= 32), block (one block per row, k <= 2048),
   // multi-block (few long rows), the shared sort limit (k 2048/2049), candidate capacity (16384).
   struct Shape { int64_t rows, n, k; };
@@ -577,58 +654,7 @@ int main(int argc, char** argv) {
     c.largest = false;
     check_case(ctx, c, rng, true);
   }
-  // Sampled-threshold plans (inputs of 4 MB and more, k small next to the row): the threshold
-  // hits on random and ascending data (the finish kernel takes the candidates alone, or the
-  // filter passes narrow them first); on few-distinct and all-equal data the candidates
-  // overflow, on spikes there are fewer than k, and both fall back to the exact passes over
-  // the input.
-  if (!quick) {
-    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT64, MTK_INT8, MTK_UINT8}) {
-      for (Data data : {Data::Random, Data::Ascending, Data::FewDistinct}) {
-        Case c{d, 16, 262144, 64, data, contiguous, data != Data::Ascending, true, d == MTK_UINT8};
-        check_case(ctx, c, rng, true);
-      }
-    }
-    Case huge{MTK_FLOAT32, 1, int64_t(1) << 22, 3000, Data::Random, contiguous, true, true, false};
-    check_case(ctx, huge, rng, true);
-    huge.sorted = false;
-    check_case(ctx, huge, rng, true);
-    huge.data = Data::AllEqual;
-    check_case(ctx, huge, rng, true);
-    huge.data = Data::Random;  // more candidates than the finish takes: the filter passes run
-    huge.k = 20000;
-    check_case(ctx, huge, rng, true);
-    huge.data = Data::Spikes;
-    huge.k = 20000;
-    huge.sorted = true;
-    check_case(ctx, huge, rng, true);
-    Case strided{MTK_BFLOAT16, 8, 524288, 100, Data::Special, layouts[1], true, true, false};
-    check_case(ctx, strided, rng, true);
-    // Sampling rows (150k, k = 50): a wide sample leaves ~210 candidates a row, which the
-    // finish kernel ranks by counting. Special values put the threshold among NaN, infinities
-    // and zeros, the corners of the raw-value threshold test, in both directions.
-    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT16, MTK_FLOAT64, MTK_INT8}) {
-      for (Data data : {Data::Random, Data::Special}) {
-        for (bool largest : {true, false}) {
-          Case c{d, 32, 151936, 50, data, contiguous, largest, true, false};
-          check_case(ctx, c, rng, true);
-        }
-      }
-    }
-  } else {
-    // The sanitizers' share: a threshold that hits without the candidate histogram, one that
-    // hits with it, and one whose candidates overflow.
-    Case c{MTK_FLOAT32, 2, int64_t(1) << 19, 10, Data::Random, contiguous, true, true, false};
-    check_case(ctx, c, rng, true);
-    c.rows = 1;
-    c.n = int64_t(1) << 20;
-    c.k = 100;
-    check_case(ctx, c, rng, true);
-    c.data = Data::AllEqual;
-    check_case(ctx, c, rng, true);
-    Case counted{MTK_FLOAT32, 8, 151936, 50, Data::Special, contiguous, false, true, false};
-    check_case(ctx, counted, rng, true);  // the finish kernel's counting rank
-  }
+  check_sampled_plans(ctx, rng, quick, contiguous, layouts[1]);
   // The warp-per-row kernels' own branches: dim-0 rows staged through shared memory by tiles of
   // 32 (row counts that leave the last tile short, dim-0 outputs, padded or reversed columns),
   // vector loads (a base pointer off alignment, rows ending inside a vector: n = 90, 200), and
@@ -673,9 +699,5 @@ int main(int argc, char** argv) {
     }
   }
   check_workspace_and_alloc(ctx.cuda);
-
-  CHECK_OK(mtk_context_destroy(ctx.cuda));
-  CHECK_OK(mtk_context_destroy(ctx.cpu));
-  std::printf("%d cases, %d failures\n", cases, failures);
-  return failures == 0 ? 0 : 1;
+  return report(ctx);
 }
