@@ -591,8 +591,12 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  auto composite_of = [&](const T& value, uint32_t index) {
-    return make_composite(selection_key(value, largest), index);
+  // A candidate's key is built here, once it leaves the stage (or skips it): its top digit goes
+  // to the histogram, the composite to its slot of the buffer while the buffer has room.
+  auto keep_candidate = [&](const T& value, uint32_t index, uint32_t slot) {
+    const Comp c = make_composite(selection_key(value, largest), index);
+    if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
+    if (slot < capacity) row_candidates[slot] = c;
   };
   KeyThreshold<T>::make(threshold_key, largest).with_fixed_test([&](const auto& passes) {
     visit_row_elements<kMultiThreads>(source, begin, end, [&](const auto& elements,
@@ -619,10 +623,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
         if (staged_count < kSlots) {
           staged[staged_count++][threadIdx.x] = stage_entry(elements[e], index);
         } else {
-          const Comp c = composite_of(elements[e], index);
-          if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
-          const uint32_t slot = atomicAdd(&state->next_count, 1u);
-          if (slot < capacity) row_candidates[slot] = c;
+          keep_candidate(elements[e], index, atomicAdd(&state->next_count, 1u));
         }
       }
     });
@@ -634,10 +635,8 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __syncthreads();
   for (int j = 0; j < staged_count; ++j) {
     const StageEntry<T> entry = staged[j][threadIdx.x];
-    const Comp c = composite_of(stage_value<T>(entry), stage_index(entry));
-    if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
-    const uint32_t at = staged_base + after_mine + uint32_t(j);
-    if (at < capacity) row_candidates[at] = c;
+    const uint32_t slot = staged_base + after_mine + uint32_t(j);
+    keep_candidate(stage_value<T>(entry), stage_index(entry), slot);
   }
   if (histogram_candidates) {
     __syncthreads();

@@ -16,7 +16,7 @@ test-cuda: $(CUDA_CONFORMANCE)
 
 TEST_TARGETS += test-cuda
 
-# The warp kernels' and the block kernel's logic on the host (tests/cuda/emulation): needs no
+# The warp, block and multi-block kernels' logic on the host (tests/cuda/emulation): needs no
 # nvcc and no GPU.
 WARP_EMULATION := $(BUILD)/tests/cuda_warp_emulation
 BLOCK_EMULATION := $(BUILD)/tests/cuda_block_emulation
