@@ -12,6 +12,9 @@
 #   BENCHMARKS.md. The first snapshot is the baseline of the ratios.
 # Logs go to $OUT (or ./gpu-out); the table (median of the rounds' eager us per call, sorted=True,
 # with their range, and the ratio to the baseline) is printed last.
+# CONFORMANCE="ARGS" (e.g. "--sampled", or "" for the whole suite) also builds each snapshot's
+# tests/cuda/cuda_conformance and runs it with ARGS before any timing: a branch is timed only
+# once it is correct on the card.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -44,7 +47,9 @@ jobs=$(( $(nproc) / ${#names[@]} ))
 for i in "${!names[@]}"; do
   dir=$WORK/${names[$i]}
   rm -rf "$dir" && mkdir -p "$dir" && tar -xf "${tars[$i]}" -C "$dir" || exit 1
-  (cd "$dir" && make -j"$jobs" BUILD=build build/tests/bench_c_abi \
+  targets=(build/tests/bench_c_abi)
+  [ -n "${CONFORMANCE+set}" ] && targets+=(build/tests/cuda_conformance)
+  (cd "$dir" && make -j"$jobs" BUILD=build "${targets[@]}" \
     > "$OUT/build-${names[$i]}.log" 2>&1) &
 done
 wait
@@ -55,6 +60,18 @@ for name in "${names[@]}"; do
     exit 1
   fi
 done
+
+if [ -n "${CONFORMANCE+set}" ]; then
+  for name in "${names[@]}"; do
+    start=$SECONDS
+    # shellcheck disable=SC2086 # CONFORMANCE holds the suite's arguments, split on purpose
+    "$WORK/$name/build/tests/cuda_conformance" $CONFORMANCE > "$OUT/conformance-$name.log" 2>&1
+    status=$?
+    echo "conformance of $name ($CONFORMANCE): exit $status in $((SECONDS - start)) s"
+    tail -n 3 "$OUT/conformance-$name.log"
+    [ $status -eq 0 ] || exit 1
+  done
+fi
 
 for round in $(seq "$ROUNDS"); do
   for name in "${names[@]}"; do
