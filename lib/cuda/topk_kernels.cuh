@@ -262,6 +262,9 @@ struct RowState {
   uint32_t complete;          // all k winners are written
   uint32_t fallback;          // the sampled threshold missed: run the exact passes on the input
   uint32_t finish_direct;     // few candidates: the finish kernel selects from all of them
+  uint32_t digit_bits;        // width of the digit the last choice appended to the prefix
+  uint32_t filters_done;      // the finish kernel takes the bucket as it is
+  uint32_t in_first_output;   // ... from the first filter pass's output buffer
   Comp threshold;             // sampled plans: candidates are the composites at or above it
   uint32_t hist[kMultiBins];
 };
@@ -372,9 +375,23 @@ __device__ void choose_multi_digit(RowState<Comp>* state, uint32_t* sh_hist, uin
   if (threadIdx.x == 0) {
     state->prefix = (state->prefix << kMultiDigitBits) | Comp(choice.digit);
     state->resolved += kMultiDigitBits;
+    state->digit_bits = kMultiDigitBits;
     state->needed = needed - choice.above;
     state->in_bucket = choice.count;
   }
+}
+
+// Keys of 8 and 16 bits: the threshold pass histograms each candidate's whole key, as its
+// distance above the threshold key (the last bin takes every farther key), so the pass ends
+// knowing the exact key of the k-th. A 16-bit row's candidates span a few hundred keys at most
+// unless the data are extreme; then the k-th may fall in the last bin, and the row takes the
+// exact passes over the input.
+template <class Key>
+constexpr bool kThresholdKeyBins = sizeof(Key) <= 2;
+
+template <class Key>
+__device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key) {
+  return min(uint32_t(key - threshold_key), uint32_t(kMultiBins - 1));
 }
 
 template <class T>
@@ -591,11 +608,18 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  // A candidate's key is built here, once it leaves the stage (or skips it): its top digit goes
-  // to the histogram, the composite to its slot of the buffer while the buffer has room.
+  auto candidate_bin = [&](Comp c) {
+    if constexpr (kThresholdKeyBins<Key>) {
+      return threshold_key_bin(Key(c >> 32), threshold_key);
+    } else {
+      return uint32_t(c >> (kBits - kMultiDigitBits));
+    }
+  };
+  // A candidate's key is built here, once it leaves the stage (or skips it): its bin goes to the
+  // histogram, the composite to its slot of the buffer while the buffer has room.
   auto keep_candidate = [&](const T& value, uint32_t index, uint32_t slot) {
     const Comp c = make_composite(selection_key(value, largest), index);
-    if (histogram_candidates) atomicAdd(&hist[uint32_t(c >> (kBits - kMultiDigitBits))], 1u);
+    if (histogram_candidates) atomicAdd(&hist[candidate_bin(c)], 1u);
     if (slot < capacity) row_candidates[slot] = c;
   };
   KeyThreshold<T>::make(threshold_key, largest).with_fixed_test([&](const auto& passes) {
@@ -651,6 +675,18 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     // Without the histogram the filter passes cannot start: more candidates than the finish
     // kernel takes count as a miss (the plan makes that negligibly rare).
     if (!histogram_candidates) hit = direct;
+    BucketChoice key_choice{};
+    if constexpr (kThresholdKeyBins<Key>) {
+      if (hit && !direct) {
+        for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+          hist[b] = __ldcg(&state->hist[b]);
+          state->hist[b] = 0;
+        }
+        __syncthreads();
+        key_choice = choose_bucket<kMultiBins, kMultiThreads>(hist, uint32_t(g.k), scan, &choice);
+        if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
+      }
+    }
     __syncthreads();  // every thread has its count before thread 0 resets it
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
@@ -661,15 +697,27 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       state->source_count = hit ? count : 0u;
       state->fallback = hit ? 0u : 1u;
       state->finish_direct = direct ? 1u : 0u;
+      if (kThresholdKeyBins<Key> && hit && !direct) {
+        // The prefix is the k-th's whole key; the filter passes continue from its ties.
+        constexpr int kKeyBits = int(sizeof(Key)) * 8;
+        state->prefix = Comp(Key(threshold_key + Key(key_choice.digit)));
+        state->resolved = kKeyBits;
+        state->digit_bits = kKeyBits;
+        state->needed = uint32_t(g.k) - key_choice.above;
+        state->in_bucket = key_choice.count;
+      }
     }
     __syncthreads();
-    if (hit && !direct) {
+    if (hit && !direct && !kThresholdKeyBins<Key>) {
       choose_multi_digit(state, hist, scan, &choice);
     } else if (!hit) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
     }
   }
 }
+
+// Up to this many elements in the bucket a filter pass leaves the rest to the finish kernel.
+constexpr uint32_t kFinishBucketCandidates = 2 * kBlockThreads;
 
 // Candidates per block of a filter pass over the buffer: two batches of for_each_composite.
 constexpr int64_t kFilterItemsPerBlock = int64_t(2) * kCompositeBatch * kMultiThreads;
@@ -697,7 +745,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int seg = int(blockIdx.x % layout.blocks_per_row);
   RowState<Comp>* state = states + row;
   // Uniform across the row's blocks: set by an earlier kernel.
-  if (state->complete || state->finish_direct) return;
+  if (state->complete || state->finish_direct || state->filters_done) return;
 
   const Comp prefix = state->prefix;
   const int resolved = int(state->resolved);
@@ -714,11 +762,18 @@ __global__ void __launch_bounds__(kMultiThreads)
   if (seg >= active_blocks) return;
   const bool take_all = in_bucket == needed;
   const bool fits = !take_all && int64_t(in_bucket) <= layout.capacity;
-  const bool histogram = histogram_next && !take_all;
+  // A bucket this small goes to the finish kernel right after this pass: its rounds over a few
+  // hundred candidates cost less than one more pass (bf16 2^26: the ties of the k-th's key).
+  const bool last_pass = !histogram_next || (fits && in_bucket <= kFinishBucketCandidates);
+  const bool histogram = !last_pass && !take_all;
 
-  const int previous = resolved - kMultiDigitBits;
-  const Comp previous_prefix = prefix >> kMultiDigitBits;
-  const uint32_t chosen = uint32_t(prefix) & (kMultiBins - 1);
+  // The last choice appended a digit of digit_bits (an 11-bit digit, or a whole key chosen by
+  // the threshold pass) to the prefix the source was already narrowed to.
+  const int digit_bits = int(state->digit_bits);
+  const uint32_t digit_mask = uint32_t((uint64_t(1) << digit_bits) - 1);
+  const int previous = resolved - digit_bits;
+  const Comp previous_prefix = prefix >> digit_bits;
+  const uint32_t chosen = uint32_t(prefix) & digit_mask;
   const int digit_shift = kBits - resolved;
   const int next_shift = digit_shift - kMultiDigitBits;
   Comp* row_winners = winners + row * g.k;
@@ -742,7 +797,7 @@ __global__ void __launch_bounds__(kMultiThreads)
       const Comp c = items[e];
       win[e] = bucket[e] = false;
       if (has_prefix<kBits>(c, previous_prefix, previous)) {
-        const uint32_t digit = uint32_t(c >> digit_shift) & (kMultiBins - 1);
+        const uint32_t digit = uint32_t(c >> digit_shift) & digit_mask;
         win[e] = digit > chosen || (take_all && digit == chosen);
         bucket[e] = !take_all && digit == chosen;
       }
@@ -779,6 +834,8 @@ __global__ void __launch_bounds__(kMultiThreads)
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
       state->complete = take_all ? 1u : 0u;
+      state->filters_done = last_pass ? 1u : 0u;
+      state->in_first_output = last_pass && histogram_next ? 1u : 0u;
       state->source_is_buffer = fits ? 1u : 0u;
       state->source_count = fits ? __ldcg(&state->next_count) : 0u;
       state->next_count = 0;
@@ -790,15 +847,17 @@ __global__ void __launch_bounds__(kMultiThreads)
   }
 }
 
-// One block per row: resolves the remaining bits of an unfinished row from its candidates (or
-// the input, after an overflow), appends the last winners, and sorts the row when k fits.
+// One block per row: resolves the remaining bits of an unfinished row from its candidates (in
+// the buffer the last pass wrote, or the input after an overflow), appends the last winners,
+// and sorts the row when k fits.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                   bool largest, MultiLayout layout,
                   RowState<Composite<typename KeyTraits<T>::Key>>* states,
                   Composite<typename KeyTraits<T>::Key>* winners,
-                  const Composite<typename KeyTraits<T>::Key>* candidates, bool sort_here) {
+                  const Composite<typename KeyTraits<T>::Key>* candidates,
+                  const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here) {
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -809,6 +868,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   RowState<Comp>* state = states + row;
   Comp* row_winners = winners + row * g.k;
   const RowOffsets o = device_row_offsets(g, row);
+  const Comp* const row_candidates =
+      (state->in_first_output ? first_output : candidates) + row * layout.capacity;
 
   // A sampled threshold that left at most a block's worth of candidates and nothing else
   // selected (the direct case; k <= count by then): each thread ranks one candidate by counting
@@ -820,7 +881,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const uint32_t count = state->source_count;
     Comp* const stage = sh.winners;
     const bool ranks = threadIdx.x < count;
-    const Comp mine = ranks ? candidates[row * layout.capacity + threadIdx.x] : Comp(0);
+    const Comp mine = ranks ? row_candidates[threadIdx.x] : Comp(0);
     if (ranks) stage[threadIdx.x] = mine;
     __syncthreads();
     if (ranks) {
@@ -852,7 +913,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
                                 state->in_bucket};
     if (state->source_is_buffer) {
-      const BufferSource<Comp> source{candidates + row * layout.capacity,
+      const BufferSource<Comp> source{row_candidates,
                                       int64_t(state->source_count)};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
       for_each_composite(source,

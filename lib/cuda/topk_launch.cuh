@@ -142,7 +142,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                                                                       layout, states, false);
       }
       // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
-      // buffer0 -> finish.
+      // buffer0 -> finish; a small bucket after pass 0 goes from buffer1 to the finish.
       static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
       launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
                             p.largest, layout, states, winners, buffer0, buffer1, true);
@@ -150,7 +150,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                             p.largest, layout, states, winners, buffer1, buffer0, false);
       launch_after_previous(finish_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream, g,
                             input, p.values, p.indices, index64, p.largest, layout, states,
-                            winners, buffer0, plan.sort_in_block);
+                            winners, buffer0, buffer1, plan.sort_in_block);
       if (!plan.sort_in_block) {
         void* temp = base + plan.sort_temp_offset;
         for (int64_t row = 0; row < g.rows; ++row) {

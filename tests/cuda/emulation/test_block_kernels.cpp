@@ -174,7 +174,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
   const bool sort_here = g.k <= kSortCapacity;
   launch(g.rows, kBlockThreads, [&] {
     finish_kernel<T>(g, input, values, indices, true, largest, layout, states.data(),
-                     winners.data(), buffer0.data(), sort_here);
+                     winners.data(), buffer0.data(), buffer1.data(), sort_here);
   });
   if (!sort_here) {  // launch_topk's merge sort, then its write kernel
     for (int64_t r = 0; r < g.rows; ++r) {
