@@ -266,6 +266,7 @@ struct RowState {
   uint32_t filters_done;      // the finish kernel takes the bucket as it is
   uint32_t in_first_output;   // ... from the first filter pass's output buffer
   Comp threshold;             // sampled plans: candidates are the composites at or above it
+  uint32_t threshold_shift;   // sampled plans: the threshold pass's key bins are 2^shift wide
   uint32_t hist[kMultiBins];
 };
 
@@ -381,17 +382,17 @@ __device__ void choose_multi_digit(RowState<Comp>* state, uint32_t* sh_hist, uin
   }
 }
 
-// Keys of 8 and 16 bits: the threshold pass histograms each candidate's whole key, as its
-// distance above the threshold key (the last bin takes every farther key), so the pass ends
-// knowing the exact key of the k-th. A 16-bit row's candidates span a few hundred keys at most
-// unless the data are extreme; then the k-th may fall in the last bin, and the row takes the
-// exact passes over the input.
+// The threshold pass histograms its candidates by key, as the distance above the threshold
+// key in units of 2^threshold_shift keys (the sample kernel picks the shift so that its sample's
+// keys above the threshold span under 512 units; 8- and 16-bit keys mostly get 0, whole keys).
+// A bin is then a key prefix, and the pass ends knowing the prefix of the k-th's key: the finish
+// kernel or the filter passes start from that bucket instead of the empty prefix. The last bin
+// takes every farther key; when the k-th falls there (a row whose top keys spread far beyond
+// its sample's), the row takes the exact passes over the input.
 template <class Key>
-constexpr bool kThresholdKeyBins = sizeof(Key) <= 2;
-
-template <class Key>
-__device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key) {
-  return min(uint32_t(key - threshold_key), uint32_t(kMultiBins - 1));
+__device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key, int shift) {
+  const uint64_t units = uint64_t(key >> shift) - uint64_t(threshold_key >> shift);
+  return uint32_t(min(units, uint64_t(kMultiBins - 1)));
 }
 
 template <class T>
@@ -516,10 +517,23 @@ __global__ void __launch_bounds__(kSampleThreads)
     needed -= c.above;
     if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
-  __syncthreads();  // the state is cleared before thread 0 writes into it
+  // The largest sample key, for the width of the threshold pass's key bins.
+  __shared__ uint64_t warp_max[kSampleThreads / 32];
+  uint64_t largest_key = 0;
+#pragma unroll
+  for (int j = 0; j < SamplesPerThread; ++j) largest_key = max(largest_key, uint64_t(keys[j]));
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    largest_key = max(largest_key, __shfl_xor_sync(0xffffffffu, largest_key, offset));
+  }
+  if (lane == 0) warp_max[threadIdx.x >> 5] = largest_key;
+  __syncthreads();  // also: the state is cleared before thread 0 writes into it
   if (threadIdx.x == 0) {
+    for (int w = 0; w < kSampleThreads / 32; ++w) largest_key = max(largest_key, warp_max[w]);
     const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
+    const uint64_t span = largest_key - uint64_t(threshold_key);
+    const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
     state->threshold = Comp(threshold_key) << 32;
+    state->threshold_shift = uint32_t(max(0, span_bits - 9));
   }
 }
 
@@ -585,7 +599,6 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
-  constexpr int kBits = kCompositeBits<Key>;
   __shared__ uint32_t hist[kMultiBins];
   __shared__ uint32_t scan[kMultiThreads / 32];
   __shared__ BucketChoice choice;
@@ -608,12 +621,9 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  const int key_shift = int(state->threshold_shift);
   auto candidate_bin = [&](Comp c) {
-    if constexpr (kThresholdKeyBins<Key>) {
-      return threshold_key_bin(Key(c >> 32), threshold_key);
-    } else {
-      return uint32_t(c >> (kBits - kMultiDigitBits));
-    }
+    return threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
   };
   // A candidate's key is built here, once it leaves the stage (or skips it): its bin goes to the
   // histogram, the composite to its slot of the buffer while the buffer has room.
@@ -676,16 +686,14 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     // kernel takes count as a miss (the plan makes that negligibly rare).
     if (!histogram_candidates) hit = direct;
     BucketChoice key_choice{};
-    if constexpr (kThresholdKeyBins<Key>) {
-      if (hit && !direct) {
-        for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
-          hist[b] = __ldcg(&state->hist[b]);
-          state->hist[b] = 0;
-        }
-        __syncthreads();
-        key_choice = choose_bucket<kMultiBins, kMultiThreads>(hist, uint32_t(g.k), scan, &choice);
-        if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
+    if (hit && histogram_candidates) {
+      for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+        hist[b] = __ldcg(&state->hist[b]);
+        state->hist[b] = 0;
       }
+      __syncthreads();
+      key_choice = choose_bucket<kMultiBins, kMultiThreads>(hist, uint32_t(g.k), scan, &choice);
+      if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
     }
     __syncthreads();  // every thread has its count before thread 0 resets it
     if (threadIdx.x == 0) {
@@ -696,21 +704,19 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       state->source_is_buffer = hit ? 1u : 0u;
       state->source_count = hit ? count : 0u;
       state->fallback = hit ? 0u : 1u;
-      state->finish_direct = direct ? 1u : 0u;
-      if (kThresholdKeyBins<Key> && hit && !direct) {
-        // The prefix is the k-th's whole key; the filter passes continue from its ties.
+      state->finish_direct = hit && direct ? 1u : 0u;
+      if (hit && histogram_candidates) {
+        // The prefix of the k-th's key: the finish or the filter passes go on from its bucket.
         constexpr int kKeyBits = int(sizeof(Key)) * 8;
-        state->prefix = Comp(Key(threshold_key + Key(key_choice.digit)));
-        state->resolved = kKeyBits;
-        state->digit_bits = kKeyBits;
+        state->prefix = Comp((threshold_key >> key_shift) + Key(key_choice.digit));
+        state->resolved = uint32_t(kKeyBits - key_shift);
+        state->digit_bits = state->resolved;
         state->needed = uint32_t(g.k) - key_choice.above;
         state->in_bucket = key_choice.count;
       }
     }
     __syncthreads();
-    if (hit && !direct && !kThresholdKeyBins<Key>) {
-      choose_multi_digit(state, hist, scan, &choice);
-    } else if (!hit) {
+    if (!hit) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
     }
   }
@@ -767,13 +773,12 @@ __global__ void __launch_bounds__(kMultiThreads)
   const bool last_pass = !histogram_next || (fits && in_bucket <= kFinishBucketCandidates);
   const bool histogram = !last_pass && !take_all;
 
-  // The last choice appended a digit of digit_bits (an 11-bit digit, or a whole key chosen by
-  // the threshold pass) to the prefix the source was already narrowed to.
+  // The last choice appended a digit of digit_bits (an 11-bit digit, or the key prefix the
+  // threshold pass chose, then on the empty prefix) to the prefix the source was narrowed to.
+  // Under that earlier prefix, comparing the top `resolved` bits compares the digits.
   const int digit_bits = int(state->digit_bits);
-  const uint32_t digit_mask = uint32_t((uint64_t(1) << digit_bits) - 1);
   const int previous = resolved - digit_bits;
-  const Comp previous_prefix = prefix >> digit_bits;
-  const uint32_t chosen = uint32_t(prefix) & digit_mask;
+  const Comp previous_prefix = previous == 0 ? Comp(0) : prefix >> digit_bits;
   const int digit_shift = kBits - resolved;
   const int next_shift = digit_shift - kMultiDigitBits;
   Comp* row_winners = winners + row * g.k;
@@ -797,9 +802,9 @@ __global__ void __launch_bounds__(kMultiThreads)
       const Comp c = items[e];
       win[e] = bucket[e] = false;
       if (has_prefix<kBits>(c, previous_prefix, previous)) {
-        const uint32_t digit = uint32_t(c >> digit_shift) & digit_mask;
-        win[e] = digit > chosen || (take_all && digit == chosen);
-        bucket[e] = !take_all && digit == chosen;
+        const Comp top = c >> digit_shift;
+        win[e] = top > prefix || (take_all && top == prefix);
+        bucket[e] = !take_all && top == prefix;
       }
       any |= win[e] || bucket[e];
       if (histogram && bucket[e]) {
@@ -915,9 +920,14 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (state->source_is_buffer) {
       const BufferSource<Comp> source{row_candidates,
                                       int64_t(state->source_count)};
+      // A direct finish holds every candidate, those above the bucket the threshold pass chose
+      // included: its winners are all the buffer's elements at or above the final prefix.
+      const Selection<Comp> taken_from =
+          state->finish_direct ? Selection<Comp>{Comp(0), 0, uint32_t(g.k), state->source_count}
+                               : start;
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
       for_each_composite(source,
-                         [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });
+                         [&](Comp c) { append(is_winner<kBits>(c, taken_from, final_sel), c); });
     } else {
       const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);

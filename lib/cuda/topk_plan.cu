@@ -65,9 +65,11 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   }
   plan.sample_rank = uint32_t(choice.rank);
   plan.samples_per_thread = choice.per_thread;
-  // Below a quarter of what the finish kernel takes alone, overshooting it is as unlikely as a
-  // miss, so the threshold pass need not histogram the candidates for the filter passes.
-  plan.histogram_candidates = expected_candidates > double(kDirectFinishCandidates) / 4;
+  // The threshold pass histograms its candidates by key when the finish kernel would rank them
+  // by radix rounds (more than a block of them): the rounds then start from the bucket of the
+  // k-th. Up to a block, the finish ranks them by counting, and overshooting what it takes
+  // alone is as unlikely as a miss.
+  plan.histogram_candidates = expected_candidates > double(kBlockThreads);
   // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
   // flight each already cover the memory latency) pays the per-block setup and the row-state
   // round trips once per SM slot instead of a wave and a half of short blocks.

@@ -278,6 +278,7 @@ inline void __syncthreads() {
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __ffs(unsigned v) { return __builtin_ffs(int(v)); }
+inline int __clzll(long long v) { return v == 0 ? 64 : __builtin_clzll((unsigned long long)v); }
 
 // Threads switch only inside collectives and barriers, so a read-modify-write is atomic here,
 // and memory needs no fences or cache hints.

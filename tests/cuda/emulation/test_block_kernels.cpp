@@ -270,6 +270,7 @@ void run_type(const char* name, bool quick) {
   const MultiCase multi_cases[] = {
       {2, 20000, 50, 3, 20000, -1, false, false, false},    // sampled, direct finish by counting
       {1, 20000, 700, 4, 20000, -1, false, false, true},    // sampled, direct finish by rounds
+      {1, 20000, 700, 4, 20000, -1, true, false, false},    // the same from the k-th's bucket
       {1, 40000, 50, 3, 40000, -1, false, true, false},     // the wide sample
       {1, 60000, 4000, 5, 60000, -1, true, false, true},    // k above the sort: write_sorted
       {1, 60000, 100, 4, 60000, 1400, true, false, false},  // ~41k candidates: filter passes
