@@ -21,6 +21,7 @@
 
 #include "core/key_threshold.hpp"
 #include "cuda/device_utils.cuh"
+#include "cuda/topk_plan.hpp"
 #include "cuda/topk_warp_kernels.cuh"
 
 namespace mtk {
@@ -594,7 +595,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            Composite<typename KeyTraits<T>::Key>* candidates,
-                           bool histogram_candidates) {
+                           CandidateHistogram histogram) {
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -622,8 +623,11 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
   const int key_shift = int(state->threshold_shift);
+  const bool histogram_candidates = histogram != CandidateHistogram::None;
+  const bool key_prefix = histogram == CandidateHistogram::KeyPrefix;
   auto candidate_bin = [&](Comp c) {
-    return threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    return key_prefix ? threshold_key_bin(Key(c >> 32), threshold_key, key_shift)
+                      : uint32_t(c >> (kCompositeBits<Key> - kMultiDigitBits));
   };
   // A candidate's key is built here, once it leaves the stage (or skips it): its bin goes to the
   // histogram, the composite to its slot of the buffer while the buffer has room.
@@ -686,7 +690,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     // kernel takes count as a miss (the plan makes that negligibly rare).
     if (!histogram_candidates) hit = direct;
     BucketChoice key_choice{};
-    if (hit && histogram_candidates) {
+    if (hit && key_prefix) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
         hist[b] = __ldcg(&state->hist[b]);
         state->hist[b] = 0;
@@ -705,7 +709,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       state->source_count = hit ? count : 0u;
       state->fallback = hit ? 0u : 1u;
       state->finish_direct = hit && direct ? 1u : 0u;
-      if (hit && histogram_candidates) {
+      if (hit && key_prefix) {
         // The prefix of the k-th's key: the finish or the filter passes go on from its bucket.
         constexpr int kKeyBits = int(sizeof(Key)) * 8;
         state->prefix = Comp((threshold_key >> key_shift) + Key(key_choice.digit));
@@ -716,7 +720,9 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       }
     }
     __syncthreads();
-    if (!hit) {
+    if (hit && !direct && histogram == CandidateHistogram::TopDigit) {
+      choose_multi_digit(state, hist, scan, &choice);
+    } else if (!hit) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
     }
   }

@@ -131,7 +131,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                                   ? multi_threshold_kernel<T, kLargeThresholdStageBytes>
                                   : multi_threshold_kernel<T, kSmallThresholdStageBytes>,
                               grid, kMultiThreads, 0, stream, g, input, p.largest, layout, states,
-                              buffer0, plan.histogram_candidates);
+                              buffer0, plan.candidate_histogram);
         launch_after_previous(multi_histogram_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
                               p.largest, layout, states, true);
       } else {

@@ -65,11 +65,19 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   }
   plan.sample_rank = uint32_t(choice.rank);
   plan.samples_per_thread = choice.per_thread;
-  // The threshold pass histograms its candidates by key when the finish kernel would rank them
-  // by radix rounds (more than a block of them): the rounds then start from the bucket of the
-  // k-th. Up to a block, the finish ranks them by counting, and overshooting what it takes
-  // alone is as unlikely as a miss.
-  plan.histogram_candidates = expected_candidates > double(kBlockThreads);
+  // Key-prefix bins span 512 units of the sample's keys above the threshold and take 2047: they
+  // hold the k-th with room to spare when at least 4 of the k fall in the sample, or when keys
+  // have few values (8 and 16 bits); the finish kernel's radix rounds then start from its
+  // bucket, worth it above a block of candidates (up to a block it ranks them by counting). A
+  // k-th far above the sample's largest key (k = 100 of 2^28 sits ~16000 ranks above it) needs
+  // the composite's top digits instead, which any spread fits. Below a quarter of what the
+  // finish takes alone, overshooting it is as unlikely as a miss, so no histogram at all.
+  const double k_in_sample = double(k) * samples / double(n);
+  if ((element_bytes <= 2 || k_in_sample >= 4) && expected_candidates > double(kBlockThreads)) {
+    plan.candidate_histogram = CandidateHistogram::KeyPrefix;
+  } else if (expected_candidates > double(kDirectFinishCandidates) / 4) {
+    plan.candidate_histogram = CandidateHistogram::TopDigit;
+  }
   // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
   // flight each already cover the memory latency) pays the per-block setup and the row-state
   // round trips once per SM slot instead of a wave and a half of short blocks.

@@ -26,6 +26,14 @@ namespace cuda {
 
 enum class TopkPath { Warp, Block, Multi };
 
+// What the threshold pass of a sampled plan histograms of its candidates (topk_plan.cu says
+// when which).
+enum class CandidateHistogram : uint32_t {
+  None,       // few expected: the finish kernel ranks them all from the empty prefix
+  TopDigit,   // the composite's top 11 bits, where the filter passes start
+  KeyPrefix,  // key prefixes (threshold_key_bin): the k-th's bucket, for the finish too
+};
+
 // Every region of the scratch layout starts on this boundary, counted from the scratch base
 // rounded up to it (a caller's workspace may be unaligned; workspace_bytes includes the slack).
 constexpr size_t kScratchAlignment = 256;
@@ -38,7 +46,7 @@ struct TopkPlan {
   bool sort_in_block = true;    // Multi: k fits the finish kernel's shared-memory sort
   uint32_t sample_rank = 0;     // Multi: > 0 reads the input once through a sampled threshold
   int samples_per_thread = 0;   // Multi, sampled: which sample size
-  bool histogram_candidates = false;  // Multi, sampled: too many expected for the finish alone
+  CandidateHistogram candidate_histogram = CandidateHistogram::None;  // Multi, sampled
   bool large_threshold_stage = false;  // Multi, sampled: over two candidates a thread expected
   size_t states_offset = 0, winners_offset = 0, candidates_offset[2] = {0, 0};
   size_t sort_temp_offset = 0, sort_temp_bytes = 0;

@@ -88,7 +88,7 @@ struct MultiChoice {
   int blocks_per_row;
   int64_t capacity;
   uint32_t sample_rank;  // 0: the plain histogram pass
-  bool histogram_candidates;
+  CandidateHistogram histogram;
   bool wide_sample;
   bool large_stage;  // the threshold pass's stage size
 };
@@ -149,10 +149,10 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
     launch(grid, kMultiThreads, [&] {
       if (c.large_stage) {
         multi_threshold_kernel<T, kLargeThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram_candidates);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
       } else {
         multi_threshold_kernel<T, kSmallThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram_candidates);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
       }
     });
     launch(grid, kMultiThreads, [&] {
@@ -260,25 +260,30 @@ void run_type(const char* name, bool quick) {
                      (wide ? kWideSamplesPerThread : kNarrowSamplesPerThread) / double(n);
     return uint32_t(std::ceil(m + 4 * std::sqrt(m) + 8));
   };
+  constexpr CandidateHistogram kNone = CandidateHistogram::None;
+  constexpr CandidateHistogram kTop = CandidateHistogram::TopDigit;
+  constexpr CandidateHistogram kKey = CandidateHistogram::KeyPrefix;
   struct MultiCase {
     int64_t rows, n, k;
     int blocks_per_row;
     int64_t capacity;
     int rank;  // -1: the plan's
-    bool histogram, wide, large_stage;
+    CandidateHistogram histogram;
+    bool wide, large_stage;
   };
   const MultiCase multi_cases[] = {
-      {2, 20000, 50, 3, 20000, -1, false, false, false},    // sampled, direct finish by counting
-      {1, 20000, 700, 4, 20000, -1, false, false, true},    // sampled, direct finish by rounds
-      {1, 20000, 700, 4, 20000, -1, true, false, false},    // the same from the k-th's bucket
-      {1, 40000, 50, 3, 40000, -1, false, true, false},     // the wide sample
-      {1, 60000, 4000, 5, 60000, -1, true, false, true},    // k above the sort: write_sorted
-      {1, 60000, 100, 4, 60000, 1400, true, false, false},  // ~41k candidates: filter passes
-      {1, 60000, 100, 4, 60000, 1400, true, false, true},   // the same through the large stage
-      {2, 20000, 300, 3, 20000, 1, true, false, false},     // too few candidates: fallback
-      {1, 30000, 20, 4, 3000, 2048, true, false, true},     // overflowing buffer: fallback
-      {1, 30000, 200, 4, 30000, 0, false, false, false},    // the plain histogram pass
-      {1, 30000, 2048, 2, 2000, 0, false, false, false},    // plain, bucket past the buffer
+      {2, 20000, 50, 3, 20000, -1, kNone, false, false},    // sampled, direct finish by counting
+      {1, 20000, 700, 4, 20000, -1, kNone, false, true},    // sampled, direct finish by rounds
+      {1, 20000, 700, 4, 20000, -1, kKey, false, false},    // the same from the k-th's bucket
+      {1, 40000, 50, 3, 40000, -1, kNone, true, false},     // the wide sample
+      {1, 60000, 4000, 5, 60000, -1, kTop, false, true},    // k above the sort: write_sorted
+      {1, 60000, 4000, 5, 60000, -1, kKey, false, false},   // the same from key prefixes
+      {1, 60000, 100, 4, 60000, 1400, kTop, false, false},  // ~41k candidates: filter passes
+      {1, 60000, 100, 4, 60000, 1400, kKey, false, true},   // the same from key prefixes
+      {2, 20000, 300, 3, 20000, 1, kKey, false, false},     // too few candidates: fallback
+      {1, 30000, 20, 4, 3000, 2048, kTop, false, true},     // overflowing buffer: fallback
+      {1, 30000, 200, 4, 30000, 0, kNone, false, false},    // the plain histogram pass
+      {1, 30000, 2048, 2, 2000, 0, kNone, false, false},    // plain, bucket past the buffer
   };
   for (const MultiCase& m : multi_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
