@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/key_threshold.hpp"
 #include "cuda/device_utils.cuh"
@@ -392,8 +393,9 @@ __device__ void choose_multi_digit(RowState<Comp>* state, uint32_t* sh_hist, uin
 // its sample's), the row takes the exact passes over the input.
 template <class Key>
 __device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key, int shift) {
-  const uint64_t units = uint64_t(key >> shift) - uint64_t(threshold_key >> shift);
-  return uint32_t(min(units, uint64_t(kMultiBins - 1)));
+  using WideKey = std::conditional_t<(sizeof(Key) > 4), uint64_t, uint32_t>;
+  const WideKey units = WideKey(key >> shift) - WideKey(threshold_key >> shift);
+  return uint32_t(min(units, WideKey(kMultiBins - 1)));
 }
 
 template <class T>
@@ -489,13 +491,18 @@ __global__ void __launch_bounds__(kSampleThreads)
   // sizeable part of a sampling call).
   constexpr int kRuns = kSamples / 32;
   const int lane = int(threadIdx.x & 31);
+  // The sample's largest key sets the width of the threshold pass's key bins; kept as a running
+  // maximum of the loads (a pass over keys[] after the rank loop cost the kernel 22 registers).
+  using WideKey = std::conditional_t<(sizeof(Key) > 4), uint64_t, uint32_t>;
   Key keys[SamplesPerThread];
+  WideKey largest_key = 0;
 #pragma unroll
   for (int j = 0; j < SamplesPerThread; ++j) {
     const uint64_t run = uint64_t(j) * (kSampleThreads / 32) + (threadIdx.x >> 5);
     const int64_t centre = int64_t((2 * run + 1) * uint64_t(g.n) / (2 * uint64_t(kRuns)));
     const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
     keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
+    if (WideKey(keys[j]) > largest_key) largest_key = WideKey(keys[j]);
   }
 
   Key prefix = 0;
@@ -518,20 +525,16 @@ __global__ void __launch_bounds__(kSampleThreads)
     needed -= c.above;
     if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
-  // The largest sample key, for the width of the threshold pass's key bins.
-  __shared__ uint64_t warp_max[kSampleThreads / 32];
-  uint64_t largest_key = 0;
-#pragma unroll
-  for (int j = 0; j < SamplesPerThread; ++j) largest_key = max(largest_key, uint64_t(keys[j]));
+  __shared__ WideKey warp_max[kSampleThreads / 32];
   for (int offset = 16; offset > 0; offset >>= 1) {
-    largest_key = max(largest_key, __shfl_xor_sync(0xffffffffu, largest_key, offset));
+    largest_key = max(largest_key, WideKey(__shfl_xor_sync(0xffffffffu, largest_key, offset)));
   }
   if (lane == 0) warp_max[threadIdx.x >> 5] = largest_key;
   __syncthreads();  // also: the state is cleared before thread 0 writes into it
   if (threadIdx.x == 0) {
     for (int w = 0; w < kSampleThreads / 32; ++w) largest_key = max(largest_key, warp_max[w]);
     const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
-    const uint64_t span = largest_key - uint64_t(threshold_key);
+    const uint64_t span = uint64_t(largest_key) - uint64_t(threshold_key);
     const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
     state->threshold = Comp(threshold_key) << 32;
     state->threshold_shift = uint32_t(max(0, span_bits - 9));
