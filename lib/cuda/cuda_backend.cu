@@ -110,6 +110,8 @@ class CudaBackend final : public Backend {
     }
     check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device),
                "reading the multiprocessor count");
+    check_cuda(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, device),
+               "reading the L2 cache size");
   }
 
   mtk_backend kind() const override { return MTK_BACKEND_CUDA; }
@@ -185,7 +187,7 @@ class CudaBackend final : public Backend {
     const PlanKey key{problem.dtype, g.rows, g.n, g.k};
     return plans_.get_or_create(key, [&] {
       DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
-      return make_topk_plan(key, sm_count_);
+      return make_topk_plan(key, sm_count_, l2_bytes_);
     });
   }
 
@@ -203,6 +205,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   int sm_count_ = 0;
+  int l2_bytes_ = 0;
   LruCache<PlanKey, TopkPlan, PlanKeyHash> plans_{kPlanCacheCapacity};
   ScratchCache scratch_;
 };

@@ -103,6 +103,17 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
 #endif
 }
 
+// Asks `bytes` of global memory from `p` into L2 without waiting (the copy engine's bulk
+// prefetch, sm_90; a hint, so older targets simply skip it). Both must be 16-byte multiples.
+__device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 // Programmatic dependent launch (sm_90): the kernels of a multi-kernel top-k after the first are
 // launched so that the GPU may schedule them while their predecessor drains (see
 // launch_after_previous in topk_launch.cuh), which hides each launch's latency; most of them

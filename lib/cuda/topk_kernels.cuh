@@ -275,6 +275,7 @@ struct RowState {
 struct MultiLayout {
   int blocks_per_row;
   int64_t capacity;  // candidate slots per row and buffer
+  uint32_t l2_prefetch_bytes = 0;  // sampled plans: see prefetch_segment_head
 };
 
 constexpr int kLoadsInFlight = 4;  // 16-byte loads per thread in visit_row_segment's main loop
@@ -348,6 +349,21 @@ __device__ __forceinline__ void visit_row_segment(const InputRow<T>& row, int64_
     }
     visit(items);
   });
+}
+
+// The threshold pass streams each segment from its start. The sample kernel reads a few
+// kilobytes a row and leaves DRAM idle while it ranks them; asking the head of every segment into
+// L2 meanwhile (from the threshold blocks already resident, which are launched early, and from
+// the sample blocks for rows of a few segments) lets the pass find its first loads in L2.
+template <class T>
+__device__ __forceinline__ void prefetch_segment_head(const T* row_base, int64_t stride,
+                                                      int64_t begin, int64_t end, uint32_t bytes) {
+  if (bytes == 0 || stride != 1) return;
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(row_base + begin) + 15) & ~uintptr_t(15);
+  const uintptr_t last = reinterpret_cast<uintptr_t>(row_base + end) & ~uintptr_t(15);
+  if (last <= first) return;
+  prefetch_to_l2(reinterpret_cast<const void*>(first),
+                 uint32_t(min(uint64_t(last - first), uint64_t(bytes))));
 }
 
 // Global memory fence and ticket: true in exactly one block, the last of the row to arrive,
@@ -460,6 +476,7 @@ __global__ void __launch_bounds__(kMultiThreads)
 constexpr int kSampleThreads = 512;
 constexpr int kNarrowSamplesPerThread = 4;   // 2048 samples: rows up to a few million
 constexpr int kWideSamplesPerThread = 32;    // 16384 samples: huge rows
+constexpr int kSamplePrefetchSegments = 8;   // see prefetch_segment_head
 
 // Ranks the sample and initialises the row's state (so sampled plans need no memset). The
 // threshold is the lower edge of the narrowest key bucket that holds the sample's
@@ -467,6 +484,7 @@ constexpr int kWideSamplesPerThread = 32;    // 16384 samples: huge rows
 template <class T, int SamplesPerThread>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
+                        MultiLayout layout,
                         RowState<Composite<typename KeyTraits<T>::Key>>* states) {
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -503,6 +521,12 @@ __global__ void __launch_bounds__(kSampleThreads)
     const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
     keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
     if (WideKey(keys[j]) > largest_key) largest_key = WideKey(keys[j]);
+  }
+  // One block's copy engine issues a few segments' prefetches quickly, not a huge row's hundreds.
+  if (layout.blocks_per_row <= kSamplePrefetchSegments && int(threadIdx.x) < layout.blocks_per_row) {
+    int64_t begin, end;
+    segment_bounds(g.n, layout.blocks_per_row, int(threadIdx.x), begin, end);
+    prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
 
   Key prefix = 0;
@@ -599,6 +623,15 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            Composite<typename KeyTraits<T>::Key>* candidates,
                            CandidateHistogram histogram) {
+  const int64_t row = blockIdx.x / layout.blocks_per_row;
+  const int seg = int(blockIdx.x % layout.blocks_per_row);
+  const RowOffsets o = device_row_offsets(g, row);
+  int64_t begin, end;
+  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  // The input is not an earlier kernel's output: its prefetch need not wait.
+  if (threadIdx.x == 0) {
+    prefetch_segment_head(input + o.input, g.input_stride, begin, end, layout.l2_prefetch_bytes);
+  }
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -611,8 +644,6 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
   __shared__ uint32_t staged_base;
 
-  const int64_t row = blockIdx.x / layout.blocks_per_row;
-  const int seg = int(blockIdx.x % layout.blocks_per_row);
   RowState<Comp>* state = states + row;
   const Key threshold_key = Key(state->threshold >> 32);
   const uint32_t capacity = uint32_t(layout.capacity);
@@ -621,10 +652,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
   __syncthreads();
   int staged_count = 0;  // this thread's slots in use
-  const RowOffsets o = device_row_offsets(g, row);
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
-  int64_t begin, end;
-  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
   const int key_shift = int(state->threshold_shift);
   const bool histogram_candidates = histogram != CandidateHistogram::None;
   const bool key_prefix = histogram == CandidateHistogram::KeyPrefix;

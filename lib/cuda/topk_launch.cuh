@@ -113,7 +113,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       auto* winners = reinterpret_cast<Comp*>(base + plan.winners_offset);
       auto* buffer0 = reinterpret_cast<Comp*>(base + plan.candidates_offset[0]);
       auto* buffer1 = reinterpret_cast<Comp*>(base + plan.candidates_offset[1]);
-      const MultiLayout layout{plan.blocks_per_row, plan.capacity};
+      const MultiLayout layout{plan.blocks_per_row, plan.capacity, plan.l2_prefetch_bytes};
       const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
       if (plan.sample_rank > 0) {
         // The sample kernel initialises the row state; the histogram pass runs only for rows
@@ -121,11 +121,11 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         if (plan.samples_per_thread == kWideSamplesPerThread) {
           multi_sample_kernel<T, kWideSamplesPerThread>
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
-                                                                plan.sample_rank, states);
+                                                                plan.sample_rank, layout, states);
         } else {
           multi_sample_kernel<T, kNarrowSamplesPerThread>
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
-                                                                plan.sample_rank, states);
+                                                                plan.sample_rank, layout, states);
         }
         launch_after_previous(plan.large_threshold_stage
                                   ? multi_threshold_kernel<T, kLargeThresholdStageBytes>

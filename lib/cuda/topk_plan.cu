@@ -19,6 +19,7 @@ constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);  // indices fit 32 bits, 
 // Below this many input bytes the sample kernel's launch costs more than the read it saves.
 constexpr int64_t kSampledMinBytes = int64_t(4) << 20;
 constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
+constexpr int64_t kMaxSegmentPrefetch = int64_t(1) << 20;  // bytes asked into L2 per segment
 
 // A sample of S elements of a row of n ranks k at k*S/n; the threshold is the sample's r-th
 // largest key with r = ceil(m + 4 sqrt(m) + 8), m = k*S/n. The row's elements at or above it
@@ -44,7 +45,7 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 // candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
 // for ~4 us more sampling.
 void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
-                     int sm_count) {
+                     int sm_count, int64_t l2_bytes) {
   if (rows * n * element_bytes < kSampledMinBytes) return;
   auto counting_fits = [](const SampleChoice& c) {
     return c.expected_candidates + 6 * c.candidates_sd <= double(kBlockThreads);
@@ -88,6 +89,10 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   // expected, one thread in twenty spills; a huge row's ~1.1 (2^28, k = 100) one in 190.
   plan.large_threshold_stage =
       expected_candidates > 2.0 * double(plan.blocks_per_row) * double(kMultiThreads);
+  // Half the L2 for the segments' heads (prefetch_segment_head): about what DRAM delivers while
+  // a sample kernel runs (5-7 us at ~4 TB/s), and it leaves room for the lines the pass streams.
+  const int64_t per_segment = l2_bytes / 2 / (rows * plan.blocks_per_row) / 16 * 16;
+  plan.l2_prefetch_bytes = uint32_t(std::clamp<int64_t>(per_segment, 0, kMaxSegmentPrefetch));
 }
 
 size_t align_up(size_t bytes) {
@@ -117,7 +122,7 @@ size_t merge_sort_temp_bytes(int key_bytes, int64_t k) {
                         : merge_sort_temp_bytes_for<Composite<uint32_t>>(k);
 }
 
-TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
+TopkPlan make_topk_plan(const PlanKey& key, int sm_count, int64_t l2_bytes) {
   const int64_t rows = key.rows, n = key.n, k = key.k;
   if (n > kMaxRowLength) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "rows of ", n, " elements exceed the CUDA backend's limit of ",
@@ -144,7 +149,7 @@ TopkPlan make_topk_plan(const PlanKey& key, int sm_count) {
   plan.sort_in_block = k <= kSortCapacity;
 
   const int key_bytes = int(dtype_info(key.dtype)->size);
-  choose_sampling(plan, rows, n, k, key_bytes, sm_count);
+  choose_sampling(plan, rows, n, k, key_bytes, sm_count, l2_bytes);
   const size_t comp = composite_bytes(key_bytes);
   size_t offset = 0;
   plan.states_offset = offset;

@@ -48,6 +48,7 @@ struct TopkPlan {
   int samples_per_thread = 0;   // Multi, sampled: which sample size
   CandidateHistogram candidate_histogram = CandidateHistogram::None;  // Multi, sampled
   bool large_threshold_stage = false;  // Multi, sampled: over two candidates a thread expected
+  uint32_t l2_prefetch_bytes = 0;      // Multi, sampled: head of each segment asked into L2
   size_t states_offset = 0, winners_offset = 0, candidates_offset[2] = {0, 0};
   size_t sort_temp_offset = 0, sort_temp_bytes = 0;
   size_t workspace_bytes = 0;   // exact scratch for the call (0 for Warp and Block)
@@ -71,7 +72,7 @@ struct PlanKeyHash {
 };
 
 // Throws MTK_ERROR_INVALID_ARGUMENT for rows longer than the backend handles (2^32 - 2).
-TopkPlan make_topk_plan(const PlanKey& key, int sm_count);
+TopkPlan make_topk_plan(const PlanKey& key, int sm_count, int64_t l2_bytes);
 
 }  // namespace cuda
 }  // namespace mtk

@@ -139,10 +139,10 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
     launch(g.rows, kSampleThreads, [&] {
       if (c.wide_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                     states.data());
+                                                     layout, states.data());
       } else {
         multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                       states.data());
+                                                       layout, states.data());
       }
     });
     check_sample_thresholds(g, input, largest, c, states);
