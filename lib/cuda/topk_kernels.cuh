@@ -14,7 +14,8 @@
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled
 //    threshold (multi_sample_kernel, multi_threshold_kernel): the input is read once, the
-//    passes above continue on the candidates alone, and a missed threshold falls back to them.
+//    passes above continue on the candidates alone, and a missed threshold falls back to a
+//    histogram pass (in the first filter launch) and one filter pass over the input.
 #pragma once
 
 #include <cstdint>
@@ -414,25 +415,14 @@ __device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key
   return uint32_t(min(units, WideKey(kMultiBins - 1)));
 }
 
-template <class T>
-__global__ void __launch_bounds__(kMultiThreads)
-    multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
-                           RowState<Composite<typename KeyTraits<T>::Key>>* states,
-                           bool only_on_fallback) {
-  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
-  allow_next_kernel();
-  using Key = typename KeyTraits<T>::Key;
-  using Comp = Composite<Key>;
-  constexpr int kBits = kCompositeBits<Key>;
-  __shared__ uint32_t hist[kMultiBins];
-  __shared__ uint32_t scan[kMultiThreads / 32];
-  __shared__ BucketChoice choice;
-  __shared__ uint32_t last_flag;
-
-  const int64_t row = blockIdx.x / layout.blocks_per_row;
-  const int seg = int(blockIdx.x % layout.blocks_per_row);
-  RowState<Comp>* state = states + row;
-  if (only_on_fallback && !state->fallback) return;  // uniform across the row's blocks
+// One block's share of the first exact pass over a row: the top digit of every element, then
+// the row's last block chooses it. The shared arrays are the calling kernel's.
+template <class T, class Comp>
+__device__ void histogram_pass(const RowGeometry& g, const T* input, bool largest,
+                               const MultiLayout& layout, RowState<Comp>* state, int64_t row,
+                               int seg, uint32_t* hist, uint32_t* scan, BucketChoice* choice,
+                               uint32_t* last_flag) {
+  constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
   const RowOffsets o = device_row_offsets(g, row);
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
 
@@ -451,14 +441,31 @@ __global__ void __launch_bounds__(kMultiThreads)
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
     if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
   }
-  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, last_flag)) {
     if (threadIdx.x == 0) {
       state->needed = uint32_t(g.k);
       state->blocks_done = 0;
     }
     __syncthreads();
-    choose_multi_digit(state, hist, scan, &choice);
+    choose_multi_digit(state, hist, scan, choice);
   }
+}
+
+// The first pass of plans without a sampled threshold (their rows' states start zeroed).
+template <class T>
+__global__ void __launch_bounds__(kMultiThreads)
+    multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  allow_next_kernel();
+  __shared__ uint32_t hist[kMultiBins];
+  __shared__ uint32_t scan[kMultiThreads / 32];
+  __shared__ BucketChoice choice;
+  __shared__ uint32_t last_flag;
+  const int64_t row = blockIdx.x / layout.blocks_per_row;
+  const int seg = int(blockIdx.x % layout.blocks_per_row);
+  histogram_pass(g, input, largest, layout, states + row, row, seg, hist, scan, &choice,
+                 &last_flag);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -773,7 +780,7 @@ __global__ void __launch_bounds__(kMultiThreads)
                         Composite<typename KeyTraits<T>::Key>* winners,
                         const Composite<typename KeyTraits<T>::Key>* candidates_in,
                         Composite<typename KeyTraits<T>::Key>* candidates_out,
-                        bool histogram_next) {
+                        bool histogram_next, bool fallback_histogram) {
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -789,6 +796,13 @@ __global__ void __launch_bounds__(kMultiThreads)
   RowState<Comp>* state = states + row;
   // Uniform across the row's blocks: set by an earlier kernel.
   if (state->complete || state->finish_direct || state->filters_done) return;
+  // A row whose sampled threshold missed starts over with the exact passes: this launch is its
+  // histogram pass (so that the rows that hit wait for no extra kernel), the next its one filter
+  // pass over the input, and the finish kernel resolves what is left.
+  if (fallback_histogram && state->fallback) {
+    histogram_pass(g, input, largest, layout, state, row, seg, hist, scan, &choice, &last_flag);
+    return;
+  }
 
   const Comp prefix = state->prefix;
   const int resolved = int(state->resolved);

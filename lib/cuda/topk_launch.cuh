@@ -116,8 +116,8 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       const MultiLayout layout{plan.blocks_per_row, plan.capacity, plan.l2_prefetch_bytes};
       const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
       if (plan.sample_rank > 0) {
-        // The sample kernel initialises the row state; the histogram pass runs only for rows
-        // whose threshold missed.
+        // The sample kernel initialises the row state; rows whose threshold missed take their
+        // histogram pass in the first filter launch.
         if (plan.samples_per_thread == kWideSamplesPerThread) {
           multi_sample_kernel<T, kWideSamplesPerThread>
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
@@ -132,22 +132,21 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                                   : multi_threshold_kernel<T, kSmallThresholdStageBytes>,
                               grid, kMultiThreads, 0, stream, g, input, p.largest, layout, states,
                               buffer0, plan.candidate_histogram);
-        launch_after_previous(multi_histogram_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
-                              p.largest, layout, states, true);
       } else {
         // A memset is no kernel to overlap with: the histogram pass follows it in plain order.
         check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
                    "clearing top-k row state");
         multi_histogram_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest,
-                                                                      layout, states, false);
+                                                                      layout, states);
       }
       // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
       // buffer0 -> finish; a small bucket after pass 0 goes from buffer1 to the finish.
       static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
+      const bool sampled = plan.sample_rank > 0;
       launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
-                            p.largest, layout, states, winners, buffer0, buffer1, true);
+                            p.largest, layout, states, winners, buffer0, buffer1, true, sampled);
       launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
-                            p.largest, layout, states, winners, buffer1, buffer0, false);
+                            p.largest, layout, states, winners, buffer1, buffer0, false, false);
       launch_after_previous(finish_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream, g,
                             input, p.values, p.indices, index64, p.largest, layout, states,
                             winners, buffer0, buffer1, plan.sort_in_block);

@@ -3,8 +3,8 @@
 //  - block_select_kernel: radix select over the row in shared memory, then the shared-memory
 //    sort whose short strides run in registers through warp shuffles;
 //  - the multi-block pipeline in launch_topk's order: the sampled threshold (sample, threshold
-//    pass, the fallback histogram), or the plain histogram, then both filter passes and the
-//    finish, or for k above the sort's capacity a host sort and write_sorted_kernel. Sample
+//    pass) or the plain histogram, then both filter passes (the first one the histogram pass of
+//    rows whose threshold missed) and the finish, or for k above the sort's capacity a host sort and write_sorted_kernel. Sample
 //    ranks that hit, that leave too few candidates and that overflow a small candidate buffer
 //    drive every branch between them.
 // Blocks run one after another, which is one of the orders a GPU may choose. Rows of every key
@@ -155,21 +155,18 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
             g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
       }
     });
-    launch(grid, kMultiThreads, [&] {
-      multi_histogram_kernel<T>(g, input, largest, layout, states.data(), true);
-    });
   } else {
     launch(grid, kMultiThreads, [&] {
-      multi_histogram_kernel<T>(g, input, largest, layout, states.data(), false);
+      multi_histogram_kernel<T>(g, input, largest, layout, states.data());
     });
   }
   launch(grid, kMultiThreads, [&] {
     multi_filter_kernel<T>(g, input, largest, layout, states.data(), winners.data(),
-                           buffer0.data(), buffer1.data(), true);
+                           buffer0.data(), buffer1.data(), true, c.sample_rank > 0);
   });
   launch(grid, kMultiThreads, [&] {
     multi_filter_kernel<T>(g, input, largest, layout, states.data(), winners.data(),
-                           buffer1.data(), buffer0.data(), false);
+                           buffer1.data(), buffer0.data(), false, false);
   });
   const bool sort_here = g.k <= kSortCapacity;
   launch(g.rows, kBlockThreads, [&] {
