@@ -415,18 +415,26 @@ __device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key
   return uint32_t(min(units, WideKey(kMultiBins - 1)));
 }
 
+// The shared memory of a multi-block pass: the block's histogram, the scratch of its scans and
+// bucket choice, and the last-block flag.
+struct MultiPassShared {
+  uint32_t hist[kMultiBins];
+  uint32_t scan[kMultiThreads / 32];
+  BucketChoice choice;
+  uint32_t last_flag;
+};
+
 // One block's share of the first exact pass over a row: the top digit of every element, then
-// the row's last block chooses it. The shared arrays are the calling kernel's.
+// the row's last block chooses it.
 template <class T, class Comp>
 __device__ void histogram_pass(const RowGeometry& g, const T* input, bool largest,
                                const MultiLayout& layout, RowState<Comp>* state, int64_t row,
-                               int seg, uint32_t* hist, uint32_t* scan, BucketChoice* choice,
-                               uint32_t* last_flag) {
+                               int seg, MultiPassShared& pass) {
   constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
   const RowOffsets o = device_row_offsets(g, row);
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
 
-  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
   __syncthreads();
   int64_t begin, end;
   segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
@@ -434,20 +442,20 @@ __device__ void histogram_pass(const RowGeometry& g, const T* input, bool larges
     constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
 #pragma unroll
     for (int e = 0; e < kCount; ++e) {
-      atomicAdd(&hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
+      atomicAdd(&pass.hist[uint32_t(items[e] >> (kBits - kMultiDigitBits))], 1u);
     }
   });
   __syncthreads();
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
-    if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+    if (pass.hist[b] != 0) atomicAdd(&state->hist[b], pass.hist[b]);
   }
-  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, last_flag)) {
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
     if (threadIdx.x == 0) {
       state->needed = uint32_t(g.k);
       state->blocks_done = 0;
     }
     __syncthreads();
-    choose_multi_digit(state, hist, scan, choice);
+    choose_multi_digit(state, pass.hist, pass.scan, &pass.choice);
   }
 }
 
@@ -458,14 +466,10 @@ __global__ void __launch_bounds__(kMultiThreads)
                            RowState<Composite<typename KeyTraits<T>::Key>>* states) {
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
-  __shared__ uint32_t hist[kMultiBins];
-  __shared__ uint32_t scan[kMultiThreads / 32];
-  __shared__ BucketChoice choice;
-  __shared__ uint32_t last_flag;
+  __shared__ MultiPassShared pass;
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
-  histogram_pass(g, input, largest, layout, states + row, row, seg, hist, scan, &choice,
-                 &last_flag);
+  histogram_pass(g, input, largest, layout, states + row, row, seg, pass);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -530,9 +534,10 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (WideKey(keys[j]) > largest_key) largest_key = WideKey(keys[j]);
   }
   // One block's copy engine issues a few segments' prefetches quickly, not a huge row's hundreds.
-  if (layout.blocks_per_row <= kSamplePrefetchSegments && int(threadIdx.x) < layout.blocks_per_row) {
+  const int segment = int(threadIdx.x);
+  if (layout.blocks_per_row <= kSamplePrefetchSegments && segment < layout.blocks_per_row) {
     int64_t begin, end;
-    segment_bounds(g.n, layout.blocks_per_row, int(threadIdx.x), begin, end);
+    segment_bounds(g.n, layout.blocks_per_row, segment, begin, end);
     prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
 
@@ -643,10 +648,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
-  __shared__ uint32_t hist[kMultiBins];
-  __shared__ uint32_t scan[kMultiThreads / 32];
-  __shared__ BucketChoice choice;
-  __shared__ uint32_t last_flag;
+  __shared__ MultiPassShared pass;
   constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>, StageBytes>;
   __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
   __shared__ uint32_t staged_base;
@@ -656,7 +658,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const uint32_t capacity = uint32_t(layout.capacity);
   Comp* row_candidates = candidates + row * layout.capacity;
 
-  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
   __syncthreads();
   int staged_count = 0;  // this thread's slots in use
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
@@ -671,7 +673,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   // histogram, the composite to its slot of the buffer while the buffer has room.
   auto keep_candidate = [&](const T& value, uint32_t index, uint32_t slot) {
     const Comp c = make_composite(selection_key(value, largest), index);
-    if (histogram_candidates) atomicAdd(&hist[candidate_bin(c)], 1u);
+    if (histogram_candidates) atomicAdd(&pass.hist[candidate_bin(c)], 1u);
     if (slot < capacity) row_candidates[slot] = c;
   };
   KeyThreshold<T>::make(threshold_key, largest).with_fixed_test([&](const auto& passes) {
@@ -706,7 +708,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   });
   uint32_t stage_size;
   const uint32_t after_mine =
-      block_suffix_sum<kMultiThreads>(uint32_t(staged_count), scan, stage_size);
+      block_suffix_sum<kMultiThreads>(uint32_t(staged_count), pass.scan, stage_size);
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
   __syncthreads();
   for (int j = 0; j < staged_count; ++j) {
@@ -717,10 +719,10 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   if (histogram_candidates) {
     __syncthreads();
     for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
-      if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+      if (pass.hist[b] != 0) atomicAdd(&state->hist[b], pass.hist[b]);
     }
   }
-  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &last_flag)) {
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
     const uint32_t count = __ldcg(&state->next_count);
     bool hit = count >= uint32_t(g.k) && count <= capacity;
     const bool direct = hit && count <= kDirectFinishCandidates;
@@ -730,11 +732,12 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     BucketChoice key_choice{};
     if (hit && key_prefix) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
-        hist[b] = __ldcg(&state->hist[b]);
+        pass.hist[b] = __ldcg(&state->hist[b]);
         state->hist[b] = 0;
       }
       __syncthreads();
-      key_choice = choose_bucket<kMultiBins, kMultiThreads>(hist, uint32_t(g.k), scan, &choice);
+      key_choice = choose_bucket<kMultiBins, kMultiThreads>(pass.hist, uint32_t(g.k), pass.scan,
+                                                            &pass.choice);
       if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
     }
     __syncthreads();  // every thread has its count before thread 0 resets it
@@ -759,7 +762,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     }
     __syncthreads();
     if (hit && !direct && histogram == CandidateHistogram::TopDigit) {
-      choose_multi_digit(state, hist, scan, &choice);
+      choose_multi_digit(state, pass.hist, pass.scan, &pass.choice);
     } else if (!hit) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
     }
@@ -786,10 +789,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
-  __shared__ uint32_t hist[kMultiBins];
-  __shared__ uint32_t scan[kMultiThreads / 32];
-  __shared__ BucketChoice choice;
-  __shared__ uint32_t last_flag;
+  __shared__ MultiPassShared pass;
 
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
@@ -800,7 +800,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   // histogram pass (so that the rows that hit wait for no extra kernel), the next its one filter
   // pass over the input, and the finish kernel resolves what is left.
   if (fallback_histogram && state->fallback) {
-    histogram_pass(g, input, largest, layout, state, row, seg, hist, scan, &choice, &last_flag);
+    histogram_pass(g, input, largest, layout, state, row, seg, pass);
     return;
   }
 
@@ -836,7 +836,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   Comp* row_candidates = candidates_out + row * layout.capacity;
 
   if (histogram) {
-    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) hist[b] = 0;
+    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
     __syncthreads();
   }
   const RowOffsets o = device_row_offsets(g, row);
@@ -859,7 +859,7 @@ __global__ void __launch_bounds__(kMultiThreads)
       }
       any |= win[e] || bucket[e];
       if (histogram && bucket[e]) {
-        atomicAdd(&hist[uint32_t(c >> next_shift) & (kMultiBins - 1)], 1u);
+        atomicAdd(&pass.hist[uint32_t(c >> next_shift) & (kMultiBins - 1)], 1u);
       }
     }
     // Most elements are neither: one vote per batch lets the warp skip the appends.
@@ -883,10 +883,10 @@ __global__ void __launch_bounds__(kMultiThreads)
   if (histogram) {
     __syncthreads();
     for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
-      if (hist[b] != 0) atomicAdd(&state->hist[b], hist[b]);
+      if (pass.hist[b] != 0) atomicAdd(&state->hist[b], pass.hist[b]);
     }
   }
-  if (last_block_of_row(&state->blocks_done, active_blocks, &last_flag)) {
+  if (last_block_of_row(&state->blocks_done, active_blocks, &pass.last_flag)) {
     if (threadIdx.x == 0) {
       state->blocks_done = 0;
       state->complete = take_all ? 1u : 0u;
@@ -898,7 +898,7 @@ __global__ void __launch_bounds__(kMultiThreads)
     }
     if (histogram) {
       __syncthreads();
-      choose_multi_digit(state, hist, scan, &choice);
+      choose_multi_digit(state, pass.hist, pass.scan, &pass.choice);
     }
   }
 }
