@@ -408,11 +408,14 @@ __device__ void choose_multi_digit(RowState<Comp>* state, uint32_t* sh_hist, uin
 // kernel or the filter passes start from that bucket instead of the empty prefix. The last bin
 // takes every farther key; when the k-th falls there (a row whose top keys spread far beyond
 // its sample's), the row takes the exact passes over the input.
+// Key arithmetic in at least 32 bits, and 64 only for 64-bit keys.
+template <class Key>
+using WideKey = std::conditional_t<(sizeof(Key) > 4), uint64_t, uint32_t>;
+
 template <class Key>
 __device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key, int shift) {
-  using WideKey = std::conditional_t<(sizeof(Key) > 4), uint64_t, uint32_t>;
-  const WideKey units = WideKey(key >> shift) - WideKey(threshold_key >> shift);
-  return uint32_t(min(units, WideKey(kMultiBins - 1)));
+  const WideKey<Key> units = WideKey<Key>(key >> shift) - WideKey<Key>(threshold_key >> shift);
+  return uint32_t(min(units, WideKey<Key>(kMultiBins - 1)));
 }
 
 // The shared memory of a multi-block pass: the block's histogram, the scratch of its scans and
@@ -522,16 +525,16 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int lane = int(threadIdx.x & 31);
   // The sample's largest key sets the width of the threshold pass's key bins; kept as a running
   // maximum of the loads (a pass over keys[] after the rank loop cost the kernel 22 registers).
-  using WideKey = std::conditional_t<(sizeof(Key) > 4), uint64_t, uint32_t>;
+  using Wide = WideKey<Key>;
   Key keys[SamplesPerThread];
-  WideKey largest_key = 0;
+  Wide largest_key = 0;
 #pragma unroll
   for (int j = 0; j < SamplesPerThread; ++j) {
     const uint64_t run = uint64_t(j) * (kSampleThreads / 32) + (threadIdx.x >> 5);
     const int64_t centre = int64_t((2 * run + 1) * uint64_t(g.n) / (2 * uint64_t(kRuns)));
     const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
     keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
-    if (WideKey(keys[j]) > largest_key) largest_key = WideKey(keys[j]);
+    if (Wide(keys[j]) > largest_key) largest_key = Wide(keys[j]);
   }
   // One block's copy engine issues a few segments' prefetches quickly, not a huge row's hundreds.
   const int segment = int(threadIdx.x);
@@ -561,9 +564,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     needed -= c.above;
     if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
-  __shared__ WideKey warp_max[kSampleThreads / 32];
+  __shared__ Wide warp_max[kSampleThreads / 32];
   for (int offset = 16; offset > 0; offset >>= 1) {
-    largest_key = max(largest_key, WideKey(__shfl_xor_sync(0xffffffffu, largest_key, offset)));
+    largest_key = max(largest_key, Wide(__shfl_xor_sync(0xffffffffu, largest_key, offset)));
   }
   if (lane == 0) warp_max[threadIdx.x >> 5] = largest_key;
   __syncthreads();  // also: the state is cleared before thread 0 writes into it
@@ -969,8 +972,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
                                 state->in_bucket};
     if (state->source_is_buffer) {
-      const BufferSource<Comp> source{row_candidates,
-                                      int64_t(state->source_count)};
+      const BufferSource<Comp> source{row_candidates, int64_t(state->source_count)};
       // A direct finish holds every candidate, those above the bucket the threshold pass chose
       // included: its winners are all the buffer's elements at or above the final prefix.
       const Selection<Comp> taken_from =
