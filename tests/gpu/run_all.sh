@@ -93,10 +93,12 @@ for s in $STEPS; do
     ncu-source)
       # Where the kernel's warps stall, instruction by instruction: the page is a large CSV, its
       # summary (by stall reason, then the most sampled instructions) goes beside it.
+      # NCU_SAMPLING_INTERVAL=0 samples every 32 cycles, for kernels of one or a few blocks.
       for spec in ${NCU_SHAPES:-}; do
         kernel=${spec%%@*} shape=${spec#*@}
         name="ncu-source-$kernel-${shape//:/_}"
         step "$name" 90 ncu --clock-control none --launch-skip 2 --launch-count 1 \
+          ${NCU_SAMPLING_INTERVAL:+--sampling-interval "$NCU_SAMPLING_INTERVAL"} \
           -k "regex:$kernel" --section SourceCounters --section WarpStateStats --page source \
           --print-source sass --csv "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 \
           "$shape" && python3 tests/gpu/sass_stalls.py "$OUT/$name.log" 30 > "$OUT/$name.txt"
