@@ -98,7 +98,7 @@ for s in $STEPS; do
         kernel=${spec%%@*} shape=${spec#*@}
         name="ncu-source-$kernel-${shape//:/_}"
         step "$name" 90 ncu --clock-control none --launch-skip 2 --launch-count 1 \
-          ${NCU_SAMPLING_INTERVAL:+--sampling-interval "$NCU_SAMPLING_INTERVAL"} \
+          ${NCU_SAMPLING_INTERVAL:+--warp-sampling-interval "$NCU_SAMPLING_INTERVAL"} \
           -k "regex:$kernel" --section SourceCounters --section WarpStateStats --page source \
           --print-source sass --csv "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 \
           "$shape" && python3 tests/gpu/sass_stalls.py "$OUT/$name.log" 30 > "$OUT/$name.txt"
