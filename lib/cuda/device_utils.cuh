@@ -73,12 +73,12 @@ struct InputRow {
   }
 };
 
-// Writes one row's ranked winners: values as bit copies of the input, indices as int64/int32.
+// Writes one of a row's ranked winners: its value's bits and its index (int64/int32).
 template <class T>
-__device__ __forceinline__ void write_result(const RowGeometry& g, const T* input, void* values,
-                                             void* indices, bool index64, const RowOffsets& o,
-                                             int64_t rank, uint32_t index) {
-  const Bits<T> bits = reinterpret_cast<const Bits<T>*>(input)[o.input + int64_t(index) * g.input_stride];
+__device__ __forceinline__ void write_value_and_index(const RowGeometry& g, void* values,
+                                                      void* indices, bool index64,
+                                                      const RowOffsets& o, int64_t rank,
+                                                      Bits<T> bits, uint32_t index) {
   reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] = bits;
   const int64_t at = o.indices + rank * g.indices_stride;
   if (index64) {
@@ -86,6 +86,33 @@ __device__ __forceinline__ void write_result(const RowGeometry& g, const T* inpu
   } else {
     static_cast<int32_t*>(indices)[at] = int32_t(index);
   }
+}
+
+// Writes one of a row's ranked winners, its value as a bit copy of the input.
+template <class T>
+__device__ __forceinline__ void write_result(const RowGeometry& g, const T* input, void* values,
+                                             void* indices, bool index64, const RowOffsets& o,
+                                             int64_t rank, uint32_t index) {
+  const Bits<T> bits =
+      reinterpret_cast<const Bits<T>*>(input)[o.input + int64_t(index) * g.input_stride];
+  write_value_and_index<T>(g, values, indices, index64, o, rank, bits, index);
+}
+
+// write_result for a winner known by its composite: where one value alone has its key, the value
+// is the key's inverse, so the store waits for no read of the input (a DRAM round trip at the
+// end of every row, where nothing hides it). NaNs and zeros are read from the input.
+template <class T, class Comp>
+__device__ __forceinline__ void write_winner(const RowGeometry& g, const T* input, void* values,
+                                             void* indices, bool index64, bool largest,
+                                             const RowOffsets& o, int64_t rank, Comp winner) {
+  using Key = typename KeyTraits<T>::Key;
+  static_assert(sizeof(Key) == sizeof(Bits<T>), "keys and values have the same width");
+  const uint32_t index = composite_index(winner);
+  Key bits;
+  if (!value_bits_of_selection_key<T>(Key(winner >> 32), largest, bits)) {
+    bits = reinterpret_cast<const Key*>(input)[o.input + int64_t(index) * g.input_stride];
+  }
+  write_value_and_index<T>(g, values, indices, index64, o, rank, bits, index);
 }
 
 // A 16-byte load of input that is read once: not allocated in L1. With __ldg the streaming

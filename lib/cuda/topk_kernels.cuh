@@ -194,7 +194,7 @@ __device__ void warp_bitonic_stages(Comp* items, int size, int first_span, int l
 template <class T, class Comp>
 __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
                                const T* input, void* values, void* indices, bool index64,
-                               const RowOffsets& o) {
+                               bool largest, const RowOffsets& o) {
   static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
   int size = kWarpSortSpan;
   while (size < count) size <<= 1;
@@ -221,7 +221,7 @@ __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeomet
     __syncthreads();
   }
   for (int r = threadIdx.x; r < count; r += kBlockThreads) {
-    write_result(g, input, values, indices, index64, o, r, composite_index(sh.winners[r]));
+    write_winner(g, input, values, indices, index64, largest, o, r, sh.winners[r]);
   }
 }
 
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (is_winner<kBits>(c, start, final_sel)) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
   });
   __syncthreads();
-  sort_and_write(sh, int(g.k), g, input, values, indices, index64, o);
+  sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -948,7 +948,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll 4
       for (uint32_t j = 0; j < count; ++j) rank += stage[j] > mine ? 1u : 0u;
       if (rank < uint32_t(g.k)) {
-        write_result(g, input, values, indices, index64, o, rank, composite_index(mine));
+        write_winner(g, input, values, indices, index64, largest, o, rank, mine);
       }
     }
     return;
@@ -990,20 +990,20 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   if (!sort_here) return;
   __syncthreads();
-  sort_and_write(sh, int(g.k), g, input, values, indices, index64, o);
+  sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
 }
 
 // Writes rows whose winners were sorted in global memory (k above kSortCapacity).
 template <class T>
 __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
-                                    bool index64,
+                                    bool index64, bool largest,
                                     const Composite<typename KeyTraits<T>::Key>* winners) {
   const int64_t total = g.rows * g.k;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = t / g.k, rank = t % g.k;
-    write_result(g, input, values, indices, index64, device_row_offsets(g, row), rank,
-                 composite_index(winners[t]));
+    write_winner(g, input, values, indices, index64, largest, device_row_offsets(g, row), rank,
+                 winners[t]);
   }
 }
 

@@ -162,7 +162,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         const int threads = 256;
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
         write_sorted_kernel<T><<<unsigned(blocks), threads, 0, stream>>>(
-            g, input, p.values, p.indices, index64, winners);
+            g, input, p.values, p.indices, index64, p.largest, winners);
       }
       break;
     }

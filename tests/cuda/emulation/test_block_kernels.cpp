@@ -178,7 +178,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
       std::sort(winners.begin() + r * g.k, winners.begin() + (r + 1) * g.k, std::greater<>());
     }
     launch(1, 256, [&] {
-      write_sorted_kernel<T>(g, input, values, indices, true, winners.data());
+      write_sorted_kernel<T>(g, input, values, indices, true, largest, winners.data());
     });
   }
 }
