@@ -72,6 +72,14 @@ struct BlockShared {
   Comp winners[kSortCapacity];
 };
 
+// The finish kernel's shared memory: BlockShared, and the k-th's bucket when it starts small.
+template <class Comp>
+struct FinishShared {
+  BlockShared<Comp> block;
+  uint32_t bucket_count;
+  Comp bucket[kBlockThreads];
+};
+
 // Calls visit(c) for every composite of `source`, spread over the block's Threads threads.
 // Loads are issued in batches so that each thread waits for one memory latency per batch, not
 // per element: these loops run once per digit in a single block (or over a short buffer in a
@@ -922,7 +930,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
-  __shared__ BlockShared<Comp> sh;
+  __shared__ FinishShared<Comp> finish_shared;
+  BlockShared<Comp>& sh = finish_shared.block;
   const int64_t row = blockIdx.x;
   RowState<Comp>* state = states + row;
   Comp* row_winners = winners + row * g.k;
@@ -978,9 +987,37 @@ __global__ void __launch_bounds__(kBlockThreads)
       const Selection<Comp> taken_from =
           state->finish_direct ? Selection<Comp>{Comp(0), 0, uint32_t(g.k), state->source_count}
                                : start;
-      const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
-      for_each_composite(source,
-                         [&](Comp c) { append(is_winner<kBits>(c, taken_from, final_sel), c); });
+      if (start.resolved > 0 && start.in_bucket <= uint32_t(kBlockThreads)) {
+        // The k-th's bucket is already small (the threshold pass's key-prefix bins leave a few
+        // dozen): one pass takes everything above it and gathers the bucket, whose elements
+        // are then ranked by counting, instead of radix rounds over the whole buffer and a
+        // pass to collect the winners.
+        if (threadIdx.x == 0) finish_shared.bucket_count = 0;
+        __syncthreads();
+        const int start_shift = kBits - start.resolved;
+        for_each_composite(source, [&](Comp c) {
+          const bool under = has_prefix<kBits>(c, taken_from.prefix, taken_from.resolved);
+          const Comp top = c >> start_shift;
+          append(under && top > start.prefix, c);
+          if (under && top == start.prefix) {
+            const uint32_t slot = atomicAdd(&finish_shared.bucket_count, 1u);
+            if (slot < uint32_t(kBlockThreads)) finish_shared.bucket[slot] = c;
+          }
+        });
+        __syncthreads();
+        const uint32_t count = min(finish_shared.bucket_count, uint32_t(kBlockThreads));
+        const bool ranks = threadIdx.x < count;
+        const Comp mine = ranks ? finish_shared.bucket[threadIdx.x] : Comp(0);
+        uint32_t rank = 0;
+        for (uint32_t j = 0; ranks && j < count; ++j) {
+          rank += finish_shared.bucket[j] > mine ? 1u : 0u;
+        }
+        append(ranks && rank < start.needed, mine);
+      } else {
+        const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+        for_each_composite(source,
+                           [&](Comp c) { append(is_winner<kBits>(c, taken_from, final_sel), c); });
+      }
     } else {
       const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
