@@ -50,14 +50,13 @@ MTK_HOST_DEVICE uint16_t key_from_i16(int16_t v) { return uint16_t(uint16_t(v) ^
 MTK_HOST_DEVICE uint32_t key_from_i32(int32_t v) { return uint32_t(v) ^ 0x80000000u; }
 MTK_HOST_DEVICE uint64_t key_from_i64(int64_t v) { return uint64_t(v) ^ 0x8000000000000000ull; }
 
-// Each KeyTraits<T> gives the key of a value (key) and, where only one value has the key, that
-// value's bits (value_bits; keys and values have the same width).
-
 // Storage types: bit patterns of the 16-bit floats are carried as distinct wrapper types so the
 // per-dtype traits below can be selected by type.
 struct f16_bits { uint16_t bits; };
 struct bf16_bits { uint16_t bits; };
 
+// Each KeyTraits<T> gives the key of a value (key) and, where only one value has the key, that
+// value's bits (value_bits; keys and values have the same width).
 template <class T> struct KeyTraits;
 template <> struct KeyTraits<float> {
   using Key = uint32_t;

@@ -2,7 +2,6 @@
 // tried, in both directions, the inverse of its key either gives back its exact bits or, for
 // exactly the keys several values share (NaNs, -0.0 and +0.0), declines. 8- and 16-bit types:
 // every bit pattern; 32- and 64-bit: specials and random patterns.
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -42,7 +41,8 @@ template <class T, class Key>
 void check_all_16(const char* type, Key exp_mask, Key mant_mask, bool is_float) {
   for (uint32_t b = 0; b <= 0xffffu; ++b) {
     const Key bits = Key(b);
-    check_value<T>(type, bits, is_float && float_key_shared<Key>(bits, 0x8000, exp_mask, mant_mask));
+    const bool shared = is_float && float_key_shared<Key>(bits, 0x8000, exp_mask, mant_mask);
+    check_value<T>(type, bits, shared);
   }
 }
 
@@ -54,7 +54,8 @@ void check_wide(const char* type, Key sign_mask, Key exp_mask, Key mant_mask, bo
                                Key(sign_mask | 1), mant_mask};
   for (int i = 0; i < 200000; ++i) patterns.push_back(Key(rng()));
   for (const Key bits : patterns) {
-    check_value<T>(type, bits, is_float && float_key_shared<Key>(bits, sign_mask, exp_mask, mant_mask));
+    const bool shared = is_float && float_key_shared<Key>(bits, sign_mask, exp_mask, mant_mask);
+    check_value<T>(type, bits, shared);
   }
 }
 
