@@ -968,7 +968,7 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
     mine += counts[u];
     overfull |= counts[u] > kRankedBinLimit;
   }
-  if (overfull) fs.overfull_bin = 1;
+  if (overfull) atomicAdd(&fs.overfull_bin, 1u);  // counted, not stored: no write race
   uint32_t above;
   // Higher threads hold higher bins, whose elements rank first.
   uint32_t next = block_suffix_sum<kBlockThreads>(mine, sh.scan, above);
