@@ -72,12 +72,22 @@ struct BlockShared {
   Comp winners[kSortCapacity];
 };
 
-// The finish kernel's shared memory: BlockShared, and the k-th's bucket when it starts small.
+// Whether the finish kernel places winners by key-prefix bins (finish_by_key_bins): with
+// 128-bit composites the bins leave no room beside BlockShared in 48 KB, so those keep the sort.
+template <class Comp>
+constexpr bool kFinishByKeyBins = sizeof(Comp) <= 8;
+
+// The finish kernel's shared memory: BlockShared, the k-th's bucket when it starts small, and
+// the threshold pass's key-prefix bins above it (see finish_by_key_bins).
 template <class Comp>
 struct FinishShared {
+  static constexpr int kBins = kFinishByKeyBins<Comp> ? kMultiBins : 1;
   BlockShared<Comp> block;
   uint32_t bucket_count;
+  uint32_t overfull_bin;
   Comp bucket[kBlockThreads];
+  uint32_t bin_count[kBins];
+  uint32_t bin_next[kBins];
 };
 
 // Calls visit(c) for every composite of `source`, spread over the block's Threads threads.
@@ -742,9 +752,11 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     if (!histogram_candidates) hit = direct;
     BucketChoice key_choice{};
     if (hit && key_prefix) {
+      // A direct row's histogram stays: the finish kernel places the winners by their bins.
+      // (Every call's sample kernel clears the row state.)
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
         pass.hist[b] = __ldcg(&state->hist[b]);
-        state->hist[b] = 0;
+        if (!direct) state->hist[b] = 0;
       }
       __syncthreads();
       key_choice = choose_bucket<kMultiBins, kMultiThreads>(pass.hist, uint32_t(g.k), pass.scan,
@@ -914,6 +926,91 @@ __global__ void __launch_bounds__(kMultiThreads)
   }
 }
 
+// The most elements a key-prefix bin above the k-th's may hold for finish_by_key_bins, which
+// ranks each against the others of its bin.
+constexpr uint32_t kRankedBinLimit = 64;
+
+// A direct finish that knows the k-th's key-prefix bin (see threshold_key_bin) and whose bucket
+// holds at most a block of elements. The threshold pass's histogram, kept in the row state,
+// gives each bin above the bucket its first output rank, so each winner goes to its bin's range
+// and is ranked by counting within its bin (a few elements), and the bucket's winners follow:
+// the k winners need no sort, which was a chain of barriers. Returns false, having written no
+// output, when a bin above the bucket holds more than kRankedBinLimit elements (top keys
+// crowded into few bins); every thread returns the same.
+template <class T, class Comp, class Source>
+__device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
+                                   void* indices, bool index64, bool largest,
+                                   const RowOffsets& o, const RowState<Comp>* state,
+                                   const Source& source, const Selection<Comp>& start,
+                                   FinishShared<Comp>& fs) {
+  using Key = typename KeyTraits<T>::Key;
+  BlockShared<Comp>& sh = fs.block;
+  const Key threshold_key = Key(state->threshold >> 32);
+  const int key_shift = int(state->threshold_shift);
+  const uint32_t kth_bin =
+      uint32_t(WideKey<Key>(Key(start.prefix)) - WideKey<Key>(threshold_key >> key_shift));
+
+  constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
+  static_assert(kMultiBins % kBlockThreads == 0, "whole bins per thread");
+  if (threadIdx.x == 0) {
+    fs.overfull_bin = 0;
+    fs.bucket_count = 0;
+  }
+  __syncthreads();
+  const int first = int(threadIdx.x) * kBinsPerThread;
+  uint32_t counts[kBinsPerThread];
+  uint32_t mine = 0;
+  bool overfull = false;
+#pragma unroll
+  for (int u = 0; u < kBinsPerThread; ++u) {
+    const uint32_t bin = uint32_t(first + u);
+    counts[u] = bin > kth_bin ? __ldcg(&state->hist[bin]) : 0u;
+    mine += counts[u];
+    overfull |= counts[u] > kRankedBinLimit;
+  }
+  if (overfull) atomicAdd(&fs.overfull_bin, 1u);  // counted, not stored: no write race
+  uint32_t above;
+  // Higher threads hold higher bins, whose elements rank first.
+  uint32_t next = block_suffix_sum<kBlockThreads>(mine, sh.scan, above);
+  if (fs.overfull_bin) return false;
+#pragma unroll
+  for (int u = kBinsPerThread - 1; u >= 0; --u) {
+    fs.bin_count[first + u] = counts[u];
+    fs.bin_next[first + u] = next;
+    next += counts[u];
+  }
+  __syncthreads();
+  for_each_composite(source, [&](Comp c) {
+    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    if (bin > kth_bin) {
+      sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
+    } else if (bin == kth_bin) {
+      const uint32_t slot = atomicAdd(&fs.bucket_count, 1u);
+      if (slot < uint32_t(kBlockThreads)) fs.bucket[slot] = c;
+    }
+  });
+  __syncthreads();
+  // Each bin's range now ends where its next slot stands.
+  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
+    const Comp c = sh.winners[p];
+    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    const uint32_t end = fs.bin_next[bin];
+    uint32_t rank = end - fs.bin_count[bin];
+    for (uint32_t q = rank; q < end; ++q) rank += sh.winners[q] > c ? 1u : 0u;
+    write_winner(g, input, values, indices, index64, largest, o, rank, c);
+  }
+  const uint32_t count = min(fs.bucket_count, uint32_t(kBlockThreads));
+  if (threadIdx.x < count) {
+    const Comp c = fs.bucket[threadIdx.x];
+    uint32_t rank = 0;
+    for (uint32_t j = 0; j < count; ++j) rank += fs.bucket[j] > c ? 1u : 0u;
+    if (rank < start.needed) {
+      write_winner(g, input, values, indices, index64, largest, o, above + rank, c);
+    }
+  }
+  return true;
+}
+
 // One block per row: resolves the remaining bits of an unfinished row from its candidates (in
 // the buffer the last pass wrote, or the input after an overflow), appends the last winners,
 // and sorts the row when k fits.
@@ -994,6 +1091,12 @@ __global__ void __launch_bounds__(kBlockThreads)
         // by counting, instead of radix rounds over the whole buffer and a pass to collect the
         // winners (k = 1024 of 150k: 79.4 -> 77.6 us). After the filter passes (bf16 2^26's
         // bucket of ties) the same measured 1.2 us slower than the rounds, so they keep those.
+        if constexpr (kFinishByKeyBins<Comp>) {
+          if (sort_here && finish_by_key_bins(g, input, values, indices, index64, largest, o,
+                                              state, source, start, finish_shared)) {
+            return;
+          }
+        }
         if (threadIdx.x == 0) finish_shared.bucket_count = 0;
         __syncthreads();
         const int start_shift = kBits - start.resolved;
