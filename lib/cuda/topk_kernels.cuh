@@ -10,7 +10,8 @@
 //    (multi_filter_kernel): elements above the chosen bucket are winners, those inside it become
 //    candidates in scratch while their next digit is histogrammed; a second filter pass narrows
 //    the candidates again, and one block per row resolves the last bits (finish_kernel) and
-//    sorts. When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
+//    sorts (or, from a sampled threshold's key-prefix bins, ranks each winner within its bin).
+//    When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled
 //    threshold (multi_sample_kernel, multi_threshold_kernel): the input is read once, the
