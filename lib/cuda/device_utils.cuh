@@ -109,10 +109,11 @@ __device__ __forceinline__ void write_winner(const RowGeometry& g, const T* inpu
   static_assert(sizeof(Key) == sizeof(Bits<T>), "keys and values have the same width");
   const uint32_t index = composite_index(winner);
   Key bits;
-  if (!value_bits_of_selection_key<T>(Key(winner >> 32), largest, bits)) {
-    bits = reinterpret_cast<const Key*>(input)[o.input + int64_t(index) * g.input_stride];
+  if (value_bits_of_selection_key<T>(Key(winner >> 32), largest, bits)) {
+    write_value_and_index<T>(g, values, indices, index64, o, rank, bits, index);
+  } else {
+    write_result(g, input, values, indices, index64, o, rank, index);
   }
-  write_value_and_index<T>(g, values, indices, index64, o, rank, bits, index);
 }
 
 // A 16-byte load of input that is read once: not allocated in L1. With __ldg the streaming

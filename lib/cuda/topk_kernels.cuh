@@ -89,7 +89,23 @@ struct FinishShared {
   Comp bucket[kBlockThreads];
   uint32_t bin_count[kBins];
   uint32_t bin_next[kBins];
+
+  // Gathers c into the bucket; a broken invariant (more than a block of them) cannot overrun it.
+  __device__ __forceinline__ void add_to_bucket(Comp c) {
+    const uint32_t slot = atomicAdd(&bucket_count, 1u);
+    if (slot < uint32_t(kBlockThreads)) bucket[slot] = c;
+  }
 };
+
+// How many of items[begin, end) rank above c: its rank among them, composites being unique.
+template <class Comp>
+__device__ __forceinline__ uint32_t count_above(const Comp* items, uint32_t begin, uint32_t end,
+                                                Comp c) {
+  uint32_t above = 0;
+#pragma unroll 4
+  for (uint32_t j = begin; j < end; ++j) above += items[j] > c ? 1u : 0u;
+  return above;
+}
 
 // Calls visit(c) for every composite of `source`, spread over the block's Threads threads.
 // Loads are issued in batches so that each thread waits for one memory latency per batch, not
@@ -986,8 +1002,7 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
     if (bin > kth_bin) {
       sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
     } else if (bin == kth_bin) {
-      const uint32_t slot = atomicAdd(&fs.bucket_count, 1u);
-      if (slot < uint32_t(kBlockThreads)) fs.bucket[slot] = c;
+      fs.add_to_bucket(c);
     }
   });
   __syncthreads();
@@ -995,16 +1010,14 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
   for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
     const Comp c = sh.winners[p];
     const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
-    const uint32_t end = fs.bin_next[bin];
-    uint32_t rank = end - fs.bin_count[bin];
-    for (uint32_t q = rank; q < end; ++q) rank += sh.winners[q] > c ? 1u : 0u;
+    const uint32_t end = fs.bin_next[bin], begin = end - fs.bin_count[bin];
+    const uint32_t rank = begin + count_above(sh.winners, begin, end, c);
     write_winner(g, input, values, indices, index64, largest, o, rank, c);
   }
   const uint32_t count = min(fs.bucket_count, uint32_t(kBlockThreads));
   if (threadIdx.x < count) {
     const Comp c = fs.bucket[threadIdx.x];
-    uint32_t rank = 0;
-    for (uint32_t j = 0; j < count; ++j) rank += fs.bucket[j] > c ? 1u : 0u;
+    const uint32_t rank = count_above(fs.bucket, 0, count, c);
     if (rank < start.needed) {
       write_winner(g, input, values, indices, index64, largest, o, above + rank, c);
     }
@@ -1051,9 +1064,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (ranks) stage[threadIdx.x] = mine;
     __syncthreads();
     if (ranks) {
-      uint32_t rank = 0;
-#pragma unroll 4
-      for (uint32_t j = 0; j < count; ++j) rank += stage[j] > mine ? 1u : 0u;
+      const uint32_t rank = count_above(stage, 0, count, mine);
       if (rank < uint32_t(g.k)) {
         write_winner(g, input, values, indices, index64, largest, o, rank, mine);
       }
@@ -1106,19 +1117,13 @@ __global__ void __launch_bounds__(kBlockThreads)
           const bool under = has_prefix<kBits>(c, taken_from.prefix, taken_from.resolved);
           const Comp top = c >> start_shift;
           append(under && top > start.prefix, c);
-          if (under && top == start.prefix) {
-            const uint32_t slot = atomicAdd(&finish_shared.bucket_count, 1u);
-            if (slot < uint32_t(kBlockThreads)) finish_shared.bucket[slot] = c;
-          }
+          if (under && top == start.prefix) finish_shared.add_to_bucket(c);
         });
         __syncthreads();
         const uint32_t count = min(finish_shared.bucket_count, uint32_t(kBlockThreads));
         const bool ranks = threadIdx.x < count;
         const Comp mine = ranks ? finish_shared.bucket[threadIdx.x] : Comp(0);
-        uint32_t rank = 0;
-        for (uint32_t j = 0; ranks && j < count; ++j) {
-          rank += finish_shared.bucket[j] > mine ? 1u : 0u;
-        }
+        const uint32_t rank = ranks ? count_above(finish_shared.bucket, 0, count, mine) : 0u;
         append(ranks && rank < start.needed, mine);
       } else {
         const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
