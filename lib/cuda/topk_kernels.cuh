@@ -85,7 +85,7 @@ struct FinishShared {
   static constexpr int kBins = kFinishByKeyBins<Comp> ? kMultiBins : 1;
   BlockShared<Comp> block;
   uint32_t bucket_count;
-  uint32_t overfull_bin;
+  uint32_t ranking_work;  // finish_by_key_bins: comparisons its ranking would take
   Comp bucket[kBlockThreads];
   uint32_t bin_count[kBins];
   uint32_t bin_next[kBins];
@@ -113,9 +113,9 @@ __device__ __forceinline__ uint32_t count_above(const Comp* items, uint32_t begi
 // few blocks), where nothing else hides that latency.
 constexpr int kCompositeBatch = 4;  // loads per thread in flight in for_each_composite
 
-template <int Threads = kBlockThreads, class Source, class Visit>
+template <int Threads = kBlockThreads, int Batch = kCompositeBatch, class Source, class Visit>
 __device__ __forceinline__ void for_each_composite(const Source& source, Visit&& visit) {
-  constexpr int kBatch = kCompositeBatch;
+  constexpr int kBatch = Batch;
   using Comp = decltype(source.composite(0));
   for (int64_t first = threadIdx.x; first < source.n; first += int64_t(Threads) * kBatch) {
     Comp batch[kBatch];
@@ -618,6 +618,11 @@ __global__ void __launch_bounds__(kSampleThreads)
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it.
 constexpr uint32_t kDirectFinishCandidates = 16384;
+// Where the threshold pass's key-prefix bins leave the k-th's bucket within a block, the finish
+// takes up to this many: one pass of its block over them replaces a filter pass and the rounds
+// over its bucket. bf16 2^26 (28.6k candidates, 229 KB from L2): the filter launches 8.5 + 2.9
+// -> 2.7 + 2.8 us (they return at once), the finish 11.1 -> 15.1, the C loop 69.6 -> 65.8.
+constexpr uint32_t kDirectFinishKeyBinCandidates = 131072;
 // Candidates a threshold thread stages in its own slots of shared memory before spilling to
 // global appends. Own slots need no atomic: a candidate costs one shared store, where a
 // block-wide counter cost each an atomic whose result the next store waited for (the k = 1024
@@ -763,22 +768,27 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
     const uint32_t count = __ldcg(&state->next_count);
     bool hit = count >= uint32_t(g.k) && count <= capacity;
-    const bool direct = hit && count <= kDirectFinishCandidates;
+    bool direct = hit && count <= kDirectFinishCandidates;
     // Without the histogram the filter passes cannot start: more candidates than the finish
     // kernel takes count as a miss (the plan makes that negligibly rare).
     if (!histogram_candidates) hit = direct;
     BucketChoice key_choice{};
     if (hit && key_prefix) {
-      // A direct row's histogram stays: the finish kernel places the winners by their bins.
-      // (Every call's sample kernel clears the row state.)
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
         pass.hist[b] = __ldcg(&state->hist[b]);
-        if (!direct) state->hist[b] = 0;
       }
       __syncthreads();
       key_choice = choose_bucket<kMultiBins, kMultiThreads>(pass.hist, uint32_t(g.k), pass.scan,
                                                             &pass.choice);
       if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
+      direct = hit && (direct || (count <= kDirectFinishKeyBinCandidates &&
+                                  key_choice.count <= uint32_t(kBlockThreads)));
+      // A direct row's histogram stays: the finish kernel places the winners by their bins.
+      // The filter passes histogram into a cleared one. (Every call's sample kernel clears the
+      // row state; a miss is cleared below.)
+      if (hit && !direct) {
+        for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
+      }
     }
     __syncthreads();  // every thread has its count before thread 0 resets it
     if (threadIdx.x == 0) {
@@ -943,17 +953,23 @@ __global__ void __launch_bounds__(kMultiThreads)
   }
 }
 
-// The most elements a key-prefix bin above the k-th's may hold for finish_by_key_bins, which
-// ranks each against the others of its bin.
-constexpr uint32_t kRankedBinLimit = 64;
+// The most comparisons finish_by_key_bins may spend ranking each winner against the others of
+// its bin: the sum over the bins above the k-th's of their squared sizes. Adjacent winners share
+// a bin, so a warp's lanes scan the same range: at this budget a thread makes ~512 comparisons.
+// bf16 2^26's ties of a key (35 bins of up to 110 elements, 62k in all) take 15.1 us in the
+// finish this way, 22.8 us through the sort (a limit of 64 elements per bin, measured). Counts
+// are capped before squaring so the sums fit 32 bits; a capped bin alone exceeds the budget.
+constexpr uint32_t kBinRankingBudget = uint32_t(kSortCapacity) * 128;
+constexpr uint32_t kBinRankingCountCap = 1024;
+static_assert(kBinRankingCountCap * kBinRankingCountCap > kBinRankingBudget, "cap above budget");
 
 // A direct finish that knows the k-th's key-prefix bin (see threshold_key_bin) and whose bucket
 // holds at most a block of elements. The threshold pass's histogram, kept in the row state,
 // gives each bin above the bucket its first output rank, so each winner goes to its bin's range
-// and is ranked by counting within its bin (a few elements), and the bucket's winners follow:
-// the k winners need no sort, which was a chain of barriers. Returns false, having written no
-// output, when a bin above the bucket holds more than kRankedBinLimit elements (top keys
-// crowded into few bins); every thread returns the same.
+// and is ranked by counting within its bin, and the bucket's winners follow: the k winners need
+// no sort, which was a chain of barriers. Returns false, having written no output, when ranking
+// within the bins would cost more than kBinRankingBudget (top keys crowded into few bins); every
+// thread returns the same.
 template <class T, class Comp, class Source>
 __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
                                    void* indices, bool index64, bool largest,
@@ -970,26 +986,27 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
   constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
   static_assert(kMultiBins % kBlockThreads == 0, "whole bins per thread");
   if (threadIdx.x == 0) {
-    fs.overfull_bin = 0;
+    fs.ranking_work = 0;
     fs.bucket_count = 0;
   }
   __syncthreads();
   const int first = int(threadIdx.x) * kBinsPerThread;
   uint32_t counts[kBinsPerThread];
-  uint32_t mine = 0;
-  bool overfull = false;
+  uint32_t mine = 0, work = 0;
 #pragma unroll
   for (int u = 0; u < kBinsPerThread; ++u) {
     const uint32_t bin = uint32_t(first + u);
     counts[u] = bin > kth_bin ? __ldcg(&state->hist[bin]) : 0u;
     mine += counts[u];
-    overfull |= counts[u] > kRankedBinLimit;
+    const uint32_t capped = min(counts[u], kBinRankingCountCap);
+    work += capped * capped;
   }
-  if (overfull) atomicAdd(&fs.overfull_bin, 1u);  // counted, not stored: no write race
+  work = __reduce_add_sync(0xffffffffu, work);
+  if ((threadIdx.x & 31) == 0 && work != 0) atomicAdd(&fs.ranking_work, work);
   uint32_t above;
   // Higher threads hold higher bins, whose elements rank first.
   uint32_t next = block_suffix_sum<kBlockThreads>(mine, sh.scan, above);
-  if (fs.overfull_bin) return false;
+  if (fs.ranking_work > kBinRankingBudget) return false;
 #pragma unroll
   for (int u = kBinsPerThread - 1; u >= 0; --u) {
     fs.bin_count[first + u] = counts[u];
@@ -997,14 +1014,21 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
     next += counts[u];
   }
   __syncthreads();
-  for_each_composite(source, [&](Comp c) {
+  auto place = [&](Comp c) {
     const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
     if (bin > kth_bin) {
       sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
     } else if (bin == kth_bin) {
       fs.add_to_bucket(c);
     }
-  });
+  };
+  // Past kDirectFinishCandidates, the one block's read of the buffer from L2 is most of this
+  // kernel: four times the usual loads in flight. (A few per thread do better with fewer.)
+  if (source.n > int64_t(kDirectFinishCandidates)) {
+    for_each_composite<kBlockThreads, 4 * kCompositeBatch>(source, place);
+  } else {
+    for_each_composite(source, place);
+  }
   __syncthreads();
   // Each bin's range now ends where its next slot stands.
   for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
