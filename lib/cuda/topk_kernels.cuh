@@ -620,9 +620,11 @@ __global__ void __launch_bounds__(kSampleThreads)
 constexpr uint32_t kDirectFinishCandidates = 16384;
 // Where the threshold pass's key-prefix bins leave the k-th's bucket within a block, the finish
 // takes up to this many: one pass of its block over them replaces a filter pass and the rounds
-// over its bucket. bf16 2^26 (28.6k candidates, 229 KB from L2): the filter launches 8.5 + 2.9
-// -> 2.7 + 2.8 us (they return at once), the finish 11.1 -> 15.1, the C loop 69.6 -> 65.8.
-constexpr uint32_t kDirectFinishKeyBinCandidates = 131072;
+// over its bucket. bf16 2^26 with 28.6k candidates (229 KB from L2): the filter launches 8.5 +
+// 2.9 -> 2.7 + 2.8 us (they return at once), the finish 11.1 -> 15.1, the C loop 69.6 -> 65.8.
+// But one block reads the buffer at only ~30 GB/s: with a limit of 128k, torch.randn's data
+// (~45k expected) took 72.7 -> 75.2 us in graph replay. The two paths cost the same near 35k.
+constexpr uint32_t kDirectFinishKeyBinCandidates = 32768;
 // Candidates a threshold thread stages in its own slots of shared memory before spilling to
 // global appends. Own slots need no atomic: a candidate costs one shared store, where a
 // block-wide counter cost each an atomic whose result the next store waited for (the k = 1024

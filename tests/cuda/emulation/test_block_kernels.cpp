@@ -276,9 +276,8 @@ void run_type(const char* name, bool quick) {
       {1, 60000, 4000, 5, 60000, -1, kTop, false, true},    // k above the sort: write_sorted
       {1, 60000, 4000, 5, 60000, -1, kKey, false, false},   // the same from key prefixes
       {1, 60000, 100, 4, 60000, 1400, kTop, false, false},  // ~41k candidates: filter passes
-      {1, 60000, 100, 4, 60000, 1400, kKey, false, true},   // the same from key prefixes: direct
-      {1, 60000, 2000, 4, 60000, 700, kKey, false, false},  // ~20k direct, bf16 bins of ~100 ties
-      {1, 150000, 100, 4, 150000, 1900, kKey, false, true}, // ~140k: filter passes again
+      {1, 60000, 100, 4, 60000, 1400, kKey, false, true},   // the same from key prefixes
+      {1, 60000, 2000, 4, 60000, 700, kKey, false, false},  // ~20k, direct by key bins of ties
       {2, 20000, 300, 3, 20000, 1, kKey, false, false},     // too few candidates: fallback
       {1, 30000, 20, 4, 3000, 2048, kTop, false, true},     // overflowing buffer: fallback
       {1, 30000, 200, 4, 30000, 0, kNone, false, false},    // the plain histogram pass
