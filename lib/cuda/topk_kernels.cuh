@@ -15,8 +15,10 @@
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled
 //    threshold (multi_sample_kernel, multi_threshold_kernel): the input is read once, the
-//    passes above continue on the candidates alone, and a missed threshold falls back to a
-//    histogram pass (in the first filter launch) and one filter pass over the input.
+//    passes above continue on the candidates alone (or the finish takes them all at once: up to
+//    16k, or 32k whose key-prefix bins leave the k-th's bucket within a block), and a missed
+//    threshold falls back to a histogram pass (in the first filter launch) and one filter pass
+//    over the input.
 #pragma once
 
 #include <cstdint>
