@@ -1126,12 +1126,13 @@ __global__ void __launch_bounds__(kBlockThreads)
                                : start;
       if (state->finish_direct && start.resolved > 0 &&
           start.in_bucket <= uint32_t(kBlockThreads)) {
-        // The threshold pass's key-prefix bins left the k-th's bucket small (a few dozen): one
-        // pass takes everything above it and gathers the bucket, whose elements are then ranked
-        // by counting, instead of radix rounds over the whole buffer and a pass to collect the
-        // winners (k = 1024 of 150k: 79.4 -> 77.6 us). After the filter passes (bf16 2^26's
-        // bucket of ties) the same measured 1.2 us slower than the rounds, so they keep those.
-        // Where the bins above the bucket are small, the winners need no sort either (69.5 us).
+        // The threshold pass's key-prefix bins left the k-th's bucket within a block (k = 1024
+        // of 150k: a few dozen; bf16 2^26's ties of a key: ~130): one pass takes everything
+        // above it and gathers the bucket, whose elements are then ranked by counting, instead
+        // of radix rounds over the whole buffer and a pass to collect the winners (k = 1024:
+        // 79.4 -> 77.6 us). After the filter passes the same measured 1.2 us slower than the
+        // rounds, so they keep those. Where ranking within the bins above the bucket fits
+        // kBinRankingBudget, the winners need no sort either (k = 1024: 69.5 us).
         if constexpr (kFinishByKeyBins<Comp>) {
           if (sort_here && finish_by_key_bins(g, input, values, indices, index64, largest, o,
                                               state, source, start, finish_shared)) {
