@@ -15,8 +15,9 @@
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled
 //    threshold (multi_sample_kernel, multi_threshold_kernel): the input is read once, the
-//    passes above continue on the candidates alone (or the finish takes them all at once: up to
-//    16k, or 32k whose key-prefix bins leave the k-th's bucket within a block), and a missed
+//    passes above continue on the candidates alone (or the finish takes them all at once, up to
+//    16k; past that, where the key-prefix bins leave the k-th's bucket within a block, the first
+//    filter launch places the winners in their bins' ranges for the finish), and a missed
 //    threshold falls back to a histogram pass (in the first filter launch) and one filter pass
 //    over the input.
 #pragma once
@@ -87,7 +88,6 @@ struct FinishShared {
   static constexpr int kBins = kFinishByKeyBins<Comp> ? kMultiBins : 1;
   BlockShared<Comp> block;
   uint32_t bucket_count;
-  uint32_t ranking_work;  // finish_by_key_bins: comparisons its ranking would take
   Comp bucket[kBlockThreads];
   uint32_t bin_count[kBins];
   uint32_t bin_next[kBins];
@@ -115,9 +115,9 @@ __device__ __forceinline__ uint32_t count_above(const Comp* items, uint32_t begi
 // few blocks), where nothing else hides that latency.
 constexpr int kCompositeBatch = 4;  // loads per thread in flight in for_each_composite
 
-template <int Threads = kBlockThreads, int Batch = kCompositeBatch, class Source, class Visit>
+template <int Threads = kBlockThreads, class Source, class Visit>
 __device__ __forceinline__ void for_each_composite(const Source& source, Visit&& visit) {
-  constexpr int kBatch = Batch;
+  constexpr int kBatch = kCompositeBatch;
   using Comp = decltype(source.composite(0));
   for (int64_t first = threadIdx.x; first < source.n; first += int64_t(Threads) * kBatch) {
     Comp batch[kBatch];
@@ -302,12 +302,13 @@ struct RowState {
   uint32_t complete;          // all k winners are written
   uint32_t fallback;          // the sampled threshold missed: run the exact passes on the input
   uint32_t finish_direct;     // few candidates: the finish kernel selects from all of them
+  uint32_t winners_placed;    // ... placed in their key-prefix bins' ranges by a filter launch
   uint32_t digit_bits;        // width of the digit the last choice appended to the prefix
   uint32_t filters_done;      // the finish kernel takes the bucket as it is
   uint32_t in_first_output;   // ... from the first filter pass's output buffer
   Comp threshold;             // sampled plans: candidates are the composites at or above it
   uint32_t threshold_shift;   // sampled plans: the threshold pass's key bins are 2^shift wide
-  uint32_t hist[kMultiBins];
+  uint32_t hist[kMultiBins];  // winners_placed: each bin's end in the row's output ranks
 };
 
 struct MultiLayout {
@@ -462,7 +463,17 @@ struct MultiPassShared {
   uint32_t scan[kMultiThreads / 32];
   BucketChoice choice;
   uint32_t last_flag;
+  uint32_t bucket_next;  // place_winners_by_bins: the block's next slot in the k-th's bucket
 };
+
+// The bin of the k-th's key: the key prefix the threshold pass chose, counted from the
+// threshold's.
+template <class Key, class Comp>
+__device__ __forceinline__ uint32_t kth_key_bin(const RowState<Comp>* state) {
+  const Key threshold_key = Key(state->threshold >> 32);
+  const int key_shift = int(state->threshold_shift);
+  return uint32_t(WideKey<Key>(Key(state->prefix)) - WideKey<Key>(threshold_key >> key_shift));
+}
 
 // One block's share of the first exact pass over a row: the top digit of every element, then
 // the row's last block chooses it.
@@ -618,15 +629,68 @@ __global__ void __launch_bounds__(kSampleThreads)
 }
 
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
-// passes cost more in launches and row-state round trips than they save it.
+// passes cost more in launches and row-state round trips than they save it. Past it, one block
+// reads the buffer too slowly (~30 GB/s from L2: bf16 2^26's 28.6k candidates took the finish
+// 15 us), so a row whose key-prefix bins leave the k-th's bucket within a block has its winners
+// placed in their bins' ranges by the first filter launch's blocks instead (start_bin_ranges).
 constexpr uint32_t kDirectFinishCandidates = 16384;
-// Where the threshold pass's key-prefix bins leave the k-th's bucket within a block, the finish
-// takes up to this many: one pass of its block over them replaces a filter pass and the rounds
-// over its bucket. bf16 2^26 with 28.6k candidates (229 KB from L2): the filter launches 8.5 +
-// 2.9 -> 2.7 + 2.8 us (they return at once), the finish 11.1 -> 15.1, the C loop 69.6 -> 65.8.
-// But one block reads the buffer at only ~30 GB/s: with a limit of 128k, torch.randn's data
-// (~45k expected) took 72.7 -> 75.2 us in graph replay. The two paths cost the same near 35k.
-constexpr uint32_t kDirectFinishKeyBinCandidates = 32768;
+
+// The most comparisons the finish may spend ranking each winner against the others of its
+// key-prefix bin: the sum over the bins above the k-th's of their squared sizes. Adjacent
+// winners share a bin, so a warp's lanes scan the same range: at this budget a thread makes ~512
+// comparisons. bf16 2^26's ties of a key (35 bins of up to 110 elements, 62k in all) took 15.1
+// us in the finish this way, 22.8 us through the sort (a limit of 64 elements per bin,
+// measured). Counts are capped before squaring so the sums fit 32 bits; a capped bin alone
+// exceeds the budget.
+constexpr uint32_t kBinRankingBudget = uint32_t(kSortCapacity) * 128;
+constexpr uint32_t kBinRankingCountCap = 1024;
+static_assert(kBinRankingCountCap * kBinRankingCountCap > kBinRankingBudget, "cap above budget");
+
+// The comparisons that ranking within bins would take (see kBinRankingBudget), each of the
+// block's threads holding some bins' counts: every thread returns the block's total.
+template <int Threads, int BinsPerThread>
+__device__ __forceinline__ uint32_t bin_ranking_work(const uint32_t (&counts)[BinsPerThread],
+                                                     uint32_t* scan) {
+  uint32_t work = 0;
+#pragma unroll
+  for (int u = 0; u < BinsPerThread; ++u) {
+    const uint32_t capped = min(counts[u], kBinRankingCountCap);
+    work += capped * capped;
+  }
+  uint32_t total;
+  block_suffix_sum<Threads>(work, scan, total);
+  return total;
+}
+
+// Run by the threshold pass's last block on a direct row past kDirectFinishCandidates whose
+// k-th's bucket fits a block: turns the row's histogram counts of the bins above the k-th's
+// into each bin's first output rank (higher bins rank first), so that the first filter launch
+// can place the winners (place_winners_by_bins), and leaves each bin's end there. Returns
+// false, writing nothing, when ranking within those bins would exceed kBinRankingBudget; every
+// thread returns the same. `counts` is the histogram in shared memory.
+template <class Comp>
+__device__ bool start_bin_ranges(RowState<Comp>* state, const uint32_t* counts_in,
+                                 uint32_t kth_bin, uint32_t* scan) {
+  constexpr int kBinsPerThread = kMultiBins / kMultiThreads;
+  static_assert(kMultiBins % kMultiThreads == 0, "whole bins per thread");
+  const int first = int(threadIdx.x) * kBinsPerThread;
+  uint32_t counts[kBinsPerThread];
+  uint32_t mine = 0;
+#pragma unroll
+  for (int u = 0; u < kBinsPerThread; ++u) {
+    counts[u] = uint32_t(first + u) > kth_bin ? counts_in[first + u] : 0u;
+    mine += counts[u];
+  }
+  if (bin_ranking_work<kMultiThreads>(counts, scan) > kBinRankingBudget) return false;
+  uint32_t above;
+  uint32_t next = block_suffix_sum<kMultiThreads>(mine, scan, above);
+#pragma unroll
+  for (int u = kBinsPerThread - 1; u >= 0; --u) {
+    if (uint32_t(first + u) > kth_bin) state->hist[first + u] = next;
+    next += counts[u];
+  }
+  return true;
+}
 // Candidates a threshold thread stages in its own slots of shared memory before spilling to
 // global appends. Own slots need no atomic: a candidate costs one shared store, where a
 // block-wide counter cost each an atomic whose result the next store waited for (the k = 1024
@@ -776,6 +840,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     // Without the histogram the filter passes cannot start: more candidates than the finish
     // kernel takes count as a miss (the plan makes that negligibly rare).
     if (!histogram_candidates) hit = direct;
+    bool placed = false;
     BucketChoice key_choice{};
     if (hit && key_prefix) {
       for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
@@ -785,11 +850,18 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       key_choice = choose_bucket<kMultiBins, kMultiThreads>(pass.hist, uint32_t(g.k), pass.scan,
                                                             &pass.choice);
       if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
-      direct = hit && (direct || (count <= kDirectFinishKeyBinCandidates &&
-                                  key_choice.count <= uint32_t(kBlockThreads)));
-      // A direct row's histogram stays: the finish kernel places the winners by their bins.
-      // The filter passes histogram into a cleared one. (Every call's sample kernel clears the
-      // row state; a miss is cleared below.)
+      if constexpr (kFinishByKeyBins<Comp>) {
+        // The finish ranks the placed winners in shared memory, as it sorts them.
+        if (hit && !direct && g.k <= kSortCapacity &&
+            key_choice.count <= uint32_t(kBlockThreads)) {
+          placed = start_bin_ranges(state, pass.hist, key_choice.digit, pass.scan);
+          direct = placed;
+        }
+      }
+      // A direct row's histogram stays (as counts, or as placed ranges): the finish kernel or
+      // the first filter launch places the winners by their bins. The filter passes histogram
+      // into a cleared one. (Every call's sample kernel clears the row state; a miss is cleared
+      // below.)
       if (hit && !direct) {
         for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
       }
@@ -804,6 +876,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       state->source_count = hit ? count : 0u;
       state->fallback = hit ? 0u : 1u;
       state->finish_direct = hit && direct ? 1u : 0u;
+      state->winners_placed = placed ? 1u : 0u;
       if (hit && key_prefix) {
         // The prefix of the k-th's key: the finish or the filter passes go on from its bucket.
         constexpr int kKeyBits = int(sizeof(Key)) * 8;
@@ -829,7 +902,57 @@ constexpr uint32_t kFinishBucketCandidates = 2 * kBlockThreads;
 // Candidates per block of a filter pass over the buffer: two batches of for_each_composite.
 constexpr int64_t kFilterItemsPerBlock = int64_t(2) * kCompositeBatch * kMultiThreads;
 
+// The first filter launch's work on a row whose winners it places (see start_bin_ranges): the
+// blocks its candidates fill each read their share of the buffer twice, first counting their
+// winners per bin, then writing each to its slot of the row's winners, having reserved each
+// bin's slots with one global atomic per block (one per winner made every warp wait on an L2
+// round trip for each); the k-th's bucket goes to `bucket`, its count to the row's next_count.
+template <class Key, class Comp>
+__device__ void place_winners_by_bins(const MultiLayout& layout, RowState<Comp>* state,
+                                      Comp* row_winners, const Comp* buffer, Comp* bucket,
+                                      int seg, MultiPassShared& pass) {
+  const int64_t count = state->source_count;
+  const int active = int(min(int64_t(layout.blocks_per_row),
+                             (count + kFilterItemsPerBlock - 1) / kFilterItemsPerBlock));
+  if (seg >= active) return;
+  int64_t begin, end;
+  segment_bounds(count, active, seg, begin, end);
+  const Key threshold_key = Key(state->threshold >> 32);
+  const int key_shift = int(state->threshold_shift);
+  const uint32_t kth_bin = kth_key_bin<Key>(state);
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
+  if (threadIdx.x == 0) pass.bucket_next = 0;
+  __syncthreads();
+  const BufferSource<Comp> segment{buffer + begin, end - begin};
+  for_each_composite<kMultiThreads>(segment, [&](Comp c) {
+    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    if (bin > kth_bin) {
+      atomicAdd(&pass.hist[bin], 1u);
+    } else if (bin == kth_bin) {
+      atomicAdd(&pass.bucket_next, 1u);
+    }
+  });
+  __syncthreads();
+  for (uint32_t b = kth_bin + 1 + threadIdx.x; b < uint32_t(kMultiBins); b += kMultiThreads) {
+    if (pass.hist[b] != 0) pass.hist[b] = atomicAdd(&state->hist[b], pass.hist[b]);
+  }
+  if (threadIdx.x == 0 && pass.bucket_next != 0) {
+    pass.bucket_next = atomicAdd(&state->next_count, pass.bucket_next);
+  }
+  __syncthreads();
+  for_each_composite<kMultiThreads>(segment, [&](Comp c) {
+    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    if (bin > kth_bin) {
+      row_winners[atomicAdd(&pass.hist[bin], 1u)] = c;
+    } else if (bin == kth_bin) {
+      bucket[atomicAdd(&pass.bucket_next, 1u)] = c;
+    }
+  });
+}
+
 // A filter pass: splits the elements under the previous prefix by the digit just chosen.
+// The launch right after a threshold pass also runs the histogram pass of rows whose threshold
+// missed and places the winners of rows that asked for it.
 template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_filter_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
@@ -837,7 +960,7 @@ __global__ void __launch_bounds__(kMultiThreads)
                         Composite<typename KeyTraits<T>::Key>* winners,
                         const Composite<typename KeyTraits<T>::Key>* candidates_in,
                         Composite<typename KeyTraits<T>::Key>* candidates_out,
-                        bool histogram_next, bool fallback_histogram) {
+                        bool histogram_next, bool after_threshold_pass) {
   wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -849,11 +972,19 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int seg = int(blockIdx.x % layout.blocks_per_row);
   RowState<Comp>* state = states + row;
   // Uniform across the row's blocks: set by an earlier kernel.
+  if (state->winners_placed) {
+    if (after_threshold_pass) {
+      place_winners_by_bins<Key>(layout, state, winners + row * g.k,
+                                 candidates_in + row * layout.capacity,
+                                 candidates_out + row * layout.capacity, seg, pass);
+    }
+    return;
+  }
   if (state->complete || state->finish_direct || state->filters_done) return;
   // A row whose sampled threshold missed starts over with the exact passes: this launch is its
   // histogram pass (so that the rows that hit wait for no extra kernel), the next its one filter
   // pass over the input, and the finish kernel resolves what is left.
-  if (fallback_histogram && state->fallback) {
+  if (after_threshold_pass && state->fallback) {
     histogram_pass(g, input, largest, layout, state, row, seg, pass);
     return;
   }
@@ -957,15 +1088,34 @@ __global__ void __launch_bounds__(kMultiThreads)
   }
 }
 
-// The most comparisons finish_by_key_bins may spend ranking each winner against the others of
-// its bin: the sum over the bins above the k-th's of their squared sizes. Adjacent winners share
-// a bin, so a warp's lanes scan the same range: at this budget a thread makes ~512 comparisons.
-// bf16 2^26's ties of a key (35 bins of up to 110 elements, 62k in all) take 15.1 us in the
-// finish this way, 22.8 us through the sort (a limit of 64 elements per bin, measured). Counts
-// are capped before squaring so the sums fit 32 bits; a capped bin alone exceeds the budget.
-constexpr uint32_t kBinRankingBudget = uint32_t(kSortCapacity) * 128;
-constexpr uint32_t kBinRankingCountCap = 1024;
-static_assert(kBinRankingCountCap * kBinRankingCountCap > kBinRankingBudget, "cap above budget");
+struct BinRange {
+  uint32_t begin, end;
+};
+
+// Writes the winners of a row ranked within their key-prefix bins: winners[0, above) holds each
+// bin's elements in the range range_of(bin) returns, higher bins first, and the k-th's bucket
+// (bucket_count elements, `needed` of which win) ranks after them.
+template <class T, class Comp, class RangeOf>
+__device__ void write_binned_winners(const RowGeometry& g, const T* input, void* values,
+                                     void* indices, bool index64, bool largest,
+                                     const RowOffsets& o, const RowState<Comp>* state,
+                                     const Comp* winners, uint32_t above, RangeOf range_of,
+                                     const Comp* bucket, uint32_t bucket_count, uint32_t needed) {
+  using Key = typename KeyTraits<T>::Key;
+  const Key threshold_key = Key(state->threshold >> 32);
+  const int key_shift = int(state->threshold_shift);
+  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
+    const Comp c = winners[p];
+    const BinRange range = range_of(threshold_key_bin(Key(c >> 32), threshold_key, key_shift));
+    const uint32_t rank = range.begin + count_above(winners, range.begin, range.end, c);
+    write_winner(g, input, values, indices, index64, largest, o, rank, c);
+  }
+  if (threadIdx.x < bucket_count) {
+    const Comp c = bucket[threadIdx.x];
+    const uint32_t rank = count_above(bucket, 0, bucket_count, c);
+    if (rank < needed) write_winner(g, input, values, indices, index64, largest, o, above + rank, c);
+  }
+}
 
 // A direct finish that knows the k-th's key-prefix bin (see threshold_key_bin) and whose bucket
 // holds at most a block of elements. The threshold pass's histogram, kept in the row state,
@@ -984,33 +1134,24 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
   BlockShared<Comp>& sh = fs.block;
   const Key threshold_key = Key(state->threshold >> 32);
   const int key_shift = int(state->threshold_shift);
-  const uint32_t kth_bin =
-      uint32_t(WideKey<Key>(Key(start.prefix)) - WideKey<Key>(threshold_key >> key_shift));
+  const uint32_t kth_bin = kth_key_bin<Key>(state);
 
   constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
   static_assert(kMultiBins % kBlockThreads == 0, "whole bins per thread");
-  if (threadIdx.x == 0) {
-    fs.ranking_work = 0;
-    fs.bucket_count = 0;
-  }
-  __syncthreads();
+  if (threadIdx.x == 0) fs.bucket_count = 0;
   const int first = int(threadIdx.x) * kBinsPerThread;
   uint32_t counts[kBinsPerThread];
-  uint32_t mine = 0, work = 0;
+  uint32_t mine = 0;
 #pragma unroll
   for (int u = 0; u < kBinsPerThread; ++u) {
     const uint32_t bin = uint32_t(first + u);
     counts[u] = bin > kth_bin ? __ldcg(&state->hist[bin]) : 0u;
     mine += counts[u];
-    const uint32_t capped = min(counts[u], kBinRankingCountCap);
-    work += capped * capped;
   }
-  work = __reduce_add_sync(0xffffffffu, work);
-  if ((threadIdx.x & 31) == 0 && work != 0) atomicAdd(&fs.ranking_work, work);
+  if (bin_ranking_work<kBlockThreads>(counts, sh.scan) > kBinRankingBudget) return false;
   uint32_t above;
   // Higher threads hold higher bins, whose elements rank first.
   uint32_t next = block_suffix_sum<kBlockThreads>(mine, sh.scan, above);
-  if (fs.ranking_work > kBinRankingBudget) return false;
 #pragma unroll
   for (int u = kBinsPerThread - 1; u >= 0; --u) {
     fs.bin_count[first + u] = counts[u];
@@ -1018,39 +1159,53 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
     next += counts[u];
   }
   __syncthreads();
-  auto place = [&](Comp c) {
+  for_each_composite(source, [&](Comp c) {
     const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
     if (bin > kth_bin) {
       sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
     } else if (bin == kth_bin) {
       fs.add_to_bucket(c);
     }
-  };
-  // Past kDirectFinishCandidates, the one block's read of the buffer from L2 is most of this
-  // kernel: four times the usual loads in flight. (A few per thread do better with fewer.)
-  if (source.n > int64_t(kDirectFinishCandidates)) {
-    for_each_composite<kBlockThreads, 4 * kCompositeBatch>(source, place);
-  } else {
-    for_each_composite(source, place);
-  }
+  });
   __syncthreads();
   // Each bin's range now ends where its next slot stands.
-  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
-    const Comp c = sh.winners[p];
-    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
-    const uint32_t end = fs.bin_next[bin], begin = end - fs.bin_count[bin];
-    const uint32_t rank = begin + count_above(sh.winners, begin, end, c);
-    write_winner(g, input, values, indices, index64, largest, o, rank, c);
-  }
-  const uint32_t count = min(fs.bucket_count, uint32_t(kBlockThreads));
-  if (threadIdx.x < count) {
-    const Comp c = fs.bucket[threadIdx.x];
-    const uint32_t rank = count_above(fs.bucket, 0, count, c);
-    if (rank < start.needed) {
-      write_winner(g, input, values, indices, index64, largest, o, above + rank, c);
-    }
-  }
+  write_binned_winners(g, input, values, indices, index64, largest, o, state, sh.winners, above,
+                       [&](uint32_t bin) {
+                         const uint32_t end = fs.bin_next[bin];
+                         return BinRange{end - fs.bin_count[bin], end};
+                       },
+                       fs.bucket, min(fs.bucket_count, uint32_t(kBlockThreads)), start.needed);
   return true;
+}
+
+// The finish of a row whose winners the first filter launch placed (place_winners_by_bins):
+// each bin's range of winners ends at its entry of the row's histogram and begins at the next
+// higher bin's end; the winners and the k-th's bucket move to shared memory to be ranked there.
+template <class T, class Comp>
+__device__ void finish_placed_winners(const RowGeometry& g, const T* input, void* values,
+                                      void* indices, bool index64, bool largest,
+                                      const RowOffsets& o, const RowState<Comp>* state,
+                                      const Comp* row_winners, const Comp* bucket,
+                                      FinishShared<Comp>& fs) {
+  const uint32_t needed = state->needed;
+  const uint32_t above = uint32_t(g.k) - needed;
+  const uint32_t bucket_count = min(__ldcg(&state->next_count), uint32_t(kBlockThreads));
+  for (int b = threadIdx.x; b < kMultiBins; b += kBlockThreads) {
+    fs.bin_next[b] = __ldcg(&state->hist[b]);
+  }
+  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
+    fs.block.winners[p] = __ldcg(&row_winners[p]);
+  }
+  if (threadIdx.x < bucket_count) fs.bucket[threadIdx.x] = __ldcg(&bucket[threadIdx.x]);
+  __syncthreads();
+  write_binned_winners(g, input, values, indices, index64, largest, o, state, fs.block.winners,
+                       above,
+                       [&](uint32_t bin) {
+                         const uint32_t begin =
+                             bin + 1 < uint32_t(kMultiBins) ? fs.bin_next[bin + 1] : 0u;
+                         return BinRange{begin, fs.bin_next[bin]};
+                       },
+                       fs.bucket, bucket_count, needed);
 }
 
 // One block per row: resolves the remaining bits of an unfinished row from its candidates (in
@@ -1077,6 +1232,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   const RowOffsets o = device_row_offsets(g, row);
   const Comp* const row_candidates =
       (state->in_first_output ? first_output : candidates) + row * layout.capacity;
+  if constexpr (kFinishByKeyBins<Comp>) {
+    if (state->winners_placed) {  // the bucket is in the first filter launch's output
+      finish_placed_winners(g, input, values, indices, index64, largest, o, state, row_winners,
+                            first_output + row * layout.capacity, finish_shared);
+      return;
+    }
+  }
 
   // A sampled threshold that left at most a block's worth of candidates and nothing else
   // selected (the direct case; k <= count by then): each thread ranks one candidate by counting

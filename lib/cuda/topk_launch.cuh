@@ -117,7 +117,8 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
       if (plan.sample_rank > 0) {
         // The sample kernel initialises the row state; rows whose threshold missed take their
-        // histogram pass in the first filter launch.
+        // histogram pass in the first filter launch, and rows with many candidates from few
+        // winners have their winners placed there.
         if (plan.samples_per_thread == kWideSamplesPerThread) {
           multi_sample_kernel<T, kWideSamplesPerThread>
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,

@@ -277,7 +277,8 @@ void run_type(const char* name, bool quick) {
       {1, 60000, 4000, 5, 60000, -1, kKey, false, false},   // the same from key prefixes
       {1, 60000, 100, 4, 60000, 1400, kTop, false, false},  // ~41k candidates: filter passes
       {1, 60000, 100, 4, 60000, 1400, kKey, false, true},   // the same from key prefixes
-      {1, 60000, 2000, 4, 60000, 700, kKey, false, false},  // ~20k, direct by key bins of ties
+      {1, 60000, 2000, 4, 60000, 700, kKey, false, false},  // ~20k, winners placed in key bins
+      {2, 60000, 1000, 5, 60000, 800, kKey, false, true},   // ~23k a row, two rows placed
       {2, 20000, 300, 3, 20000, 1, kKey, false, false},     // too few candidates: fallback
       {1, 30000, 20, 4, 3000, 2048, kTop, false, true},     // overflowing buffer: fallback
       {1, 30000, 200, 4, 30000, 0, kNone, false, false},    // the plain histogram pass
