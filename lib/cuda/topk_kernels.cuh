@@ -22,6 +22,7 @@
 //    over the input.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -41,6 +42,10 @@ constexpr int kBlockDigitBits = 8;
 constexpr int kBlockBins = 1 << kBlockDigitBits;
 constexpr int kSortCapacity = 2048;      // winners sorted in shared memory up to this k
 constexpr int kMultiPasses = 2;          // multi-block filter passes before the finish
+// A split sample (see multi_sample_kernel): the wide sample's 16384 keys over this many blocks
+// per row, each leaving its `rank` largest for the threshold pass's blocks to merge.
+constexpr int kSplitSampleParts = 16;
+constexpr uint32_t kSplitSampleMaxRank = 16;
 
 // ---------------------------------------------------------------------------------------------
 // Block-wide radix refinement, shared by block_select_kernel and finish_kernel.
@@ -309,12 +314,16 @@ struct RowState {
   Comp threshold;             // sampled plans: candidates are the composites at or above it
   uint32_t threshold_shift;   // sampled plans: the threshold pass's key bins are 2^shift wide
   uint32_t hist[kMultiBins];  // winners_placed: each bin's end in the row's output ranks
+  // Split samples: each part's largest keys (as composites' low bits), `rank` per part. The
+  // sample kernel clears the fields above only.
+  Comp sample_tops[kSplitSampleParts * kSplitSampleMaxRank];
 };
 
 struct MultiLayout {
   int blocks_per_row;
   int64_t capacity;  // candidate slots per row and buffer
   uint32_t l2_prefetch_bytes = 0;  // sampled plans: see prefetch_segment_head
+  uint32_t split_sample_rank = 0;  // split samples: the rank, whose parts' tops the pass merges
 };
 
 constexpr int kLoadsInFlight = 4;  // 16-byte loads per thread in visit_row_segment's main loop
@@ -540,10 +549,25 @@ constexpr int kNarrowSamplesPerThread = 4;   // 2048 samples: rows up to a few m
 constexpr int kWideSamplesPerThread = 32;    // 16384 samples: huge rows
 constexpr int kSamplePrefetchSegments = 8;   // see prefetch_segment_head
 
+// The shift of the threshold pass's key bins (see threshold_key_bin): 512 units span the
+// sample's keys from the threshold to its largest.
+template <class Key>
+__device__ __forceinline__ uint32_t key_bin_shift(Key largest_key, Key threshold_key) {
+  const uint64_t span = uint64_t(largest_key) - uint64_t(threshold_key);
+  const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
+  return uint32_t(max(0, span_bits - 9));
+}
+
 // Ranks the sample and initialises the row's state (so sampled plans need no memset). The
 // threshold is the lower edge of the narrowest key bucket that holds the sample's
 // `sample_rank`-th largest key: exact when the bucket narrows to one key, and never above it.
-template <class T, int SamplesPerThread>
+//
+// A split sample (Parts blocks per row, for rows too few to fill the GPU) spreads the same
+// sample over the blocks: one block ranking 16384 keys is bound by its own instruction chains
+// (9.7 us for bf16 2^26). Each part leaves its `sample_rank` largest keys in the row state
+// instead, and the threshold pass's blocks merge them (merge_split_sample): the union of the
+// parts' tops holds the sample's top, so its `sample_rank`-th largest is the sample's, exactly.
+template <class T, int SamplesPerThread, int Parts = 1>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
                         MultiLayout layout,
@@ -552,15 +576,20 @@ __global__ void __launch_bounds__(kSampleThreads)
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kKeyBits = int(sizeof(Key)) * 8;
-  constexpr int kSamples = kSampleThreads * SamplesPerThread;
+  constexpr int kWarps = kSampleThreads / 32;
+  constexpr int kSamples = kSampleThreads * SamplesPerThread * Parts;
   __shared__ uint32_t hist[kBlockBins];
-  __shared__ uint32_t scan[kSampleThreads / 32];
+  __shared__ uint32_t scan[kWarps];
   __shared__ BucketChoice choice;
 
-  const int64_t row = blockIdx.x;
+  const int64_t row = blockIdx.x / Parts;
+  const int part = int(blockIdx.x % Parts);
   RowState<Comp>* state = states + row;
+  // The parts share the clearing; the tops are each part's to write.
   uint32_t* state_words = reinterpret_cast<uint32_t*>(state);
-  for (size_t w = threadIdx.x; w < sizeof(RowState<Comp>) / 4; w += kSampleThreads) {
+  constexpr size_t kClearedWords = offsetof(RowState<Comp>, sample_tops) / 4;
+  for (size_t w = size_t(part) * kSampleThreads + threadIdx.x; w < kClearedWords;
+       w += size_t(Parts) * kSampleThreads) {
     state_words[w] = 0;
   }
   const RowOffsets o = device_row_offsets(g, row);
@@ -568,7 +597,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   // The sample is kSamples / 32 runs of 32 adjacent elements, one run per warp load, centred
   // in equal strata of the row: spread over the whole row and deterministic, and each load is
   // one contiguous segment rather than 32 scattered ones (scattered loads made this kernel a
-  // sizeable part of a sampling call).
+  // sizeable part of a sampling call). A part takes a contiguous share of the runs.
   constexpr int kRuns = kSamples / 32;
   const int lane = int(threadIdx.x & 31);
   // The sample's largest key sets the width of the threshold pass's key bins; kept as a running
@@ -578,7 +607,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   Wide largest_key = 0;
 #pragma unroll
   for (int j = 0; j < SamplesPerThread; ++j) {
-    const uint64_t run = uint64_t(j) * (kSampleThreads / 32) + (threadIdx.x >> 5);
+    const uint64_t run = uint64_t(part) * (SamplesPerThread * kWarps) + uint64_t(j) * kWarps +
+                         (threadIdx.x >> 5);
     const int64_t centre = int64_t((2 * run + 1) * uint64_t(g.n) / (2 * uint64_t(kRuns)));
     const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
     keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
@@ -586,7 +616,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
   // One block's copy engine issues a few segments' prefetches quickly, not a huge row's hundreds.
   const int segment = int(threadIdx.x);
-  if (layout.blocks_per_row <= kSamplePrefetchSegments && segment < layout.blocks_per_row) {
+  if (Parts == 1 && layout.blocks_per_row <= kSamplePrefetchSegments &&
+      segment < layout.blocks_per_row) {
     int64_t begin, end;
     segment_bounds(g.n, layout.blocks_per_row, segment, begin, end);
     prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
@@ -612,20 +643,65 @@ __global__ void __launch_bounds__(kSampleThreads)
     needed -= c.above;
     if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
-  __shared__ Wide warp_max[kSampleThreads / 32];
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    largest_key = max(largest_key, Wide(__shfl_xor_sync(0xffffffffu, largest_key, offset)));
+  const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
+  if constexpr (Parts == 1) {
+    __shared__ Wide warp_max[kWarps];
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      largest_key = max(largest_key, Wide(__shfl_xor_sync(0xffffffffu, largest_key, offset)));
+    }
+    if (lane == 0) warp_max[threadIdx.x >> 5] = largest_key;
+    __syncthreads();  // also: the state is cleared before thread 0 writes into it
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kWarps; ++w) largest_key = max(largest_key, warp_max[w]);
+      state->threshold = Comp(threshold_key) << 32;
+      state->threshold_shift = key_bin_shift(Key(largest_key), threshold_key);
+    }
+  } else {
+    // The part's top: its keys above the bucket's lower edge (fewer than sample_rank when the
+    // bucket narrowed to one key, else at most that), then the edge itself for the rest, which
+    // are then the bucket's keys equal to it.
+    __shared__ uint32_t above_edge;
+    if (threadIdx.x == 0) above_edge = 0;
+    __syncthreads();
+    Comp* tops = state->sample_tops + size_t(part) * sample_rank;
+#pragma unroll
+    for (int j = 0; j < SamplesPerThread; ++j) {
+      if (keys[j] > threshold_key) tops[atomicAdd(&above_edge, 1u)] = Comp(keys[j]);
+    }
+    __syncthreads();
+    for (uint32_t t = above_edge + threadIdx.x; t < sample_rank; t += kSampleThreads) {
+      tops[t] = Comp(threshold_key);
+    }
   }
-  if (lane == 0) warp_max[threadIdx.x >> 5] = largest_key;
-  __syncthreads();  // also: the state is cleared before thread 0 writes into it
-  if (threadIdx.x == 0) {
-    for (int w = 0; w < kSampleThreads / 32; ++w) largest_key = max(largest_key, warp_max[w]);
-    const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
-    const uint64_t span = uint64_t(largest_key) - uint64_t(threshold_key);
-    const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
-    state->threshold = Comp(threshold_key) << 32;
-    state->threshold_shift = uint32_t(max(0, span_bits - 9));
+}
+
+// Run by every threshold block of a row whose sample was split: the sample_rank-th largest of the
+// parts' tops (ties counted) is the threshold, the largest sets the key bins' shift. Parts
+// times the rank fit the block, one key a thread.
+template <class Key, class Comp>
+__device__ void merge_split_sample(const RowState<Comp>* state, uint32_t sample_rank,
+                                   Key& threshold_key, int& key_shift) {
+  static_assert(kSplitSampleParts * kSplitSampleMaxRank <= kMultiThreads, "a key a thread");
+  __shared__ Key tops[kSplitSampleParts * kSplitSampleMaxRank];
+  __shared__ Key ranked, largest_key;
+  const uint32_t count = uint32_t(kSplitSampleParts) * sample_rank;
+  const bool holds = threadIdx.x < count;
+  const Key key = holds ? Key(state->sample_tops[threadIdx.x]) : Key(0);
+  if (holds) tops[threadIdx.x] = key;
+  __syncthreads();
+  if (holds) {
+    uint32_t above = 0, reaching = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      above += tops[i] > key ? 1u : 0u;
+      reaching += tops[i] >= key ? 1u : 0u;
+    }
+    // Threads holding equal keys write the same.
+    if (above < sample_rank && sample_rank <= reaching) ranked = key;
+    if (above == 0) largest_key = key;
   }
+  __syncthreads();
+  threshold_key = ranked;
+  key_shift = int(key_bin_shift(largest_key, ranked));
 }
 
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
@@ -765,7 +841,19 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __shared__ uint32_t staged_base;
 
   RowState<Comp>* state = states + row;
-  const Key threshold_key = Key(state->threshold >> 32);
+  Key threshold_key;
+  int key_shift;
+  if (layout.split_sample_rank > 0) {
+    merge_split_sample(state, layout.split_sample_rank, threshold_key, key_shift);
+    // For the kernels after this one; every block of the row holds the same.
+    if (seg == 0 && threadIdx.x == 0) {
+      state->threshold = Comp(threshold_key) << 32;
+      state->threshold_shift = uint32_t(key_shift);
+    }
+  } else {
+    threshold_key = Key(state->threshold >> 32);
+    key_shift = int(state->threshold_shift);
+  }
   const uint32_t capacity = uint32_t(layout.capacity);
   Comp* row_candidates = candidates + row * layout.capacity;
 
@@ -773,7 +861,6 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   __syncthreads();
   int staged_count = 0;  // this thread's slots in use
   const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
-  const int key_shift = int(state->threshold_shift);
   const bool histogram_candidates = histogram != CandidateHistogram::None;
   const bool key_prefix = histogram == CandidateHistogram::KeyPrefix;
   auto candidate_bin = [&](Comp c) {

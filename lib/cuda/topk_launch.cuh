@@ -113,13 +113,18 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       auto* winners = reinterpret_cast<Comp*>(base + plan.winners_offset);
       auto* buffer0 = reinterpret_cast<Comp*>(base + plan.candidates_offset[0]);
       auto* buffer1 = reinterpret_cast<Comp*>(base + plan.candidates_offset[1]);
-      const MultiLayout layout{plan.blocks_per_row, plan.capacity, plan.l2_prefetch_bytes};
+      const MultiLayout layout{plan.blocks_per_row, plan.capacity, plan.l2_prefetch_bytes,
+                               plan.split_sample ? plan.sample_rank : 0u};
       const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
       if (plan.sample_rank > 0) {
         // The sample kernel initialises the row state; rows whose threshold missed take their
         // histogram pass in the first filter launch, and rows with many candidates from few
         // winners have their winners placed there.
-        if (plan.samples_per_thread == kWideSamplesPerThread) {
+        if (plan.split_sample) {
+          multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>
+              <<<unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream>>>(
+                  g, input, p.largest, plan.sample_rank, layout, states);
+        } else if (plan.samples_per_thread == kWideSamplesPerThread) {
           multi_sample_kernel<T, kWideSamplesPerThread>
               <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
                                                                 plan.sample_rank, layout, states);

@@ -66,6 +66,11 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   }
   plan.sample_rank = uint32_t(choice.rank);
   plan.samples_per_thread = choice.per_thread;
+  // A wide sample ranked by one block takes ~9 us on one SM; where the rows leave SMs idle and
+  // the parts' tops fit the threshold blocks' merge, its blocks split it.
+  plan.split_sample = choice.per_thread == kWideSamplesPerThread &&
+                      rows * kSplitSampleParts <= int64_t(sm_count) &&
+                      plan.sample_rank <= kSplitSampleMaxRank;
   // Key-prefix bins span 512 units of the sample's keys above the threshold and take 2047: they
   // hold the k-th with room to spare when at least 4 of the k fall in the sample, or when keys
   // have few values (8 and 16 bits); the finish kernel's radix rounds then start from its

@@ -46,6 +46,7 @@ struct TopkPlan {
   bool sort_in_block = true;    // Multi: k fits the finish kernel's shared-memory sort
   uint32_t sample_rank = 0;     // Multi: > 0 reads the input once through a sampled threshold
   int samples_per_thread = 0;   // Multi, sampled: which sample size
+  bool split_sample = false;    // Multi, sampled: the wide sample over kSplitSampleParts blocks
   CandidateHistogram candidate_histogram = CandidateHistogram::None;  // Multi, sampled
   bool large_threshold_stage = false;  // Multi, sampled: over two candidates a thread expected
   uint32_t l2_prefetch_bytes = 0;      // Multi, sampled: head of each segment asked into L2

@@ -549,6 +549,17 @@ void check_sampled_plans(const Contexts& ctx, std::mt19937_64& rng, bool quick,
         check_case(ctx, c, rng, true);
       }
     }
+    // A few huge rows with k tiny next to them split their wide sample over blocks, whose tops
+    // the threshold pass merges (1 x 2^26 bf16 then has its winners placed by the first filter
+    // launch); 64-bit keys, ties and special values in both directions.
+    const Case split_cases[] = {
+        {MTK_FLOAT32, 1, int64_t(1) << 22, 8, Data::Random, contiguous, true, true, false},
+        {MTK_BFLOAT16, 4, int64_t(1) << 22, 200, Data::Special, contiguous, false, true, false},
+        {MTK_BFLOAT16, 4, int64_t(1) << 22, 200, Data::FewDistinct, contiguous, true, true, false},
+        {MTK_FLOAT64, 2, int64_t(1) << 22, 50, Data::Random, contiguous, false, false, true},
+        {MTK_BFLOAT16, 1, int64_t(1) << 26, 1000, Data::Random, contiguous, true, true, false},
+    };
+    for (const Case& c : split_cases) check_case(ctx, c, rng, true);
     // Sampling rows (150k, k = 50): a wide sample leaves ~210 candidates a row, which the
     // finish kernel ranks by counting. Special values put the threshold among NaN, infinities
     // and zeros, the corners of the raw-value threshold test, in both directions.
@@ -573,6 +584,8 @@ void check_sampled_plans(const Contexts& ctx, std::mt19937_64& rng, bool quick,
     check_case(ctx, c, rng, true);
     Case counted{MTK_FLOAT32, 8, 151936, 50, Data::Special, contiguous, false, true, false};
     check_case(ctx, counted, rng, true);  // the finish kernel's counting rank
+    Case split{MTK_BFLOAT16, 2, int64_t(1) << 22, 100, Data::Random, contiguous, true, true, false};
+    check_case(ctx, split, rng, true);  // a sample split over blocks
   }
 }
 

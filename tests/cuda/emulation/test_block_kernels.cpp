@@ -91,6 +91,7 @@ struct MultiChoice {
   CandidateHistogram histogram;
   bool wide_sample;
   bool large_stage;  // the threshold pass's stage size
+  bool split_sample = false;  // the wide sample over kSplitSampleParts blocks
 };
 
 // The sample kernel's contract, from the sample it must have drawn (runs of 32 adjacent
@@ -133,11 +134,14 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
   std::vector<RowState<Comp>> states(size_t(g.rows));  // zeroed, as the memset of launch_topk
   std::vector<Comp> winners(size_t(g.rows * g.k), Comp(0));
   std::vector<Comp> buffer0(size_t(g.rows * c.capacity)), buffer1(size_t(g.rows * c.capacity));
-  const MultiLayout layout{c.blocks_per_row, c.capacity};
+  const MultiLayout layout{c.blocks_per_row, c.capacity, 0, c.split_sample ? c.sample_rank : 0};
   const int64_t grid = g.rows * c.blocks_per_row;
   if (c.sample_rank > 0) {
-    launch(g.rows, kSampleThreads, [&] {
-      if (c.wide_sample) {
+    launch(g.rows * (c.split_sample ? kSplitSampleParts : 1), kSampleThreads, [&] {
+      if (c.split_sample) {
+        multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>(
+            g, input, largest, c.sample_rank, layout, states.data());
+      } else if (c.wide_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread>(g, input, largest, c.sample_rank,
                                                      layout, states.data());
       } else {
@@ -145,7 +149,6 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
                                                        layout, states.data());
       }
     });
-    check_sample_thresholds(g, input, largest, c, states);
     launch(grid, kMultiThreads, [&] {
       if (c.large_stage) {
         multi_threshold_kernel<T, kLargeThresholdStageBytes>(
@@ -155,6 +158,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
             g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
       }
     });
+    check_sample_thresholds(g, input, largest, c, states);  // a split one's is the pass's
   } else {
     launch(grid, kMultiThreads, [&] {
       multi_histogram_kernel<T>(g, input, largest, layout, states.data());
@@ -267,12 +271,16 @@ void run_type(const char* name, bool quick) {
     int rank;  // -1: the plan's
     CandidateHistogram histogram;
     bool wide, large_stage;
+    bool split = false;
   };
   const MultiCase multi_cases[] = {
       {2, 20000, 50, 3, 20000, -1, kNone, false, false},    // sampled, direct finish by counting
       {1, 20000, 700, 4, 20000, -1, kNone, false, true},    // sampled, direct finish by rounds
       {1, 20000, 700, 4, 20000, -1, kKey, false, false},    // the same from the k-th's bucket
       {1, 40000, 50, 3, 40000, -1, kNone, true, false},     // the wide sample
+      {1, 40000, 3, 3, 40000, -1, kNone, true, false, true},      // split over blocks
+      {2, 60000, 6, 4, 60000, 16, kKey, true, true, true},        // two split rows, top rank
+      {2, 40000, 300, 3, 40000, 1, kKey, true, false, true},      // split, too few: fallback
       {1, 60000, 4000, 5, 60000, -1, kTop, false, true},    // k above the sort: write_sorted
       {1, 60000, 4000, 5, 60000, -1, kKey, false, false},   // the same from key prefixes
       {1, 60000, 100, 4, 60000, 1400, kTop, false, false},  // ~41k candidates: filter passes
@@ -292,7 +300,7 @@ void run_type(const char* name, bool quick) {
         if (quick && largest != (data == Data::Random)) continue;
         const MultiChoice choice{m.blocks_per_row, m.capacity,
                                  m.rank < 0 ? plan_rank(m.n, m.k, m.wide) : uint32_t(m.rank),
-                                 m.histogram, m.wide, m.large_stage};
+                                 m.histogram, m.wide, m.large_stage, m.split};
         run_case<T>(m.rows, m.n, m.k, data, largest, name, &choice);
       }
     }
