@@ -124,6 +124,12 @@ void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
                    (long long)r, c.sample_rank, (long long)reaching);
       ++failures;
     }
+    // The key bins span the sample's keys from the threshold to its largest.
+    const uint32_t shift = states[size_t(r)].threshold_shift;
+    if (shift != key_bin_shift(keys.front(), t)) {
+      std::fprintf(stderr, "FAIL key bin shift: row %lld: %u\n", (long long)r, shift);
+      ++failures;
+    }
   }
 }
 
