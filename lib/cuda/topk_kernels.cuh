@@ -14,12 +14,12 @@
 //    When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled
-//    threshold (multi_sample_kernel, multi_threshold_kernel): the input is read once, the
-//    passes above continue on the candidates alone (or the finish takes them all at once, up to
-//    16k; past that, where the key-prefix bins leave the k-th's bucket within a block, the first
-//    filter launch places the winners in their bins' ranges for the finish), and a missed
-//    threshold falls back to a histogram pass (in the first filter launch) and one filter pass
-//    over the input.
+//    threshold (multi_sample_kernel, split over blocks when the rows are few, and
+//    multi_threshold_kernel): the input is read once, the passes above continue on the
+//    candidates alone (or the finish takes them all at once, up to 16k; past that, where the
+//    key-prefix bins leave the k-th's bucket within a block, the first filter launch places the
+//    winners in their bins' ranges for the finish), and a missed threshold falls back to a
+//    histogram pass (in the first filter launch) and one filter pass over the input.
 #pragma once
 
 #include <cstddef>

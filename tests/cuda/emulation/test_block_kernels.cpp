@@ -94,11 +94,12 @@ struct MultiChoice {
   bool split_sample = false;  // the wide sample over kSplitSampleParts blocks
 };
 
-// The sample kernel's contract, from the sample it must have drawn (runs of 32 adjacent
-// elements centred in equal strata of the row): its threshold t is at most the sample's
-// rank-th largest key, at least `rank` sample keys reach it, and exactly `rank` do unless t is
-// that key itself (ties). A looser threshold would still give exact results, through more
-// candidates or the fallback, so only this check sees it.
+// The sample kernel's contract (a split sample's, once the threshold pass has merged it), from
+// the sample it must have drawn (runs of 32 adjacent elements centred in equal strata of the
+// row): its threshold t is at most the sample's rank-th largest key, at least `rank` sample keys
+// reach it, exactly `rank` do unless t is that key itself (ties), and the key bins span the
+// sample's keys above t. A looser threshold or wrong bins would still give exact results,
+// through more candidates or the fallback, so only this check sees them.
 template <class T, class State>
 void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
                              const MultiChoice& c, const std::vector<State>& states) {
