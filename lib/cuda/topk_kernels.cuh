@@ -757,7 +757,7 @@ __device__ __forceinline__ uint32_t bin_ranking_work(const uint32_t (&counts)[Bi
 // into each bin's first output rank (higher bins rank first), so that the first filter launch
 // can place the winners (place_winners_by_bins), and leaves each bin's end there. Returns
 // false, writing nothing, when ranking within those bins would exceed kBinRankingBudget; every
-// thread returns the same. `counts` is the histogram in shared memory.
+// thread returns the same. `counts_in` is the histogram in shared memory.
 template <class Comp>
 __device__ bool start_bin_ranges(RowState<Comp>* state, const uint32_t* counts_in,
                                  uint32_t kth_bin, uint32_t* scan) {
@@ -781,6 +781,7 @@ __device__ bool start_bin_ranges(RowState<Comp>* state, const uint32_t* counts_i
   }
   return true;
 }
+
 // Candidates a threshold thread stages in its own slots of shared memory before spilling to
 // global appends. Own slots need no atomic: a candidate costs one shared store, where a
 // block-wide counter cost each an atomic whose result the next store waited for (the k = 1024
@@ -1006,8 +1007,8 @@ constexpr int64_t kFilterItemsPerBlock = int64_t(2) * kCompositeBatch * kMultiTh
 // The first filter launch's work on a row whose winners it places (see start_bin_ranges): the
 // blocks its candidates fill each read their share of the buffer twice, first counting their
 // winners per bin, then writing each to its slot of the row's winners, having reserved each
-// bin's slots with one global atomic per block (one per winner made every warp wait on an L2
-// round trip for each); the k-th's bucket goes to `bucket`, its count to the row's next_count.
+// bin's slots with one global atomic per block (an atomic per winner would make its warp wait
+// an L2 round trip for each); the k-th's bucket goes to `bucket`, its count to next_count.
 template <class Key, class Comp>
 __device__ void place_winners_by_bins(const MultiLayout& layout, RowState<Comp>* state,
                                       Comp* row_winners, const Comp* buffer, Comp* bucket,
