@@ -1,11 +1,11 @@
 """What the sampled threshold leaves on bench_c_abi's input of a one-row select, computed on the
-host: the sample kernel's threshold, the candidates at or above it, and the k-th key's bin among
+host: the sampled threshold, the candidates at or above it, and the k-th key's bin among
 them. The CUDA notes read the finish kernel's timings against these counts (its one block reads
 every candidate when the row goes to it directly).
 
 The input is bench_c_abi's (c_abi_bench.hpp: standard_normal, bf16 rounded to nearest even);
 the sample is multi_sample_kernel's (runs of 32 adjacent elements centred in equal strata); the
-rank is topk_plan.cu's. Bins are whole keys, as when the threshold pass's key shift is 0; the
+rank and whether the wide sample is split over blocks are topk_plan.cu's. Bins are whole keys, as when the threshold pass's key shift is 0; the
 script says when it would not be.
 
 Usage: sampled_candidates.py N K {bfloat16,float32} [SAMPLES]   (SAMPLES: 16384, the wide sample)
@@ -76,14 +76,18 @@ def main():
     sample = np.sort(keys[(starts[:, None] + np.arange(32)).ravel()])[::-1]
     m = k * samples / n
     rank = math.ceil(m + 4 * math.sqrt(m) + 8)
-    threshold = sample_threshold(sample, rank, 16 if dtype == "bfloat16" else 32)
+    # One row's wide sample of rank <= 16 is split over blocks, whose merge gives the rank-th
+    # sample key itself; one block gives the lower edge of its bucket.
+    split = samples == 16384 and rank <= 16
+    threshold = sample[rank - 1] if split else sample_threshold(
+        sample, rank, 16 if dtype == "bfloat16" else 32)
     span = int(sample[0]) - int(threshold)
     shift = max(0, span.bit_length() - 9)
     candidates = keys[keys >= threshold]
     kth = np.sort(candidates)[::-1][k - 1]
     above = candidates[candidates > kth]
     _, sizes = np.unique(above, return_counts=True)
-    print(f"rank {rank} of {samples} samples; threshold key {int(threshold):#x}, "
+    print(f"rank {rank} of {samples} samples{' (split)' if split else ''}; threshold key {int(threshold):#x}, "
           f"key shift {shift}{'' if shift == 0 else ' (bins are not whole keys: counts below are per key)'}")
     print(f"candidates {candidates.size} ({candidates.size * 8} bytes of 64-bit composites)")
     print(f"k-th key {int(kth):#x}: {int((candidates == kth).sum())} elements, {above.size} above it "

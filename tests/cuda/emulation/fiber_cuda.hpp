@@ -204,14 +204,6 @@ inline uint32_t __reduce_max_sync(unsigned mask, uint32_t v) {
   });
 }
 
-inline uint32_t __reduce_add_sync(unsigned mask, uint32_t v) {
-  return emu::wait_in(9, 0, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m, int) {
-    uint32_t r = 0;
-    for (int l = 0; l < 32; ++l) if (m >> l & 1) r += uint32_t(in[l]);
-    for (int l = 0; l < 32; ++l) out[l] = r;
-  });
-}
-
 inline uint32_t __reduce_or_sync(unsigned mask, uint32_t v) {
   return emu::wait_in(2, 0, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m, int) {
     uint32_t r = 0;
