@@ -142,11 +142,11 @@ __device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-// Programmatic dependent launch (sm_90): the kernels of a multi-kernel top-k after the first are
-// launched so that the GPU may schedule them while their predecessor drains (see
-// launch_after_previous in topk_launch.cuh), which hides each launch's latency; most of them
-// return at once on a typical call. Such a kernel calls wait_for_previous_kernel before it reads
-// anything its predecessors wrote, and allow_next_kernel to let its own successor launch early.
+// Programmatic dependent launch (sm_90): every kernel is launched so that the GPU may schedule it
+// while the kernel before it on the stream drains (launch_overlapped in kernel_launch.cuh), which
+// hides each launch's latency. So every kernel calls wait_for_previous_kernel before it touches
+// global memory (the caller's kernel may still be writing the input, or reading the outputs), and
+// allow_next_kernel to let its own successor launch early.
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -6,6 +6,8 @@
 
 #include "core/error.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_utils.cuh"
+#include "cuda/kernel_launch.cuh"
 #include "cuda/moe_route.hpp"
 #include "cuda/moe_route_warp.cuh"
 
@@ -56,6 +58,8 @@ __device__ __forceinline__ int64_t global_thread() {
 template <class Logit, int kItems, int kLanes, bool kPlain>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     route_in_registers(const RouterProblem p, const RegisterPlan plan) {
+  cuda::wait_for_previous_kernel();
+  cuda::allow_next_kernel();
   const int64_t thread = global_thread();
   if ((thread - thread % kWarpSize) / kLanes >= p.tokens) return;
   GroupLanes<kLanes> lanes;
@@ -64,6 +68,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 template <class Logit>
 __global__ void __launch_bounds__(kThreadsPerBlock) route_streamed(const RouterProblem p) {
+  cuda::wait_for_previous_kernel();
+  cuda::allow_next_kernel();
   const int64_t token = global_thread() / kWarpSize;
   if (token >= p.tokens) return;  // whole warps leave together
   GroupLanes<kWarpSize> lanes;
@@ -79,6 +85,8 @@ dim3 grid_for(const RouterProblem& p, int tokens_per_block) {
   return dim3(static_cast<unsigned>(blocks));
 }
 
+constexpr const char* kLaunching = "launching the MoE router";
+
 template <class Logit>
 void launch(const RouterProblem& p, cudaStream_t stream) {
   const dim3 block(kThreadsPerBlock);
@@ -88,15 +96,17 @@ void launch(const RouterProblem& p, cudaStream_t stream) {
         plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage));
     const dim3 grid = grid_for(p, kThreadsPerBlock / L::kLanes);
     if (is_plain(p)) {
-      route_in_registers<Logit, L::kItems, L::kLanes, true><<<grid, block, 0, stream>>>(p, plan);
+      cuda::launch_overlapped(route_in_registers<Logit, L::kItems, L::kLanes, true>, grid, block,
+                              0, stream, kLaunching, p, plan);
     } else {
-      route_in_registers<Logit, L::kItems, L::kLanes, false><<<grid, block, 0, stream>>>(p, plan);
+      cuda::launch_overlapped(route_in_registers<Logit, L::kItems, L::kLanes, false>, grid, block,
+                              0, stream, kLaunching, p, plan);
     }
   });
   if (!in_registers) {
-    route_streamed<Logit><<<grid_for(p, kThreadsPerBlock / kWarpSize), block, 0, stream>>>(p);
+    cuda::launch_overlapped(route_streamed<Logit>, grid_for(p, kThreadsPerBlock / kWarpSize),
+                            block, 0, stream, kLaunching, p);
   }
-  cuda::check_cuda(cudaGetLastError(), "launching the MoE router");
 }
 
 }  // namespace

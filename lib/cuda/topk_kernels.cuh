@@ -271,6 +271,8 @@ template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                         bool largest) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -524,7 +526,7 @@ template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states) {
-  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  wait_for_previous_kernel();
   allow_next_kernel();
   __shared__ MultiPassShared pass;
   const int64_t row = blockIdx.x / layout.blocks_per_row;
@@ -572,6 +574,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
                         MultiLayout layout,
                         RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+  wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
@@ -846,7 +849,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   if (threadIdx.x == 0) {
     prefetch_segment_head(input + o.input, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
-  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
@@ -1063,7 +1066,7 @@ __global__ void __launch_bounds__(kMultiThreads)
                         const Composite<typename KeyTraits<T>::Key>* candidates_in,
                         Composite<typename KeyTraits<T>::Key>* candidates_out,
                         bool histogram_next, bool after_threshold_pass) {
-  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
@@ -1321,7 +1324,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                   Composite<typename KeyTraits<T>::Key>* winners,
                   const Composite<typename KeyTraits<T>::Key>* candidates,
                   const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here) {
-  wait_for_previous_kernel();  // before reading anything an earlier kernel wrote
+  wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
@@ -1440,6 +1443,8 @@ template <class T>
 __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
                                     bool index64, bool largest,
                                     const Composite<typename KeyTraits<T>::Key>* winners) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int64_t total = g.rows * g.k;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {

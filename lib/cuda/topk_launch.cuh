@@ -3,12 +3,12 @@
 #pragma once
 
 #include <algorithm>
-#include <utility>
 
 #include <cub/device/device_merge_sort.cuh>
 
 #include "core/error.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.cuh"
 #include "cuda/topk_kernels.cuh"
 #include "cuda/topk_launch.hpp"
 
@@ -31,25 +31,7 @@ size_t merge_sort_temp_bytes_for(int64_t k) {
   return bytes;
 }
 
-// Launches `kernel` with programmatic stream serialization: the GPU may start it before the
-// previous kernel on the stream has finished, and the kernel's wait_for_previous_kernel holds it
-// until then (device_utils.cuh). Only for kernels that call it first thing, after a kernel.
-template <class... Params, class... Args>
-void launch_after_previous(void (*kernel)(Params...), unsigned grid, int threads,
-                           size_t shared_bytes, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &overlap;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...),
-             "launching a top-k kernel");
-}
+constexpr const char* kLaunching = "launching a top-k kernel";
 
 template <int Items, class T>
 void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
@@ -63,16 +45,16 @@ void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
     if (g.batch_ndim == 1 && g.input_batch_strides[0] == 1 && g.input_stride != 1 &&
         tile <= kTileMaxBytes) {
       const int64_t blocks = (g.rows + kTileRows - 1) / kTileRows;
-      warp_topk_tile_kernel<T, Items><<<unsigned(blocks), kTileThreads, tile, stream>>>(
-          g, input, p.values, p.indices, index64, p.largest);
+      launch_overlapped(warp_topk_tile_kernel<T, Items>, unsigned(blocks), kTileThreads, tile,
+                        stream, kLaunching, g, input, p.values, p.indices, index64, p.largest);
       return;
     }
   }
   const bool vector_rows = rows_are_whole_vectors<T, Items>(g, input);
   const int64_t all_rows = (g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
   auto launch = [&](auto kernel) {
-    kernel<<<unsigned(all_rows), kWarpRowThreads, 0, stream>>>(g, input, p.values, p.indices,
-                                                               index64, p.largest);
+    launch_overlapped(kernel, unsigned(all_rows), kWarpRowThreads, 0, stream, kLaunching, g,
+                      input, p.values, p.indices, index64, p.largest);
   };
   if (vector_rows) {
     launch(warp_topk_kernel<T, Items, true>);
@@ -102,8 +84,8 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       }
       break;
     case TopkPath::Block:
-      block_select_kernel<T><<<unsigned(g.rows), kBlockThreads, 0, stream>>>(
-          g, input, p.values, p.indices, index64, p.largest);
+      launch_overlapped(block_select_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream,
+                        kLaunching, g, input, p.values, p.indices, index64, p.largest);
       break;
     case TopkPath::Multi: {
       const uintptr_t address = reinterpret_cast<uintptr_t>(scratch);
@@ -121,41 +103,42 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         // histogram pass in the first filter launch, and rows with many candidates from few
         // winners have their winners placed there.
         if (plan.split_sample) {
-          multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>
-              <<<unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream>>>(
-                  g, input, p.largest, plan.sample_rank, layout, states);
+          launch_overlapped(
+              multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>,
+              unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream, kLaunching, g,
+              input, p.largest, plan.sample_rank, layout, states);
         } else if (plan.samples_per_thread == kWideSamplesPerThread) {
-          multi_sample_kernel<T, kWideSamplesPerThread>
-              <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
-                                                                plan.sample_rank, layout, states);
+          launch_overlapped(multi_sample_kernel<T, kWideSamplesPerThread>, unsigned(g.rows),
+                            kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
+                            plan.sample_rank, layout, states);
         } else {
-          multi_sample_kernel<T, kNarrowSamplesPerThread>
-              <<<unsigned(g.rows), kSampleThreads, 0, stream>>>(g, input, p.largest,
-                                                                plan.sample_rank, layout, states);
+          launch_overlapped(multi_sample_kernel<T, kNarrowSamplesPerThread>, unsigned(g.rows),
+                            kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
+                            plan.sample_rank, layout, states);
         }
-        launch_after_previous(plan.large_threshold_stage
-                                  ? multi_threshold_kernel<T, kLargeThresholdStageBytes>
-                                  : multi_threshold_kernel<T, kSmallThresholdStageBytes>,
-                              grid, kMultiThreads, 0, stream, g, input, p.largest, layout, states,
-                              buffer0, plan.candidate_histogram);
+        launch_overlapped(plan.large_threshold_stage
+                              ? multi_threshold_kernel<T, kLargeThresholdStageBytes>
+                              : multi_threshold_kernel<T, kSmallThresholdStageBytes>,
+                          grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout,
+                          states, buffer0, plan.candidate_histogram);
       } else {
         // A memset is no kernel to overlap with: the histogram pass follows it in plain order.
         check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
                    "clearing top-k row state");
-        multi_histogram_kernel<T><<<grid, kMultiThreads, 0, stream>>>(g, input, p.largest,
-                                                                      layout, states);
+        launch_overlapped(multi_histogram_kernel<T>, grid, kMultiThreads, 0, stream, kLaunching,
+                          g, input, p.largest, layout, states);
       }
       // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
       // buffer0 -> finish; a small bucket after pass 0 goes from buffer1 to the finish.
       static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
       const bool sampled = plan.sample_rank > 0;
-      launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
-                            p.largest, layout, states, winners, buffer0, buffer1, true, sampled);
-      launch_after_previous(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, g, input,
-                            p.largest, layout, states, winners, buffer1, buffer0, false, false);
-      launch_after_previous(finish_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream, g,
-                            input, p.values, p.indices, index64, p.largest, layout, states,
-                            winners, buffer0, buffer1, plan.sort_in_block);
+      launch_overlapped(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, kLaunching, g,
+                        input, p.largest, layout, states, winners, buffer0, buffer1, true, sampled);
+      launch_overlapped(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, kLaunching, g,
+                        input, p.largest, layout, states, winners, buffer1, buffer0, false, false);
+      launch_overlapped(finish_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream, kLaunching,
+                        g, input, p.values, p.indices, index64, p.largest, layout, states,
+                        winners, buffer0, buffer1, plan.sort_in_block);
       if (!plan.sort_in_block) {
         void* temp = base + plan.sort_temp_offset;
         for (int64_t row = 0; row < g.rows; ++row) {
@@ -167,13 +150,13 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         const int64_t total = g.rows * g.k;
         const int threads = 256;
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
-        write_sorted_kernel<T><<<unsigned(blocks), threads, 0, stream>>>(
-            g, input, p.values, p.indices, index64, p.largest, winners);
+        launch_overlapped(write_sorted_kernel<T>, unsigned(blocks), threads, 0, stream,
+                          kLaunching, g, input, p.values, p.indices, index64, p.largest,
+                          winners);
       }
       break;
     }
   }
-  check_cuda(cudaGetLastError(), "launching top-k kernels");
 }
 
 }  // namespace cuda

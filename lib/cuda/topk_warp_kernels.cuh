@@ -556,6 +556,8 @@ template <class T, int Items, bool VectorRows>
 __global__ void __launch_bounds__(kWarpRowThreads, (kWarpRowMinBlocks<T, Items>))
     warp_topk_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                      bool largest) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
   if (row >= g.rows) return;
@@ -604,6 +606,8 @@ template <class T, int Items>
 __global__ void __launch_bounds__(kTileThreads)
     warp_topk_tile_kernel(RowGeometry g, const T* input, void* values, void* indices,
                           bool index64, bool largest) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   extern __shared__ __align__(16) unsigned char tile_storage[];
   auto* ranked = reinterpret_cast<uint16_t(*)[kWarpMaxK]>(tile_storage);
   Bits<T>* tile = reinterpret_cast<Bits<T>*>(tile_storage + kTileRankBytes);
