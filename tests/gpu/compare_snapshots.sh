@@ -107,6 +107,8 @@ for name in names:
             if not row["sorted"]:
                 continue
             shape = f"{row['family']} {row['rows']}x{row['n']} k={row['k']} {row['dtype']}"
+            if row["dim"] != -1:
+                shape += f" dim {row['dim']}"
             times.setdefault((shape, name), []).append(row["eager_us"])
 shapes = list(dict.fromkeys(shape for shape, _ in times))
 print(f"{'shape':40}" + "".join(f" | {n:>22}" for n in names))

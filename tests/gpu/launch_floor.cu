@@ -1,16 +1,22 @@
 // The floor under every eager call of a one-kernel top-k: back-to-back launches of a kernel that
 // does nothing, with a by-value parameter block the size of the library's (RowGeometry plus
-// pointers, ~330 bytes), on one stream. Prints one JSON line:
+// pointers, ~330 bytes), on one stream. Two launch kinds:
+//   plain       kernel<<<...>>>;
+//   overlapped  cudaLaunchKernelEx with programmatic stream serialization, the kernel waiting
+//               for its predecessor first thing: how the library launches every kernel
+//               (lib/cuda/kernel_launch.cuh).
+// Prints one JSON line with, for each kind (prefix plain_ / overlapped_):
 //   eager_us  median over 7 bursts of 100 launches of (burst time by CUDA events) / 100;
 //   host_us   the same bursts' enqueue time on the host clock, per launch;
 //   graph_us  the 100 launches captured in a CUDA graph and replayed, per launch.
-// bench_c_abi's eager_us for the MoE shapes is read against this: what is left above it is the
-// library's own host and device time. Exits 2 when no CUDA device is available.
+// bench_c_abi's eager_us for the MoE shapes is read against the overlapped kind: what is left
+// above it is the library's own host and device time. Exits 2 when no CUDA device is available.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace {
@@ -22,15 +28,73 @@ struct Parameters {
 // The launch copies the whole parameter block whether the kernel reads it or not.
 __global__ void empty_kernel(Parameters) {}
 
-bool ok(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return true;
+__global__ void empty_overlapped_kernel(Parameters) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
   std::fprintf(stderr, "launch_floor: %s: %s\n", what, cudaGetErrorString(status));
-  return false;
+  std::exit(1);
 }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+struct Floor {
+  double eager_us, host_us, graph_us;
+};
+
+constexpr int kCalls = 100, kReps = 7;
+
+template <class Burst>
+Floor measure(cudaStream_t stream, Burst&& burst) {
+  cudaEvent_t start, end;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&end), "event");
+  burst();
+  check(cudaStreamSynchronize(stream), "warm-up");
+
+  std::vector<double> eager, host;
+  for (int rep = 0; rep < kReps; ++rep) {
+    check(cudaEventRecord(start, stream), "event record");
+    const auto t0 = std::chrono::steady_clock::now();
+    burst();
+    const auto t1 = std::chrono::steady_clock::now();
+    check(cudaEventRecord(end, stream), "event record");
+    check(cudaEventSynchronize(end), "burst");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, end), "elapsed time");
+    eager.push_back(1e3 * ms / kCalls);
+    host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+  }
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  burst();
+  check(cudaStreamEndCapture(stream, &graph), "capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  std::vector<double> replay;
+  for (int rep = 0; rep < kReps; ++rep) {
+    check(cudaEventRecord(start, stream), "event record");
+    check(cudaGraphLaunch(exec, stream), "replay");
+    check(cudaEventRecord(end, stream), "event record");
+    check(cudaEventSynchronize(end), "replay");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, end), "elapsed time");
+    replay.push_back(1e3 * ms / kCalls);
+  }
+  check(cudaGraphExecDestroy(exec), "graph");
+  check(cudaGraphDestroy(graph), "graph");
+  check(cudaEventDestroy(start), "event");
+  check(cudaEventDestroy(end), "event");
+  return {median(eager), median(host), median(replay)};
 }
 
 }  // namespace
@@ -41,55 +105,35 @@ int main() {
     std::fprintf(stderr, "launch_floor: no CUDA device\n");
     return 2;
   }
-  constexpr int kCalls = 100, kReps = 7;
   cudaStream_t stream;
-  cudaEvent_t start, end;
-  if (!ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream") ||
-      !ok(cudaEventCreate(&start), "event") || !ok(cudaEventCreate(&end), "event")) {
-    return 1;
-  }
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   const Parameters p{};
-  auto burst = [&] {
+
+  const Floor plain = measure(stream, [&] {
     for (int i = 0; i < kCalls; ++i) empty_kernel<<<1, 128, 0, stream>>>(p);
-  };
-  burst();
-  if (!ok(cudaStreamSynchronize(stream), "warm-up")) return 1;
+    check(cudaGetLastError(), "plain launch");
+  });
 
-  std::vector<double> eager, host;
-  for (int rep = 0; rep < kReps; ++rep) {
-    cudaEventRecord(start, stream);
-    const auto t0 = std::chrono::steady_clock::now();
-    burst();
-    const auto t1 = std::chrono::steady_clock::now();
-    cudaEventRecord(end, stream);
-    if (!ok(cudaEventSynchronize(end), "burst")) return 1;
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, end);
-    eager.push_back(1e3 * ms / kCalls);
-    host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
-  }
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1);
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  const Floor overlapped = measure(stream, [&] {
+    for (int i = 0; i < kCalls; ++i) {
+      check(cudaLaunchKernelEx(&config, empty_overlapped_kernel, p), "overlapped launch");
+    }
+  });
 
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  if (!ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture")) return 1;
-  burst();
-  if (!ok(cudaStreamEndCapture(stream, &graph), "capture") ||
-      !ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate")) {
-    return 1;
-  }
-  std::vector<double> replay;
-  for (int rep = 0; rep < kReps; ++rep) {
-    cudaEventRecord(start, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(end, stream);
-    if (!ok(cudaEventSynchronize(end), "replay")) return 1;
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, end);
-    replay.push_back(1e3 * ms / kCalls);
-  }
-  std::printf("{\"empty_kernel\": true, \"eager_us\": %.3f, \"host_us\": %.3f, \"graph_us\": %.3f}\n",
-              median(eager), median(host), median(replay));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  std::printf("{\"empty_kernel\": true, \"plain_eager_us\": %.3f, \"plain_host_us\": %.3f, "
+              "\"plain_graph_us\": %.3f, \"overlapped_eager_us\": %.3f, "
+              "\"overlapped_host_us\": %.3f, \"overlapped_graph_us\": %.3f}\n",
+              plain.eager_us, plain.host_us, plain.graph_us, overlapped.eager_us,
+              overlapped.host_us, overlapped.graph_us);
+  check(cudaStreamDestroy(stream), "stream");
   return 0;
 }

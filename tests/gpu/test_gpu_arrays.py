@@ -136,6 +136,26 @@ def test_runs_on_the_current_stream_and_in_a_cuda_graph():
         assert torch.equal(torch.gather(x, 1, indices), values)
 
 
+def test_a_call_waits_for_the_kernel_whose_outputs_it_reads():
+    """Every kernel may be scheduled before the one ahead of it on the stream has finished
+    (programmatic dependent launch) and must wait for it before touching memory. The multi-block
+    select's last kernel lets its successor launch at once, so each call here reads outputs that
+    are still being written when it starts; the caching allocator hands back last round's
+    blocks, so a read too early sees last round's results."""
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.empty(1, 2 ** 24, device="cuda")
+    for _ in range(4):
+        x.normal_(generator=generator)
+        values, _ = metaltopk.topk(x, 4096)
+        routed, _ = metaltopk.topk(values.view(16, 256), 8)
+        last, _ = metaltopk.topk(routed.view(1, 128), 5)
+        expected = torch.topk(x, 4096).values
+        assert torch.equal(values, expected)
+        expected_routed = torch.topk(expected.view(16, 256), 8).values
+        assert torch.equal(routed, expected_routed)
+        assert torch.equal(last, torch.topk(expected_routed.view(1, 128), 5).values)
+
+
 def test_scratch_growth_during_capture_fails_clearly():
     y = torch.randn(2, 2 ** 22, device="cuda")
     stream = torch.cuda.Stream()
