@@ -1,6 +1,5 @@
 #include "validate.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -97,7 +96,12 @@ void check_no_self_overlap(const mtk_tensor& t, const char* name) {
                                           : static_cast<uint64_t>(stride);  // INT64_MIN too
     if (t.sizes[d] > 1) dims[count++] = {magnitude, t.sizes[d]};
   }
-  std::sort(dims, dims + count);
+  // Insertion sort of at most MTK_MAX_NDIM dims. (std::sort on this array trips GCC 12's
+  // -Warray-bounds, a false positive past its 16-element insertion threshold, and the router's
+  // warp emulation builds this file with -Werror.)
+  for (int i = 1; i < count; ++i) {
+    for (int j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  }
   // Elements spanned by the dims inside the current one. Each dim's reach fits int64, but their
   // sum need not: 128 bits hold it.
   unsigned __int128 inner_extent = 1;
