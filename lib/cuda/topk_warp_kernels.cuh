@@ -295,9 +295,8 @@ template <> struct VectorOfSize<4> { using type = uint32_t; };
 template <> struct VectorOfSize<8> { using type = uint2; };
 template <> struct VectorOfSize<16> { using type = uint4; };
 
-// A lane's slots of one row as its loads left them. Keys are computed from them only when the
-// row is selected, so that a warp's loads of its next row fly while it selects the current one
-// (see warp_topk_kernel); nothing may read or write these registers before then.
+// A lane's slots of one row as its loads left them. select_row computes keys from them, and
+// loads the row into them again when its first keys could not decide (key_row, select_row).
 //  - LaneVectors: vector c of lane `lane` is vector c*32 + lane of the row, so a warp's load
 //    covers consecutive bytes;
 //  - LaneElements: slot j of lane `lane` is element j*32 + lane (any stride).
