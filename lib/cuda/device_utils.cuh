@@ -146,7 +146,7 @@ __device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
 // while the kernel before it on the stream drains (launch_overlapped in kernel_launch.cuh), which
 // hides each launch's latency. So every kernel calls wait_for_previous_kernel before it touches
 // global memory (the caller's kernel may still be writing the input, or reading the outputs), and
-// allow_next_kernel to let its own successor launch early.
+// most call allow_next_kernel to let their own successor launch early.
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
