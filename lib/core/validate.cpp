@@ -47,10 +47,10 @@ CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
     }
   }
   const int raw_dtype = abi_enum_value(t->dtype);
-  if (raw_dtype < MTK_FLOAT32 || raw_dtype > MTK_INT64) {
+  out.dtype = raw_dtype >= MTK_FLOAT32 && raw_dtype <= MTK_INT64 ? dtype_info(t->dtype) : nullptr;
+  if (out.dtype == nullptr) {
     fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, ".dtype = ", raw_dtype, " is not a known mtk_dtype");
   }
-  out.dtype = &require_dtype(t->dtype, (std::string(name) + ".dtype").c_str());
   out.numel = numel;
   if (numel == 0) return out;
   if (t->data == nullptr && data_required) {
