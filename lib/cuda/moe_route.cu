@@ -96,16 +96,16 @@ void launch(const RouterProblem& p, cudaStream_t stream) {
         plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage));
     const dim3 grid = grid_for(p, kThreadsPerBlock / L::kLanes);
     if (is_plain(p)) {
-      cuda::launch_overlapped(route_in_registers<Logit, L::kItems, L::kLanes, true>, grid, block,
-                              0, stream, kLaunching, p, plan);
+      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, true>>(
+          grid, block, 0, stream, kLaunching, p, plan);
     } else {
-      cuda::launch_overlapped(route_in_registers<Logit, L::kItems, L::kLanes, false>, grid, block,
-                              0, stream, kLaunching, p, plan);
+      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, false>>(
+          grid, block, 0, stream, kLaunching, p, plan);
     }
   });
   if (!in_registers) {
-    cuda::launch_overlapped(route_streamed<Logit>, grid_for(p, kThreadsPerBlock / kWarpSize),
-                            block, 0, stream, kLaunching, p);
+    cuda::launch_overlapped<route_streamed<Logit>>(grid_for(p, kThreadsPerBlock / kWarpSize),
+                                                   block, 0, stream, kLaunching, p);
   }
 }
 

@@ -45,21 +45,22 @@ void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
     if (g.batch_ndim == 1 && g.input_batch_strides[0] == 1 && g.input_stride != 1 &&
         tile <= kTileMaxBytes) {
       const int64_t blocks = (g.rows + kTileRows - 1) / kTileRows;
-      launch_overlapped(warp_topk_tile_kernel<T, Items>, unsigned(blocks), kTileThreads, tile,
-                        stream, kLaunching, g, input, p.values, p.indices, index64, p.largest);
+      launch_overlapped<warp_topk_tile_kernel<T, Items>>(unsigned(blocks), kTileThreads, tile,
+                                                         stream, kLaunching, g, input, p.values,
+                                                         p.indices, index64, p.largest);
       return;
     }
   }
   const bool vector_rows = rows_are_whole_vectors<T, Items>(g, input);
-  const int64_t all_rows = (g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-  auto launch = [&](auto kernel) {
-    launch_overlapped(kernel, unsigned(all_rows), kWarpRowThreads, 0, stream, kLaunching, g,
-                      input, p.values, p.indices, index64, p.largest);
-  };
+  const unsigned blocks = unsigned((g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
   if (vector_rows) {
-    launch(warp_topk_kernel<T, Items, true>);
+    launch_overlapped<warp_topk_kernel<T, Items, true>>(blocks, kWarpRowThreads, 0, stream,
+                                                        kLaunching, g, input, p.values,
+                                                        p.indices, index64, p.largest);
   } else {
-    launch(warp_topk_kernel<T, Items, false>);
+    launch_overlapped<warp_topk_kernel<T, Items, false>>(blocks, kWarpRowThreads, 0, stream,
+                                                         kLaunching, g, input, p.values,
+                                                         p.indices, index64, p.largest);
   }
 }
 
@@ -84,8 +85,9 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       }
       break;
     case TopkPath::Block:
-      launch_overlapped(block_select_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream,
-                        kLaunching, g, input, p.values, p.indices, index64, p.largest);
+      launch_overlapped<block_select_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream,
+                                                kLaunching, g, input, p.values, p.indices,
+                                                index64, p.largest);
       break;
     case TopkPath::Multi: {
       const uintptr_t address = reinterpret_cast<uintptr_t>(scratch);
@@ -103,42 +105,49 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         // histogram pass in the first filter launch, and rows with many candidates from few
         // winners have their winners placed there.
         if (plan.split_sample) {
-          launch_overlapped(
-              multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>,
+          launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts,
+                                                kSplitSampleParts>>(
               unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream, kLaunching, g,
               input, p.largest, plan.sample_rank, layout, states);
         } else if (plan.samples_per_thread == kWideSamplesPerThread) {
-          launch_overlapped(multi_sample_kernel<T, kWideSamplesPerThread>, unsigned(g.rows),
-                            kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-                            plan.sample_rank, layout, states);
+          launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread>>(
+              unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
+              plan.sample_rank, layout, states);
         } else {
-          launch_overlapped(multi_sample_kernel<T, kNarrowSamplesPerThread>, unsigned(g.rows),
-                            kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-                            plan.sample_rank, layout, states);
+          launch_overlapped<multi_sample_kernel<T, kNarrowSamplesPerThread>>(
+              unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
+              plan.sample_rank, layout, states);
         }
-        launch_overlapped(plan.large_threshold_stage
-                              ? multi_threshold_kernel<T, kLargeThresholdStageBytes>
-                              : multi_threshold_kernel<T, kSmallThresholdStageBytes>,
-                          grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout,
-                          states, buffer0, plan.candidate_histogram);
+        if (plan.large_threshold_stage) {
+          launch_overlapped<multi_threshold_kernel<T, kLargeThresholdStageBytes>>(
+              grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
+              buffer0, plan.candidate_histogram);
+        } else {
+          launch_overlapped<multi_threshold_kernel<T, kSmallThresholdStageBytes>>(
+              grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
+              buffer0, plan.candidate_histogram);
+        }
       } else {
         // A memset is no kernel to overlap with: the histogram pass follows it in plain order.
         check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
                    "clearing top-k row state");
-        launch_overlapped(multi_histogram_kernel<T>, grid, kMultiThreads, 0, stream, kLaunching,
-                          g, input, p.largest, layout, states);
+        launch_overlapped<multi_histogram_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching,
+                                                     g, input, p.largest, layout, states);
       }
       // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
       // buffer0 -> finish; a small bucket after pass 0 goes from buffer1 to the finish.
       static_assert(kMultiPasses == 2, "the filter passes below ping-pong two buffers");
       const bool sampled = plan.sample_rank > 0;
-      launch_overlapped(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, kLaunching, g,
-                        input, p.largest, layout, states, winners, buffer0, buffer1, true, sampled);
-      launch_overlapped(multi_filter_kernel<T>, grid, kMultiThreads, 0, stream, kLaunching, g,
-                        input, p.largest, layout, states, winners, buffer1, buffer0, false, false);
-      launch_overlapped(finish_kernel<T>, unsigned(g.rows), kBlockThreads, 0, stream, kLaunching,
-                        g, input, p.values, p.indices, index64, p.largest, layout, states,
-                        winners, buffer0, buffer1, plan.sort_in_block);
+      launch_overlapped<multi_filter_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching, g,
+                                                input, p.largest, layout, states, winners,
+                                                buffer0, buffer1, true, sampled);
+      launch_overlapped<multi_filter_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching, g,
+                                                input, p.largest, layout, states, winners,
+                                                buffer1, buffer0, false, false);
+      launch_overlapped<finish_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream, kLaunching,
+                                          g, input, p.values, p.indices, index64, p.largest,
+                                          layout, states, winners, buffer0, buffer1,
+                                          plan.sort_in_block);
       if (!plan.sort_in_block) {
         void* temp = base + plan.sort_temp_offset;
         for (int64_t row = 0; row < g.rows; ++row) {
@@ -150,9 +159,9 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         const int64_t total = g.rows * g.k;
         const int threads = 256;
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
-        launch_overlapped(write_sorted_kernel<T>, unsigned(blocks), threads, 0, stream,
-                          kLaunching, g, input, p.values, p.indices, index64, p.largest,
-                          winners);
+        launch_overlapped<write_sorted_kernel<T>>(unsigned(blocks), threads, 0, stream,
+                                                  kLaunching, g, input, p.values, p.indices,
+                                                  index64, p.largest, winners);
       }
       break;
     }

@@ -6,7 +6,7 @@ CUDA_CONFORMANCE_ARGS ?=
 
 $(CUDA_CONFORMANCE): tests/cuda/cuda_conformance.cpp include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude $< -o $@ -L$(BUILD) -lmetaltopk \
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude $< -o $@ -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))
 
 .PHONY: test-cuda

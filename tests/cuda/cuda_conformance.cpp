@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "metaltopk.h"
@@ -512,6 +513,81 @@ void check_workspace_and_alloc(mtk_context cuda) {
   }
 }
 
+// Calls from threads that have made no CUDA call before: the library launches through the
+// driver, which needs the device's context current on the calling thread, and a fresh thread has
+// none until the runtime binds it. Each thread calls twice (before and after its thread is
+// bound) on its own outputs; the input was written by the main thread.
+void check_fresh_threads(mtk_context cuda) {
+  const int64_t rows = 64, n = 256, k = 8;
+  constexpr int kThreads = 4, kCallsPerThread = 2;
+  std::vector<float> host(rows * n);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (auto& x : host) x = normal(rng);
+  std::vector<int64_t> expected(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    const float* row = &host[r * n];
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return row[a] > row[b]; });
+    std::copy(order.begin(), order.begin() + k, expected.begin() + r * k);
+  }
+  mtk_tensor input{};
+  input.dtype = MTK_FLOAT32;
+  input.ndim = 2;
+  input.sizes[0] = rows;
+  input.sizes[1] = n;
+  input.strides[0] = n;
+  input.strides[1] = 1;
+  CHECK_OK(mtk_malloc(cuda, rows * n * 4, &input.data));
+  CHECK_OK(mtk_memcpy(cuda, input.data, host.data(), rows * n * 4, MTK_COPY_HOST_TO_DEVICE, nullptr));
+  CHECK_OK(mtk_synchronize(cuda, nullptr));
+  mtk_tensor values[kThreads][kCallsPerThread], indices[kThreads][kCallsPerThread];
+  mtk_status statuses[kThreads][kCallsPerThread];
+  for (int t = 0; t < kThreads; ++t) {
+    for (int c = 0; c < kCallsPerThread; ++c) {
+      values[t][c] = input;
+      values[t][c].sizes[1] = k;
+      values[t][c].strides[0] = k;
+      indices[t][c] = values[t][c];
+      indices[t][c].dtype = MTK_INT64;
+      CHECK_OK(mtk_malloc(cuda, rows * k * 4, &values[t][c].data));
+      CHECK_OK(mtk_malloc(cuda, rows * k * 8, &indices[t][c].data));
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCallsPerThread; ++c) {
+        statuses[t][c] = mtk_topk(cuda, &input, k, -1, 1, 1, &values[t][c], &indices[t][c], nullptr);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK_OK(mtk_synchronize(cuda, nullptr));
+  std::vector<int64_t> got(rows * k);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int c = 0; c < kCallsPerThread; ++c) {
+      ++cases;
+      bool ok = statuses[t][c] == MTK_SUCCESS;
+      if (ok) {
+        CHECK_OK(mtk_memcpy(cuda, got.data(), indices[t][c].data, rows * k * 8,
+                            MTK_COPY_DEVICE_TO_HOST, nullptr));
+        CHECK_OK(mtk_synchronize(cuda, nullptr));
+        ok = got == expected;
+      }
+      if (!ok) {
+        std::fprintf(stderr, "FAIL fresh thread %d, call %d: %s\n", t, c,
+                     mtk_status_string(statuses[t][c]));
+        ++failures;
+      }
+      CHECK_OK(mtk_free(cuda, values[t][c].data));
+      CHECK_OK(mtk_free(cuda, indices[t][c].data));
+    }
+  }
+  CHECK_OK(mtk_free(cuda, input.data));
+}
+
 // Sampled-threshold plans (inputs of 4 MB and more, k small next to the row): the threshold
 // hits on random and ascending data (the finish kernel takes the candidates alone, or the
 // filter passes narrow them first); on few-distinct and all-equal data the candidates
@@ -712,5 +788,6 @@ int main(int argc, char** argv) {
     }
   }
   check_workspace_and_alloc(ctx.cuda);
+  check_fresh_threads(ctx.cuda);
   return report(ctx);
 }

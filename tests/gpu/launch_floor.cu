@@ -3,14 +3,16 @@
 // pointers, ~330 bytes), on one stream. Two launch kinds:
 //   plain       kernel<<<...>>>;
 //   overlapped  cudaLaunchKernelEx with programmatic stream serialization, the kernel waiting
-//               for its predecessor first thing: how the library launches every kernel
-//               (lib/cuda/kernel_launch.cuh).
-// Prints one JSON line with, for each kind (prefix plain_ / overlapped_):
+//               for its predecessor first thing;
+//   driver      the same launch through the driver's cuLaunchKernelEx with a kernel handle
+//               found once: how the library launches every kernel (lib/cuda/kernel_launch.cuh).
+// Prints one JSON line with, for each kind (prefix plain_ / overlapped_ / driver_):
 //   eager_us  median over 7 bursts of 100 launches of (burst time by CUDA events) / 100;
 //   host_us   the same bursts' enqueue time on the host clock, per launch;
 //   graph_us  the 100 launches captured in a CUDA graph and replayed, per launch.
-// bench_c_abi's eager_us for the MoE shapes is read against the overlapped kind: what is left
+// bench_c_abi's eager_us for the MoE shapes is read against the driver kind: what is left
 // above it is the library's own host and device time. Exits 2 when no CUDA device is available.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -129,11 +131,45 @@ int main() {
     }
   });
 
+  // The driver's launch, reached through the runtime as the library reaches it (no -lcuda).
+  using DriverLaunch = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  check(cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &entry, 12000, cudaEnableDefault,
+                                         &found),
+        "driver entry point");
+  if (found != cudaDriverEntryPointSuccess) check(cudaErrorNotSupported, "cuLaunchKernelEx");
+  const auto driver_launch = reinterpret_cast<DriverLaunch>(entry);
+  cudaKernel_t kernel;
+  check(cudaGetKernel(&kernel, reinterpret_cast<const void*>(empty_overlapped_kernel)), "kernel");
+  CUlaunchAttribute driver_overlap{};
+  driver_overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  driver_overlap.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig driver_config{};
+  driver_config.gridDimX = driver_config.gridDimY = driver_config.gridDimZ = 1;
+  driver_config.blockDimX = 128;
+  driver_config.blockDimY = driver_config.blockDimZ = 1;
+  driver_config.hStream = stream;
+  driver_config.attrs = &driver_overlap;
+  driver_config.numAttrs = 1;
+  Parameters argument = p;
+  void* arguments[] = {&argument};
+  const Floor driver = measure(stream, [&] {
+    for (int i = 0; i < kCalls; ++i) {
+      if (driver_launch(&driver_config, reinterpret_cast<CUfunction>(kernel), arguments,
+                        nullptr) != CUDA_SUCCESS) {
+        check(cudaErrorLaunchFailure, "driver launch");
+      }
+    }
+  });
+
   std::printf("{\"empty_kernel\": true, \"plain_eager_us\": %.3f, \"plain_host_us\": %.3f, "
               "\"plain_graph_us\": %.3f, \"overlapped_eager_us\": %.3f, "
-              "\"overlapped_host_us\": %.3f, \"overlapped_graph_us\": %.3f}\n",
+              "\"overlapped_host_us\": %.3f, \"overlapped_graph_us\": %.3f, "
+              "\"driver_eager_us\": %.3f, \"driver_host_us\": %.3f, \"driver_graph_us\": %.3f}\n",
               plain.eager_us, plain.host_us, plain.graph_us, overlapped.eager_us,
-              overlapped.host_us, overlapped.graph_us);
+              overlapped.host_us, overlapped.graph_us, driver.eager_us, driver.host_us,
+              driver.graph_us);
   check(cudaStreamDestroy(stream), "stream");
   return 0;
 }
