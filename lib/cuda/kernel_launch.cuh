@@ -11,26 +11,44 @@
 namespace mtk {
 namespace cuda {
 
-using DriverLaunch = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+// The driver's cuLaunchKernelEx and cuCtxGetCurrent, looked up once through the runtime so that
+// a machine without a driver still loads the library; null where the driver predates them. The
+// runtime's own launch goes through cuLaunchKernelEx too, after finding the kernel by its host
+// address on every call: calling it directly with a kernel handle found once takes that search
+// off every call (bench/CUDA_NOTES.md, v16).
+struct DriverEntryPoints {
+  CUresult (*launch)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+  CUresult (*current_context)(CUcontext*) = nullptr;
+};
 
-// The driver's cuLaunchKernelEx, looked up once through the runtime so that a machine without a
-// driver still loads the library; null where the driver predates it. The runtime's own launch
-// goes through it too, after finding the kernel by its host address on every call: calling it
-// directly with a kernel handle found once takes that search (0.15-0.36 us of host time a launch
-// on the H200's host, bench/CUDA_NOTES.md v16) off every call.
-inline DriverLaunch driver_launch() {
-  static const DriverLaunch launch = [] {
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &entry, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return DriverLaunch{nullptr};
-    }
-    return reinterpret_cast<DriverLaunch>(entry);
+template <class Function>
+Function driver_entry_point(const char* name) {
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &entry, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Function>(entry);
+}
+
+inline const DriverEntryPoints& driver() {
+  static const DriverEntryPoints entry_points = [] {
+    DriverEntryPoints found;
+    found.launch = driver_entry_point<decltype(found.launch)>("cuLaunchKernelEx");
+    found.current_context = driver_entry_point<decltype(found.current_context)>("cuCtxGetCurrent");
+    return found;
   }();
-  return launch;
+  return entry_points;
+}
+
+// Whether the calling thread has a context current, which the driver's launch needs. A thread
+// that has made no CUDA call yet has none; the runtime's launch binds the device's context to it.
+inline bool thread_has_context(const DriverEntryPoints& entry_points) {
+  CUcontext current = nullptr;
+  return entry_points.current_context(&current) == CUDA_SUCCESS && current != nullptr;
 }
 
 // A context-independent handle of `kernel` (launched in whatever context is current), or null
@@ -47,11 +65,11 @@ inline cudaKernel_t kernel_handle(const void* kernel) {
 // Each argument converted to its parameter's type, as the runtime's typed launch does: the driver
 // reads every parameter through a pointer to exactly that type.
 template <class... Params, class... Args>
-CUresult launch_on_driver(DriverLaunch driver, void (*)(Params...), cudaKernel_t handle,
-                          const CUlaunchConfig& config, Args&... args) {
+CUresult launch_on_driver(const DriverEntryPoints& entry_points, void (*)(Params...),
+                          cudaKernel_t handle, const CUlaunchConfig& config, Args&... args) {
   return [&](Params... converted) {
     void* pointers[] = {static_cast<void*>(&converted)..., nullptr};
-    return driver(&config, reinterpret_cast<CUfunction>(handle), pointers, nullptr);
+    return entry_points.launch(&config, reinterpret_cast<CUfunction>(handle), pointers, nullptr);
   }(args...);
 }
 
@@ -62,16 +80,17 @@ CUresult launch_on_driver(DriverLaunch driver, void (*)(Params...), cudaKernel_t
 // wait_for_previous_kernel (device_utils.cuh) before it touches global memory. After anything
 // that is not a kernel (a copy, a memset, an event wait) the launch is ordered as usual.
 //
-// The driver launches Kernel's handle directly. Where that fails, the runtime's launch does the
-// same work and reports the error: it also binds the device's context to a thread that has
-// none yet (the driver's launch needs a current context; the runtime makes one current on first
-// use), after which the driver's launch succeeds on that thread.
+// The driver launches Kernel's handle directly where the thread has a context current. The
+// runtime's launch serves a thread that has none yet (and binds the device's context to it, so
+// its later calls take the driver's launch), and reports the error of a driver launch that
+// failed.
 template <auto Kernel, class... Args>
 void launch_overlapped(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                        const char* what, Args&&... args) {
   static const cudaKernel_t handle = kernel_handle(reinterpret_cast<const void*>(Kernel));
-  const DriverLaunch driver = driver_launch();
-  if (driver != nullptr && handle != nullptr) {
+  const DriverEntryPoints& entry_points = driver();
+  if (handle != nullptr && entry_points.launch != nullptr &&
+      entry_points.current_context != nullptr && thread_has_context(entry_points)) {
     CUlaunchAttribute overlap{};
     overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     overlap.value.programmaticStreamSerializationAllowed = 1;
@@ -86,7 +105,7 @@ void launch_overlapped(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t 
     config.hStream = stream;
     config.attrs = &overlap;
     config.numAttrs = 1;
-    if (launch_on_driver(driver, Kernel, handle, config, args...) == CUDA_SUCCESS) return;
+    if (launch_on_driver(entry_points, Kernel, handle, config, args...) == CUDA_SUCCESS) return;
   }
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -5,7 +5,8 @@
 //   overlapped  cudaLaunchKernelEx with programmatic stream serialization, the kernel waiting
 //               for its predecessor first thing;
 //   driver      the same launch through the driver's cuLaunchKernelEx with a kernel handle
-//               found once: how the library launches every kernel (lib/cuda/kernel_launch.cuh).
+//               found once, after asking the driver for the thread's current context: how the
+//               library launches every kernel (lib/cuda/kernel_launch.cuh).
 // Prints one JSON line with, for each kind (prefix plain_ / overlapped_ / driver_):
 //   eager_us  median over 7 bursts of 100 launches of (burst time by CUDA events) / 100;
 //   host_us   the same bursts' enqueue time on the host clock, per launch;
@@ -140,6 +141,11 @@ int main() {
         "driver entry point");
   if (found != cudaDriverEntryPointSuccess) check(cudaErrorNotSupported, "cuLaunchKernelEx");
   const auto driver_launch = reinterpret_cast<DriverLaunch>(entry);
+  check(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &entry, 12000, cudaEnableDefault,
+                                         &found),
+        "driver entry point");
+  if (found != cudaDriverEntryPointSuccess) check(cudaErrorNotSupported, "cuCtxGetCurrent");
+  const auto current_context = reinterpret_cast<CUresult (*)(CUcontext*)>(entry);
   cudaKernel_t kernel;
   check(cudaGetKernel(&kernel, reinterpret_cast<const void*>(empty_overlapped_kernel)), "kernel");
   CUlaunchAttribute driver_overlap{};
@@ -156,7 +162,9 @@ int main() {
   void* arguments[] = {&argument};
   const Floor driver = measure(stream, [&] {
     for (int i = 0; i < kCalls; ++i) {
-      if (driver_launch(&driver_config, reinterpret_cast<CUfunction>(kernel), arguments,
+      CUcontext context = nullptr;
+      if (current_context(&context) != CUDA_SUCCESS || context == nullptr ||
+          driver_launch(&driver_config, reinterpret_cast<CUfunction>(kernel), arguments,
                         nullptr) != CUDA_SUCCESS) {
         check(cudaErrorLaunchFailure, "driver launch");
       }
