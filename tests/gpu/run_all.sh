@@ -48,7 +48,7 @@ for s in $STEPS; do
         "$BUILD/tests/bench_c_abi" "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
         "$BUILD/tests/reliability/fault_sweep" || exit 1 ;;
     conformance)
-      step conformance 240 "$BUILD/tests/cuda_conformance" ;;
+      step conformance 360 "$BUILD/tests/cuda_conformance" ;;
     pytest)
       step pytest 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py \
         tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;
