@@ -28,13 +28,15 @@ $(AOTI_TEST_OUT)/shim_runtime_test: tests/aoti/shim_runtime_test.cpp $(AOTI_TEST
 	  -L$(AOTI_TEST_OUT) -lmetaltopk_aoti -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(AOTI_TEST_OUT)) -Wl,-rpath,$(abspath $(BUILD))
 
+# A CUDA torch's device support lives in libtorch_cuda, which the runner uses no symbol of.
+AOTI_RUNNER_CUDA = $(if $(TORCH_CUDA),-Wl,--no-as-needed -ltorch_cuda -Wl,--as-needed)
 TORCH_CXX11_ABI = $(shell $(PYTHON) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
 
 $(AOTI_RUNNER): tests/aoti/aoti_runner.cpp tests/aoti/aoti.mk
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_CXX11_ABI) -isystem $(TORCH_DIR)/include \
 	  -isystem $(TORCH_DIR)/include/torch/csrc/api/include $< -o $@ -L$(TORCH_DIR)/lib -ltorch \
-	  -ltorch_cpu -lc10 -Wl,-rpath,$(TORCH_DIR)/lib
+	  -ltorch_cpu -lc10 $(AOTI_RUNNER_CUDA) -Wl,-rpath,$(TORCH_DIR)/lib
 
 .PHONY: test-aoti
 test-aoti: $(AOTI_TEST_OUT)/shim_runtime_test

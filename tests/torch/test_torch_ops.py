@@ -193,22 +193,26 @@ def test_replace_topk_leaves_routers_whose_parts_are_used():
     assert route_op not in call_targets(plain) and topk_op in call_targets(plain)
 
 
-@pytest.fixture(scope="module")
-def aoti_packages(tmp_path_factory):
-    """The sampler and the router compiled by AOTInductor for the CPU, with the C shim."""
+AOTI_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module", params=AOTI_DEVICES)
+def aoti_packages(request, tmp_path_factory):
+    """The sampler and the router compiled by AOTInductor for a device, calling the C shim."""
     if not aoti_library_path().is_file():
         pytest.fail(f"{aoti_library_path()} was not built (make builds it when torch is found)")
-    folder = tmp_path_factory.mktemp("aoti")
-    x, t = logits(4, 1000, seed=5), torch.tensor(0.7)
-    router_logits = logits(16, 256, torch.bfloat16, seed=6)
-    bias = torch.randn(256)
+    device = request.param
+    folder = tmp_path_factory.mktemp(f"aoti-{device}")
+    x, t = logits(4, 1000, seed=5).to(device), torch.tensor(0.7, device=device)
+    router_logits = logits(16, 256, torch.bfloat16, seed=6).to(device)
+    bias = torch.randn(256, device=device)
     models = {"sampler": (Sampler(), (x, t)), "router": (Router(), (router_logits, bias))}
     packages = {}
     for name, (model, args) in models.items():
         ep = torch.export.export(model, args)
         packages[name] = (torch._inductor.aoti_compile_and_package(
             ep, package_path=str(folder / f"{name}.pt2"), inductor_configs=aoti_config()),
-            model, args)
+            model, args, device)
     return packages
 
 
@@ -221,9 +225,8 @@ def generated_code_calls_the_shim(package, function):
 
 @pytest.mark.parametrize("name", ["sampler", "router"])
 def test_aoti_package_runs_the_shim_exactly(aoti_packages, name):
-    package, model, args = aoti_packages[name]
-    function = {"sampler": "aoti_torch_cpu_mtk_topk",
-                "router": "aoti_torch_cpu_mtk_moe_route"}[name]
+    package, model, args, device = aoti_packages[name]
+    function = f"aoti_torch_{device}_mtk_{'topk' if name == 'sampler' else 'moe_route'}"
     assert generated_code_calls_the_shim(package, function)
     runner = torch._inductor.aoti_load_package(package)
     assert_same(runner(*args), model(*args))
@@ -238,9 +241,10 @@ def test_aoti_package_runs_from_cpp(aoti_packages, tmp_path):
     runner = os.environ.get("METALTOPK_AOTI_RUNNER")
     if not runner:
         pytest.skip("METALTOPK_AOTI_RUNNER is not set (make test builds tests/aoti/aoti_runner)")
-    for name, (package, model, args) in aoti_packages.items():
+    for name, (package, model, args, _) in aoti_packages.items():
         torch.save(list(args), tmp_path / f"{name}-in.pt")
         result = subprocess.run([runner, package, tmp_path / f"{name}-in.pt",
                                  tmp_path / f"{name}-out.pt"], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
-        assert_same(torch.load(tmp_path / f"{name}-out.pt"), model(*args))
+        outputs = torch.load(tmp_path / f"{name}-out.pt", map_location=args[0].device)
+        assert_same(outputs, model(*args))
