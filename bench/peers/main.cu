@@ -9,7 +9,7 @@
 //     gaps removed) and back-to-back calls between CUDA events (median of `reps` bursts).
 // Inputs that fit in L2 rotate over 4 buffers, as tests/gpu/bench_c_abi.cpp does.
 //
-// Usage: peers_bench [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
+// Usage: peers_bench [--probe] [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
 //                    [--graph-calls N] [--replays N]
 // Prints one JSON object per (shape, peer) as it goes and writes the list to FILE after every
 // row (so a time limit leaves what was measured). Exit status: 0 when every supported peer ran
@@ -468,7 +468,16 @@ bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t
     r.metaltopk_us = mtk_graph[sorted_mode ? 1 : 0];
     r.metaltopk_loop_us = mtk_loop[sorted_mode ? 1 : 0];
     try {
-      checked(call(0), "first call");
+      const cudaError_t first = call(0);
+      if (first == cudaErrorNotSupported) {  // the peer's own "not for this shape"
+        cudaGetLastError();
+        r.status = "unsupported";
+        r.note += (r.note.empty() ? "" : "; ") +
+                  std::string("the peer returns cudaErrorNotSupported for this shape");
+        out.add(r);
+        return;
+      }
+      checked(first, "first call");
       checked(cudaStreamSynchronize(stream), "first call");
       compare_topk(s, in.first_input, want, download(s, peer_values.get(), pidx, stream),
                    sorted_mode, r);
@@ -514,12 +523,12 @@ bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t
                             : peers::cub_device_topk(pd, input(0), peer_values.get(), pidx, s.n,
                                                      s.k, nullptr, &temp_bytes, stream);
     if (q != cudaSuccess) {
-      r.status = "failed";
+      r.status = q == cudaErrorNotSupported ? "unsupported" : "failed";
       r.metaltopk_us = mtk_graph[0];
       r.note = std::string("temp-storage query: ") + cudaGetErrorString(q);
       cudaGetLastError();
       out.add(r);
-      ok = false;
+      ok = ok && q == cudaErrorNotSupported;
       continue;
     }
     DeviceBuffer temp(std::max<size_t>(temp_bytes, 256));
@@ -745,6 +754,10 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
       return argv[++i];
     };
+    if (a == "--probe") {  // run.sh: does the binary load here (library found, glibc)?
+      std::printf("peers_bench: loads, metaltopk %d\n", mtk_version());
+      return 0;
+    }
     if (a == "--json") st.json_path = value();
     else if (a == "--only") st.only = value();
     else if (a == "--filter") st.filter = value();
