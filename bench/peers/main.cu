@@ -9,7 +9,7 @@
 //     gaps removed) and back-to-back calls between CUDA events (median of `reps` bursts).
 // Inputs that fit in L2 rotate over 4 buffers, as tests/gpu/bench_c_abi.cpp does.
 //
-// Usage: peers_bench [--probe] [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
+// Usage: peers_bench [--probe | --self-test] [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
 //                    [--graph-calls N] [--replays N]
 // Prints one JSON object per (shape, peer) as it goes and writes the list to FILE after every
 // row (so a time limit leaves what was measured). Exit status: 0 when every supported peer ran
@@ -744,6 +744,78 @@ bool bench_router(const RouterShape& s, mtk_context ctx, cudaStream_t stream, si
   return r.status != "failed" && r.status != "mismatch";
 }
 
+// ---- self-test of the checks (host only, no device) --------------------------------------------
+
+int self_test() {
+  int failures = 0;
+  auto expect = [&](bool cond, const char* what) {
+    if (!cond) {
+      std::fprintf(stderr, "self-test FAILED: %s\n", what);
+      ++failures;
+    }
+  };
+  // A 2 x 6 f32 input, k = 3; row 1 has a tie at the k-th value.
+  const TopkShape s{"selftest", 2, 6, 3, false, -1};
+  const std::vector<float> x = {0.5f, 3.f, -1.f, 2.f, 7.f, 1.f, 4.f, 2.f, 2.f, 9.f, 2.f, -3.f};
+  std::vector<uint8_t> input(x.size() * 4);
+  std::memcpy(input.data(), x.data(), input.size());
+  auto result = [&](const std::vector<int64_t>& idx) {
+    TopkResult r{std::vector<uint8_t>(idx.size() * 4), idx};
+    for (size_t j = 0; j < idx.size(); ++j)
+      std::memcpy(&r.values[j * 4], &x[(j / 3) * 6 + idx[j]] , 4);
+    return r;
+  };
+  const TopkResult want = result({4, 1, 3, 3, 0, 1});  // sorted, ties to the lower index
+  Row a;
+  compare_topk(s, input, want, result({3, 4, 1, 1, 3, 0}), false, a);
+  expect(a.status == "match" && a.mismatch_rows == 0 && a.tie_rows == 0, "unsorted, same sets");
+  Row b;
+  compare_topk(s, input, want, result({4, 1, 3, 3, 0, 4}), false, b);
+  expect(b.status == "match (index ties)" && b.tie_rows == 1, "tie at the k-th value");
+  Row c;
+  compare_topk(s, input, want, result({4, 1, 5, 3, 0, 1}), false, c);
+  expect(c.status == "mismatch" && c.mismatch_rows == 1, "a smaller value selected");
+  Row d;
+  TopkResult bad = want;
+  bad.values[0] ^= 1;  // a value that is not the input's at its index
+  compare_topk(s, input, want, bad, true, d);
+  expect(d.status == "mismatch", "value not from the input");
+  Row e;
+  compare_topk(s, input, want, result({1, 4, 3, 3, 0, 1}), true, e);
+  expect(e.status == "mismatch", "sorted peer out of order");
+  Row f;
+  compare_topk(s, input, want, result({4, 1, 3, 3, 0, 2}), true, f);
+  expect(f.status == "match (index ties)", "sorted peer, another index of the k-th value");
+  Row g;
+  compare_topk(s, input, want, result({4, 4, 3, 3, 0, 1}), false, g);
+  expect(g.status == "mismatch", "repeated index");
+
+  // Router: 2 tokens of 4 experts, k = 2, softmax.
+  const RouterShape r{false, 2, 4, 2};
+  std::vector<uint16_t> logits;
+  for (float v : {1.f, 3.f, 2.f, 0.f, 5.f, 5.f, -1.f, 0.f}) logits.push_back(to_bfloat16(v));
+  const std::vector<int32_t> ids = {1, 2, 0, 1};
+  const std::vector<float> w = {0.731059f, 0.268941f, 0.5f, 0.5f};
+  Row h;
+  compare_route(r, logits, {}, w, ids, {0.268941f, 0.731059f, 0.5f, 0.5f}, {2, 1, 1, 0}, h);
+  expect(h.status == "match" && h.max_weight_rel_err < 1e-6, "route, other order");
+  Row i;
+  compare_route(r, logits, {}, w, ids, {0.731059f, 0.268941f, 0.5f, 0.6f}, ids, i);
+  expect(i.status == "mismatch", "route, wrong weight");
+  Row j;
+  compare_route(r, logits, {}, w, ids, w, {1, 3, 0, 1}, j);
+  expect(j.status == "mismatch", "route, wrong expert");
+
+  // JSON: nulls for unmeasured times, escaped notes.
+  Row k;
+  k.note = "a \"quoted\" note";
+  const std::string json = to_json(k);
+  expect(json.find("\"peer_us\": null") != std::string::npos, "null time");
+  expect(json.find("a \\\"quoted\\\" note") != std::string::npos, "escaped note");
+  std::printf("peers_bench self-test: %d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
 // ---- driver -------------------------------------------------------------------------------------
 
 int run(int argc, char** argv) {
@@ -758,6 +830,7 @@ int run(int argc, char** argv) {
       std::printf("peers_bench: loads, metaltopk %d\n", mtk_version());
       return 0;
     }
+    if (a == "--self-test") return self_test();
     if (a == "--json") st.json_path = value();
     else if (a == "--only") st.only = value();
     else if (a == "--filter") st.filter = value();
