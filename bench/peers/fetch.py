@@ -5,8 +5,8 @@ bench/peers/third_party/, which git ignores: nothing of the peers' code is commi
     python3 bench/peers/fetch.py [--keep-downloads DIR]
 
 What is kept (everything else of the packages is dropped):
-  flashinfer/   flashinfer-python 0.7.2 wheel: include/flashinfer (the headers topk.cuh and the
-                TensorRT-LLM routing kernels include) and the routing .cu sources
+  flashinfer/   flashinfer-python 0.7.2 wheel: include/flashinfer (topk.cuh and the headers it
+                includes; the attention, GEMM, communication and TensorRT-LLM folders are dropped)
   cccl/         the CCCL that flashinfer-python 0.7.2 bundles (CUB 3.6.0): include/{cub,cuda,nv,
                 thrust}. Its DeviceBatchedTopK has the cluster backend for segments up to 2^21;
                 CUB 3.5 of nvidia-cuda-cccl 13.3.5.0.6 has DeviceTopK and DeviceBatchedTopK too,
@@ -89,11 +89,7 @@ def flashinfer(work):
     dest = os.path.join(DEST, "flashinfer")
     n = extract(wheel, "flashinfer/data/include/flashinfer/", os.path.join(dest, "include/flashinfer"),
                 keep=lambda rel: not rel.startswith(("attention/", "gemm/", "comm/", "mamba/",
-                                                    "flat/", "cutlass_utils")))
-    routing = ("trtllm_fused_moe_routing_", "trtllm_fused_moe_routing_binding")
-    n += extract(wheel, "flashinfer/data/csrc/", os.path.join(dest, "csrc"),
-                 keep=lambda rel: os.path.basename(rel).startswith(routing)
-                 or rel in ("tvm_ffi_utils.h",))
+                                                    "flat/", "cutlass_utils", "trtllm/")))
     print(f"flashinfer: {n} files")
 
 

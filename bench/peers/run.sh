@@ -38,7 +38,8 @@ BIN=bench/peers/bin/peers_bench
 if ! "$BIN" --probe > /dev/null 2>&1; then
   say "building the harness (precompiled binary missing or not loadable here)"
   "$BIN" --probe 2>&1 | head -3
-  timeout 300 make -C bench/peers BUILD="$BUILD" -j"$JOBS" -B > "$OUT/build-peers.log" 2>&1 ||
+  make -C bench/peers clean > /dev/null
+  timeout 300 make -C bench/peers BUILD="$BUILD" -j"$JOBS" > "$OUT/build-peers.log" 2>&1 ||
     { tail -30 "$OUT/build-peers.log"; exit 1; }
 fi
 "$BIN" --probe
