@@ -7,6 +7,8 @@ bench/peers/third_party/, which git ignores: nothing of the peers' code is commi
 What is kept (everything else of the packages is dropped):
   flashinfer/   flashinfer-python 0.7.2 wheel: include/flashinfer (topk.cuh and the headers it
                 includes; the attention, GEMM, communication and TensorRT-LLM folders are dropped)
+                and the DeepSeek-V3 router csrc/fused_moe/noAuxTcKernels.cu (cut before its
+                tvm-ffi entry point) with moeTopKFuncs.cuh and trtllm/fused_moe/noAuxTcKernels.h
   cccl/         the CCCL that flashinfer-python 0.7.2 bundles (CUB 3.6.0): include/{cub,cuda,nv,
                 thrust}. Its DeviceBatchedTopK has the cluster backend for segments up to 2^21;
                 CUB 3.5 of nvidia-cuda-cccl 13.3.5.0.6 has DeviceTopK and DeviceBatchedTopK too,
@@ -81,6 +83,15 @@ def cut_before(path, marker, out):
         f.write(text[:at])
 
 
+def drop_instantiations(path, keep, expected):
+    """Drops the INSTANTIATE_NOAUX_TC(...) lines of `path` except `keep`; `expected` dropped."""
+    lines = open(path).read().split("\n")
+    kept = [l for l in lines if not l.startswith("INSTANTIATE_NOAUX_TC(") or l == keep]
+    if len(lines) - len(kept) != expected:
+        sys.exit(f"fetch.py: the explicit instantiations of {path} changed")
+    open(path, "w").write("\n".join(kept))
+
+
 def flashinfer(work):
     r = pip_download(FLASHINFER, work)
     if r.returncode:
@@ -90,7 +101,22 @@ def flashinfer(work):
     n = extract(wheel, "flashinfer/data/include/flashinfer/", os.path.join(dest, "include/flashinfer"),
                 keep=lambda rel: not rel.startswith(("attention/", "gemm/", "comm/", "mamba/",
                                                     "flat/", "cutlass_utils", "trtllm/")))
-    print(f"flashinfer: {n} files")
+    # The DeepSeek-V3 router (TensorRT-LLM's noAuxTc, flashinfer.fused_topk_deepseek): the .cu
+    # cut before its tvm-ffi entry point, without its explicit instantiations (the harness
+    # instantiates the one it calls), and the two headers it includes from FlashInfer.
+    csrc = os.path.join(work, "flashinfer-noaux")
+    extract(wheel, "flashinfer/data/csrc/fused_moe/", csrc,
+            keep=lambda rel: rel in ("noAuxTcKernels.cu", "moeTopKFuncs.cuh"))
+    cut_before(os.path.join(csrc, "noAuxTcKernels.cu"),
+               "namespace flashinfer::trtllm_dsv3_fused_routing {",
+               os.path.join(dest, "csrc", "fused_moe", "noAuxTcKernels.cu"))
+    drop_instantiations(os.path.join(dest, "csrc", "fused_moe", "noAuxTcKernels.cu"), None, 9)
+    shutil.copy(os.path.join(csrc, "moeTopKFuncs.cuh"),
+                os.path.join(dest, "csrc", "fused_moe", "moeTopKFuncs.cuh"))
+    n += extract(wheel, "flashinfer/data/include/flashinfer/trtllm/fused_moe/",
+                 os.path.join(dest, "include/flashinfer/trtllm/fused_moe"),
+                 keep=lambda rel: rel == "noAuxTcKernels.h")
+    print(f"flashinfer: {n + 2} files")
 
 
 def cccl(work):
@@ -128,13 +154,8 @@ def vllm(work):
                "std::tuple<torch::stable::Tensor, torch::stable::Tensor> grouped_topk(",
                os.path.join(dest, "moe", "grouped_topk_kernels.cu"))
     # Its 18 explicit instantiations triple the build time: keep the one the harness calls.
-    grouped = os.path.join(dest, "moe", "grouped_topk_kernels.cu")
-    lines = open(grouped).read().split("\n")
-    kept = [l for l in lines if not l.startswith("INSTANTIATE_NOAUX_TC(")
-            or l == "INSTANTIATE_NOAUX_TC(__nv_bfloat16, float, int32_t, SCORING_SIGMOID);"]
-    if len(lines) - len(kept) != 17:
-        sys.exit("fetch.py: grouped_topk_kernels.cu's instantiations changed")
-    open(grouped, "w").write("\n".join(kept))
+    drop_instantiations(os.path.join(dest, "moe", "grouped_topk_kernels.cu"),
+                        "INSTANTIATE_NOAUX_TC(__nv_bfloat16, float, int32_t, SCORING_SIGMOID);", 17)
     for rel in ("moe/moeTopKFuncs.cuh", "cub_helpers.h", "core/cuda_compat.h"):
         os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
         shutil.copy(os.path.join(src, rel), os.path.join(dest, rel))

@@ -496,6 +496,15 @@ bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t
   checked(cudaMemset(row_states.get(), 0, peers::flashinfer_row_states_bytes()), "memset");
   for (bool sorted : {false, true}) {
     Row r = base_row(peer_names[sorted ? 1 : 0]);
+    if (sorted && s.k > 2048) {
+      r.status = "unsupported";
+      r.peer_sorted = true;
+      r.metaltopk_us = mtk_graph[1];
+      r.metaltopk_loop_us = mtk_loop[1];
+      r.note = "flashinfer.top_k sorts on the device only for k <= 2048 (else with torch.sort)";
+      out.add(r);
+      continue;
+    }
     if (sorted) r.note = "deterministic mode + its on-device stable sort by value";
     run_peer(r, sorted, [&, sorted](int i) {
       return peers::flashinfer_radix_topk(pd, input(i), peer_values.get(), pidx,
@@ -581,14 +590,15 @@ std::vector<double> selection_scores(const RouterShape& s, const uint16_t* logit
 }
 
 // Checks a peer's route against metaltopk's: the same expert set per token (order free), and
-// the weights of each expert within a relative 1e-5 (the largest error is reported). A token
+// the weights of each expert within `weight_rtol` relative (1e-5 for float32 weights; a peer
+// whose weights are bfloat16 gets 2^-7, two bfloat16 roundings; the largest error is reported). A token
 // whose sets differ counts as a near tie when the selection scores of the two sets, rank by rank,
 // agree within 1e-5 relative (float32 rounding breaking a near-tie either way); else it is a
 // mismatch.
 void compare_route(const RouterShape& s, const std::vector<uint16_t>& logits,
                    const std::vector<float>& bias, const std::vector<float>& w_want,
                    const std::vector<int32_t>& id_want, const std::vector<float>& w_got,
-                   const std::vector<int32_t>& id_got, Row& row) {
+                   const std::vector<int32_t>& id_got, Row& row, double weight_rtol = 1e-5) {
   std::string first;
   double max_err = 0;
   for (int64_t t = 0; t < s.tokens; ++t) {
@@ -621,7 +631,7 @@ void compare_route(const RouterShape& s, const std::vector<uint16_t>& logits,
         const double ref = w_want[t * s.k + j];
         const double err = std::fabs(double(w_got[t * s.k + r]) - ref) / std::max(ref, 1e-30);
         max_err = std::max(max_err, err);
-        if (err > 1e-5 && why.empty())
+        if (err > weight_rtol && why.empty())
           why = "weight of expert " + std::to_string(got[r]) + " is " +
                 std::to_string(w_got[t * s.k + r]) + ", metaltopk's " + std::to_string(ref);
       }
@@ -699,49 +709,74 @@ bool bench_router(const RouterShape& s, mtk_context ctx, cudaStream_t stream, si
       pworkspace(std::max<size_t>(elements * 4, 256));
   auto* pw_f = static_cast<float*>(pw.get());
   auto* pi_i = static_cast<int32_t*>(pi.get());
+  auto* bias_f = static_cast<float*>(bias_d.get());
   auto input = [&](int i) { return in.inputs[size_t(i) % rotation].get(); };
-  Row r;
-  r.shape = s.name();
-  r.family = "router";
-  r.k = s.k;
-  r.dtype = "bf16";
-  r.metaltopk_us = mtk_graph;
-  r.metaltopk_loop_us = mtk_loop;
-  r.note = mtk_note;
-  Call call;
+
+  struct Peer {
+    std::string name, note;
+    bool bf16_weights;
+    Call call;
+  };
+  std::vector<Peer> peer_list;
   if (s.deepseek) {
-    r.peer = "vllm_grouped_topk";
-    r.note += (r.note.empty() ? "" : "; ") + std::string("n_group=8 topk_group=4, sigmoid + "
-              "float32 bias, renormalised, scale 1");
-    call = [&](int i) {
-      return peers::vllm_grouped_topk(input(i), pw_f, pi_i, static_cast<float*>(bias_d.get()),
-                                      s.tokens, s.experts, kGroups, kTopkGroups, s.k, true, 1.0,
-                                      stream);
-    };
+    const std::string what = "n_group=8 topk_group=4, sigmoid + float32 bias, renormalised, "
+                             "scale 1";
+    peer_list.push_back({"vllm_grouped_topk", what, false, [&](int i) {
+                           return peers::vllm_grouped_topk(input(i), pw_f, pi_i, bias_f,
+                                                           s.tokens, s.experts, kGroups,
+                                                           kTopkGroups, s.k, true, 1.0, stream);
+                         }});
+    peer_list.push_back({"flashinfer_noaux_tc",
+                         what + "; its weights are bfloat16 (the logits' dtype): checked "
+                                "within 2^-7 relative",
+                         true, [&](int i) {
+                           return peers::flashinfer_noaux_tc(input(i), pw.get(), pi_i, bias_f,
+                                                             s.tokens, s.experts, kGroups,
+                                                             kTopkGroups, s.k, 1.0, stream);
+                         }});
   } else {
-    r.peer = "vllm_topk_softmax";
-    r.note += (r.note.empty() ? "" : "; ") + std::string("softmax in float32, renormalised");
-    call = [&](int i) {
-      return peers::vllm_topk_softmax(input(i), pw_f, pi_i,
-                                      static_cast<int32_t*>(pscratch.get()),
-                                      static_cast<float*>(pworkspace.get()), int(s.tokens),
-                                      int(s.experts), int(s.k), true, stream);
-    };
+    peer_list.push_back({"vllm_topk_softmax", "softmax in float32, renormalised", false,
+                         [&](int i) {
+                           return peers::vllm_topk_softmax(
+                               input(i), pw_f, pi_i, static_cast<int32_t*>(pscratch.get()),
+                               static_cast<float*>(pworkspace.get()), int(s.tokens),
+                               int(s.experts), int(s.k), true, stream);
+                         }});
   }
-  try {
-    checked(call(0), "first call");
-    checked(cudaStreamSynchronize(stream), "first call");
-    checked(cudaMemcpy(w_got.data(), pw.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
-    checked(cudaMemcpy(id_got.data(), pi.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
-    compare_route(s, logits, bias, w_want, id_want, w_got, id_got, r);
-    time_both(stream, st, call, r.peer_us, r.peer_loop_us, r.note);
-  } catch (const std::exception& e) {
-    cudaGetLastError();
-    r.status = "failed";
-    r.note += (r.note.empty() ? "" : "; ") + std::string(e.what());
+  bool ok = true;
+  for (const Peer& peer : peer_list) {
+    Row r;
+    r.shape = s.name();
+    r.family = "router";
+    r.k = s.k;
+    r.dtype = "bf16";
+    r.peer = peer.name;
+    r.metaltopk_us = mtk_graph;
+    r.metaltopk_loop_us = mtk_loop;
+    r.note = mtk_note + (mtk_note.empty() ? "" : "; ") + peer.note;
+    try {
+      checked(peer.call(0), "first call");
+      checked(cudaStreamSynchronize(stream), "first call");
+      if (peer.bf16_weights) {
+        std::vector<uint16_t> narrow(outputs);
+        checked(cudaMemcpy(narrow.data(), pw.get(), outputs * 2, cudaMemcpyDeviceToHost), "copy");
+        for (size_t o = 0; o < outputs; ++o) w_got[o] = from_bfloat16(narrow[o]);
+      } else {
+        checked(cudaMemcpy(w_got.data(), pw.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+      }
+      checked(cudaMemcpy(id_got.data(), pi.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+      compare_route(s, logits, bias, w_want, id_want, w_got, id_got, r,
+                    peer.bf16_weights ? 1.0 / 128 : 1e-5);
+      time_both(stream, st, peer.call, r.peer_us, r.peer_loop_us, r.note);
+    } catch (const std::exception& e) {
+      cudaGetLastError();
+      r.status = "failed";
+      r.note += (r.note.empty() ? "" : "; ") + std::string(e.what());
+    }
+    out.add(r);
+    ok = ok && r.status != "failed" && r.status != "mismatch";
   }
-  out.add(r);
-  return r.status != "failed" && r.status != "mismatch";
+  return ok;
 }
 
 // ---- self-test of the checks (host only, no device) --------------------------------------------

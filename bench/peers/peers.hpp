@@ -55,4 +55,13 @@ cudaError_t vllm_grouped_topk(const void* logits_bf16, float* weights, int32_t* 
                               int64_t n_group, int64_t topk_group, int64_t k, bool renormalize,
                               double scale, cudaStream_t stream);
 
+// FlashInfer 0.7.2 csrc/fused_moe/noAuxTcKernels.cu (TensorRT-LLM's noAuxTc):
+// invokeNoAuxTc<bf16, float, bf16, int32> as flashinfer.fused_topk_deepseek calls it (PDL on, its
+// default): DeepSeek-V3 routing of bfloat16 logits with a float32 bias; the weights [T, k] come
+// out in bfloat16 (the scores' dtype), always renormalised, times `scale`.
+cudaError_t flashinfer_noaux_tc(const void* logits_bf16, void* weights_bf16, int32_t* ids,
+                                const float* bias, int64_t tokens, int64_t experts,
+                                int64_t n_group, int64_t topk_group, int64_t k, double scale,
+                                cudaStream_t stream);
+
 }  // namespace peers
