@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # metaltopk against the serving engines' kernels on the GPU machine, in one command (issue #21):
 #   build (only what is missing) -> bin/peers_bench (FlashInfer radix top-k, CUB DeviceTopK and
-#   DeviceBatchedTopK, vLLM topk_softmax and grouped_topk, each against metaltopk on the same
-#   inputs) -> sglang_gate.py (SGLang's Triton moe_fused_gate against metaltopk) -> one JSON list.
+#   DeviceBatchedTopK, vLLM topk_softmax and grouped_topk, FlashInfer's noAuxTc DeepSeek-V3
+#   router, each against metaltopk on the same inputs) -> sglang_gate.py (SGLang's Triton
+#   moe_fused_gate against metaltopk) -> one JSON list.
 # Usage: bench/peers/run.sh            (from anywhere; needs bench/peers/third_party from
 #                                       fetch.py, carried, since the GPU machine has no network)
 # Env: BUILD (metaltopk's build folder; default build-gpu if it has the library, else build),
