@@ -29,7 +29,8 @@ $(AOTI_TEST_OUT)/shim_runtime_test: tests/aoti/shim_runtime_test.cpp $(AOTI_TEST
 	  -Wl,-rpath,$(abspath $(AOTI_TEST_OUT)) -Wl,-rpath,$(abspath $(BUILD))
 
 # A CUDA torch's device support lives in libtorch_cuda, which the runner uses no symbol of.
-AOTI_RUNNER_CUDA = $(if $(TORCH_CUDA),-Wl,--no-as-needed -ltorch_cuda -Wl,--as-needed)
+AOTI_RUNNER_CUDA = $(if $(TORCH_CUDA),-Wl$(comma)--no-as-needed -ltorch_cuda -Wl$(comma)--as-needed)
+comma := ,
 TORCH_CXX11_ABI = $(shell $(PYTHON) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
 
 $(AOTI_RUNNER): tests/aoti/aoti_runner.cpp tests/aoti/aoti.mk
