@@ -3,7 +3,7 @@
 One set of 4 worker processes (distributed_worker.py) runs every case of distributed_cases.py in
 a group of 2, a group of 3 and the world of 4; each case checks its result on every rank
 exactly against metaltopk.topk on the concatenated input. Each test here reports one (size,
-case) from the workers' output. Collectives time out after 30 s and the workers are killed at
+case) from the workers' output. Collectives time out after 120 s and the workers are killed at
 a deadline, so a hang fails the tests instead of blocking the run.
 """
 
@@ -32,7 +32,7 @@ from distributed_cases import CASES  # noqa: E402
 from distributed_worker import GROUPS  # noqa: E402
 
 WORLD = 4
-DEADLINE_S = 420  # the whole suite; it takes well under a minute on 2 cores
+DEADLINE_S = 300  # the whole suite; it takes under a minute on 2 busy cores
 
 
 @pytest.fixture(scope="module")
