@@ -144,8 +144,8 @@ def _describe_local(local, k, dim, offset, largest, sorted, row):
     row[_DTYPE] = code
     row[_DIM] = dim
     row[_K] = k
-    row[_LARGEST] = int(largest)
-    row[_SORTED] = int(sorted)
+    row[_LARGEST] = int(bool(largest))
+    row[_SORTED] = int(bool(sorted))
     row[_HAS_OFFSET] = int(offset is not None)
     row[_OFFSET] = offset or 0
     row[_DEVICE] = _DEVICE_TYPES.index(device) + 1 if device in _DEVICE_TYPES else 99
@@ -190,8 +190,10 @@ def _metadata_device(mapping, local):
 
 
 def _candidate_device(mapping, local):
-    """Where the candidates travel; the same device type on every rank (validated)."""
-    if local.device.type in mapping:
+    """Where the candidates travel; the same device type on every rank (validated). gloo moves
+    host memory, so its candidates go through the CPU whatever the shards' device."""
+    backend = mapping.get(local.device.type)
+    if backend is not None and backend != "gloo":
         return local.device
     return torch.device("cpu") if "cpu" in mapping else _cuda_device(None)
 
@@ -280,7 +282,7 @@ def topk(local, k, *, dim=-1, largest=True, sorted=True, group=None, offset=None
     row[_FORMAT_SLOT] = _FORMAT
     local_failure = candidates = None
     try:
-        k_, dim_, offset_, n = _describe_local(local, k, dim, offset, largest, sorted, row)
+        k_, dim_, _, n = _describe_local(local, k, dim, offset, largest, sorted, row)
         local = local.detach()
         candidates = _select(local, min(k_, n), dim_, largest, True)
     except Exception as exc:  # noqa: BLE001 -- reported to every rank below
@@ -290,7 +292,11 @@ def topk(local, k, *, dim=-1, largest=True, sorted=True, group=None, offset=None
 
     # Step 2: one all_gather of the metadata rows, the same validation everywhere.
     meta_device = _metadata_device(mapping, local)
-    mine = torch.tensor(row, dtype=torch.int64).to(meta_device)
+    if meta_device.type == "cuda":  # pinned: the copy does not wait for the stream's work
+        mine = torch.tensor(row, dtype=torch.int64, pin_memory=True)
+        mine = mine.to(meta_device, non_blocking=True)
+    else:
+        mine = torch.tensor(row, dtype=torch.int64, device=meta_device)
     every = torch.empty(world * _SLOTS, dtype=torch.int64, device=meta_device)
     _all_gather_single(every, mine, group=group)
     table = every.view(world, _SLOTS).tolist()
