@@ -275,6 +275,8 @@ def topk(local, k, *, dim=-1, largest=True, sorted=True, group=None, offset=None
     """
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
+    if rank < 0:  # only this rank can know; the group's members do not wait for it
+        raise ValueError(f"{_NAME}: this process is not a member of group")
     mapping = _backend_map(group)
 
     # Step 1: local checks and the local selection; failures are recorded, not raised.
