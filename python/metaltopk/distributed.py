@@ -66,20 +66,9 @@ _INT32_MAX = 2**31 - 1
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-_NUMPY_BITS = {1: "u1", 2: "i2", 4: "i4", 8: "i8"}  # TEMPORARY, with _select's CPU branch
-
-
 def _select(x, k, dim, largest, sorted):
-    """metaltopk.topk on a torch tensor, results as torch tensors on x's device (a module-level
-    name so tests can make one rank's local selection fail)."""
-    if x.device.type == "cpu":  # TEMPORARY, until metaltopk.topk takes CPU torch tensors
-        array = x.view(torch.int16).numpy() if x.dtype == torch.bfloat16 else x.numpy()
-        if x.dtype == torch.bfloat16:
-            from ml_dtypes import bfloat16
-            array = array.view(bfloat16)
-        values, indices = _core.topk(array, k, dim, largest, sorted)
-        values = torch.from_numpy(values.view(_NUMPY_BITS[values.itemsize])).view(x.dtype)
-        return values, torch.from_numpy(indices)
+    """metaltopk.topk on a torch tensor: torch tensors on x's device come back. A module-level
+    name, so that tests can make one rank's local selection fail."""
     return _core.topk(x, k, dim, largest, sorted)
 
 

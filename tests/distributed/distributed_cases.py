@@ -54,8 +54,9 @@ def tbits(tensor):
 
 def single_device_topk(x, k, dim, largest, sorted):
     """metaltopk.topk on one device, torch in and out."""
-    values, indices = metaltopk.topk(to_numpy(x), k, dim, largest, sorted)  # TEMPORARY: numpy
-    return to_torch(values), torch.from_numpy(indices)
+    values, indices = metaltopk.topk(x, k, dim, largest, sorted)
+    assert isinstance(values, torch.Tensor) and values.device == x.device
+    return values, indices
 
 
 # ---- the exact check ------------------------------------------------------------------------
