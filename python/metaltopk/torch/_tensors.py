@@ -35,6 +35,9 @@ _int64 = torch.int64
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _with_workspace = lib.mtk_topk_with_workspace
 _NULL = ffi.NULL
+_stream_handle = _core._stream_handle
+_acquire_block = _core._acquire_block
+_free_blocks = _core._free_blocks
 
 
 class _Plan:
@@ -100,8 +103,8 @@ def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
         workspace = ffi.cast("void*", scratch.data_ptr())
     else:
         scratch, workspace = None, _NULL
-    stream = _NULL if device_index < 0 else _core._stream_handle(_current_raw_stream(device_index))
-    block = _core._acquire_block()
+    stream = _NULL if device_index < 0 else _stream_handle(_current_raw_stream(device_index))
+    block = _acquire_block()
     try:
         plan.layout.pack_into(block.memory, 0, x.data_ptr(), *plan.input_fields,
                               values.data_ptr(), *plan.values_fields,
@@ -109,8 +112,9 @@ def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
         status = _with_workspace(plan.handle, block.input, k, dim, largest, sorted, block.values,
                                  block.indices, workspace, workspace_bytes, stream)
     finally:
-        _core._free_blocks.append(block)
-    _core.check(status, plan.ctx.backend)
+        _free_blocks.append(block)
+    if status:
+        _core.check(status, plan.ctx.backend)
     return values, indices
 
 
