@@ -7,9 +7,10 @@
 # Usage: bench/peers/run.sh            (from anywhere; needs bench/peers/third_party from
 #                                       fetch.py, carried, since the GPU machine has no network)
 # Env: BUILD (metaltopk's build folder; default build-gpu if it has the library, else build),
-#      OUT (default ./gpu-out/peers), PEERS_LIMIT / SGLANG_LIMIT (seconds, default 170 / 80),
+#      OUT (default ./gpu-out/peers), ROUTER_LIMIT / PEERS_LIMIT / SGLANG_LIMIT (seconds for the
+#      router and the top-k parts of peers_bench and for sglang_gate.py, default 90 / 170 / 80),
 #      PEERS_ARGS (extra arguments for peers_bench, e.g. "--filter moe").
-# Writes $OUT/peers_h200.json (all rows; copy it to bench/results/), $OUT/peers_bench.log,
+# Writes $OUT/peers_h200.json (all rows; copy it to bench/results/), $OUT/peers_bench_*.log,
 # $OUT/sglang_gate.log, and prints a summary table.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -46,11 +47,18 @@ fi
 "$BIN" --probe
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 
-say "peers_bench (progress on stderr, one JSON row per line)"
-timeout "${PEERS_LIMIT:-170}" "$BIN" --json "$OUT/peers_bench.json" ${PEERS_ARGS:-} \
-  2>&1 | tee "$OUT/peers_bench.log" | grep --line-buffered -v '^{'
-peers_status=${PIPESTATUS[0]}
-say "peers_bench: exit $peers_status"
+# The routers first, each part under its own limit: the huge selects cannot starve them.
+peers_status=0
+for part in router topk; do
+  say "peers_bench --only $part (progress on stderr, one JSON row per line)"
+  limit=${PEERS_LIMIT:-170}
+  [ "$part" = router ] && limit=${ROUTER_LIMIT:-90}
+  timeout "$limit" "$BIN" --only "$part" --json "$OUT/peers_bench_$part.json" ${PEERS_ARGS:-} \
+    2>&1 | tee "$OUT/peers_bench_$part.log" | grep --line-buffered -v '^{'
+  status=${PIPESTATUS[0]}
+  say "peers_bench --only $part: exit $status"
+  [ "$status" -eq 0 ] || peers_status=$status
+done
 
 say "sglang_gate.py (SGLang's Triton moe_fused_gate)"
 timeout "${SGLANG_LIMIT:-80}" python3 bench/peers/sglang_gate.py --json "$OUT/peers_sglang.json" \
@@ -63,7 +71,7 @@ python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 rows = []
-for name in ("peers_bench.json", "peers_sglang.json"):
+for name in ("peers_bench_router.json", "peers_bench_topk.json", "peers_sglang.json"):
     path = os.path.join(out, name)
     if os.path.exists(path):
         rows += json.load(open(path))
