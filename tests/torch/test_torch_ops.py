@@ -69,8 +69,8 @@ def test_opcheck_moe_route(args):
 
 
 def test_compile_fullgraph():
-    def sample(x, temperature):
-        values, indices = metaltopk.topk(x / temperature, 50)
+    def sample(x, inverse_temperature):
+        values, indices = metaltopk.topk(x * inverse_temperature, 50)
         return values * 2, indices  # exact ops around the op, so results compare bit for bit
 
     def route(x):
@@ -100,10 +100,11 @@ def test_compile_with_gradients():
 
 
 class Sampler(torch.nn.Module):
-    """Temperature then top-k candidates, as an LLM sampler starts."""
+    """Inverse temperature, then top-k candidates, as an LLM sampler starts. A product, not a
+    division: a compiled GPU division may round differently from eager's, a product may not."""
 
-    def forward(self, x, temperature):
-        return torch.ops.metaltopk.mtk_topk(x / temperature, 50)
+    def forward(self, x, inverse_temperature):
+        return torch.ops.metaltopk.mtk_topk(x * inverse_temperature, 50)
 
 
 class Router(torch.nn.Module):
@@ -115,7 +116,7 @@ class Router(torch.nn.Module):
 
 
 def test_export():
-    x, t = logits(4, 1000), torch.tensor(0.7)
+    x, t = logits(4, 1000), torch.tensor(1.25)
     ep = torch.export.export(Sampler(), (x, t))
     targets = {n.target for n in ep.graph.nodes if n.op == "call_function"}
     assert topk_op in targets
@@ -203,7 +204,7 @@ def aoti_packages(request, tmp_path_factory):
         pytest.fail(f"{aoti_library_path()} was not built (make builds it when torch is found)")
     device = request.param
     folder = tmp_path_factory.mktemp(f"aoti-{device}")
-    x, t = logits(4, 1000, seed=5).to(device), torch.tensor(0.7, device=device)
+    x, t = logits(4, 1000, seed=5).to(device), torch.tensor(1.25, device=device)
     router_logits = logits(16, 256, torch.bfloat16, seed=6).to(device)
     bias = torch.randn(256, device=device)
     models = {"sampler": (Sampler(), (x, t)), "router": (Router(), (router_logits, bias))}
