@@ -22,10 +22,11 @@ AOTI_SONAME = -Wl,-soname,libmetaltopk_aoti.$(LIB_EXT)
 TORCH_CUDA = $(wildcard $(TORCH_DIR)/lib/libtorch_cuda.so)
 AOTI_RUNTIME_LIBS = -L$(TORCH_DIR)/lib -ltorch_cpu -lc10 $(if $(TORCH_CUDA),-ltorch_cuda) \
   -Wl,-rpath,$(TORCH_DIR)/lib
-AOTI_RUNTIME_SYMBOLS = -Wl,-rpath,'$$ORIGIN' $(AOTI_RUNTIME_LIBS)
+AOTI_RUNTIME_SYMBOLS = -Wl,-rpath,'$$ORIGIN' -Wl,--version-script=adapters/aoti/exports.map \
+  $(AOTI_RUNTIME_LIBS)
 AOTI_DEVICE_DEFINES = $(if $(TORCH_CUDA),-DUSE_CUDA -DMETALTOPK_AOTI_CUDA)
 endif
-AOTI_CXXFLAGS = -std=c++17 -O2 -fPIC -Wall -Wextra -Werror -Iinclude -Iadapters/aoti \
+AOTI_CXXFLAGS = -std=c++17 -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Iinclude -Iadapters/aoti \
   -isystem $(TORCH_DIR)/include
 
 TORCH_FOUND := $(shell $(PYTHON) -c "import importlib.util as u; print(1 if u.find_spec('torch') \
@@ -34,7 +35,7 @@ ifneq ($(TORCH_FOUND),)
 all: $(AOTI_LIBRARY)
 endif
 
-$(AOTI_LIBRARY): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) adapters/aoti/aoti.mk
+$(AOTI_LIBRARY): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) adapters/aoti/aoti.mk adapters/aoti/exports.map
 	@test -n "$(TORCH_DIR)" || { echo "the AOTInductor shim needs torch (for its C shim header) in $(PYTHON)"; exit 1; }
 	$(CXX) $(AOTI_CXXFLAGS) $(AOTI_DEVICE_DEFINES) -shared $(AOTI_SONAME) $(AOTI_SRC) -o $@ \
 	  -L$(BUILD) -lmetaltopk $(AOTI_RUNTIME_SYMBOLS)
