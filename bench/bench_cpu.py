@@ -120,7 +120,7 @@ def run_meta(threads):
         "host": {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
                  "system": f"{platform.system()} {platform.release()}",
                  "machine": platform.machine(),
-                 # other processes' load when the run started: the 1, 5 and 15 minute averages
+                 # other processes' load at the time of the call: 1, 5 and 15 minute averages
                  "load_average": [round(x, 2) for x in os.getloadavg()]},
         "python": platform.python_version(),
         "metaltopk": metaltopk.__version__,
@@ -150,6 +150,7 @@ def main():
                         help="where the results go (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    meta = run_meta(torch.get_num_threads())  # the date and load average of the run's start
     rng = np.random.default_rng(2026)
     bandwidth = copy_bandwidth()
     print(f"metaltopk {metaltopk.__version__} ({metaltopk.library_path}), "
@@ -198,7 +199,7 @@ def main():
         print("* numpy anchor on the float32 upcast of the bfloat16 input")
     for failure in failures:
         print("WRONG RESULT:", failure, file=sys.stderr)
-    meta = run_meta(torch.get_num_threads())
+    meta["host"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     meta["host_copy_gb_per_s"] = bandwidth / 1e9
     write_json(args.json, {"meta": meta, "results": rows_out,
                            "geomean_speedup_vs_torch": geomean, "failures": failures})

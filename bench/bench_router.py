@@ -16,6 +16,7 @@ Usage: python3 bench/bench_router.py [--seconds S] [--threads T] [--json PATH]
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def main():
                         help="where the results go (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    meta = run_meta(torch.get_num_threads())  # the date and load average of the run's start
     rng = np.random.default_rng(0)
     cases = [("softmax", t, e, k, False) for e, k in EXPERTS_K for t in TOKENS]
     cases += [("deepseek-v3", t, 256, 8, True) for t in TOKENS]
@@ -99,7 +101,8 @@ def main():
               f"{row['torch_us']:>10.1f} {row['ratio']:>6.2f}x", flush=True)
     geomean = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
     print(f"geometric-mean speedup over torch: {geomean:.2f}x")
-    write_json(args.json, {"meta": run_meta(torch.get_num_threads()), "rows": rows,
+    meta["host"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    write_json(args.json, {"meta": meta, "rows": rows,
                            "geomean_speedup": geomean})
 
 
