@@ -54,6 +54,7 @@ python-deps:
 demo: $(LIBRARY) python-deps
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) $(PYTHON) python/demo.py
 
+include adapters/aoti/aoti.mk
 include tests/tests.mk
 include bench/bench.mk
 

@@ -18,7 +18,10 @@ from setuptools.dist import Distribution
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-LIBRARY = "libmetaltopk.dylib" if sys.platform == "darwin" else "libmetaltopk.so"
+SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
+LIBRARY = f"libmetaltopk{SUFFIX}"
+# The AOTInductor C shim, which `make all` builds where the building Python has torch.
+AOTI_LIBRARY = f"libmetaltopk_aoti{SUFFIX}"
 
 
 def header_version() -> str:
@@ -40,6 +43,8 @@ class BuildWithLibrary(build_py):
         package_dir = Path(self.build_lib) / "metaltopk"
         package_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / LIBRARY, package_dir / LIBRARY)
+        if (build_dir / AOTI_LIBRARY).is_file():
+            shutil.copy2(build_dir / AOTI_LIBRARY, package_dir / AOTI_LIBRARY)
         shutil.copy2(REPO / "include" / "metaltopk.h", package_dir / "metaltopk.h")
 
 
@@ -52,7 +57,7 @@ class PlatformDistribution(Distribution):
 
 setup(
     version=header_version(),
-    packages=["metaltopk"],
+    packages=["metaltopk", "metaltopk.torch"],
     package_dir={"": os.path.relpath(HERE, Path.cwd())},
     cmdclass={"build_py": BuildWithLibrary},
     distclass=PlatformDistribution,

@@ -93,9 +93,10 @@ test-install:
 
 # ---- Python: the conformance suite through the package in python/ ----------------------------
 
-test-python: $(LIBRARY)
+# The torch tests compile AOTInductor packages against the C shim and run them from C++ too.
+test-python: $(LIBRARY) $(AOTI_LIBRARY) $(AOTI_RUNNER)
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) PYTHONPATH=$(abspath python) \
-	  $(PYTEST) $(PYTEST_ARGS) tests
+	  METALTOPK_AOTI_RUNNER=$(abspath $(AOTI_RUNNER)) $(PYTEST) $(PYTEST_ARGS) tests
 
 # `pip install ./python` into a fresh virtual environment, then a check of that installed copy
 # from outside the checkout (slow: pip builds the library again). Not part of `make test`;

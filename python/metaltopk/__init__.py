@@ -1,13 +1,19 @@
-"""metaltopk: exact, backend-independent top-k (see the contract in the project's docs).
+"""metaltopk: exact, backend-independent top-k (the contract is docs/CONTRACT.md).
 
     values, indices = metaltopk.topk(x, k, dim=-1, largest=True, sorted=True, backend=None)
+    weights, ids = metaltopk.moe_route(logits, k, scoring="softmax", ...)
+
+numpy arrays, torch tensors (any device; torch ops too, see metaltopk.torch), CuPy arrays and
+any DLPack producer go in, and the same kind comes out.
 """
 
 from importlib.util import find_spec as _find_spec
 
 from ._ffi import lib as _lib, library_path
 from ._core import (DeviceTensor, backends, cache_stats, default_backend, dtype_name,
-                    register_array_adapter, topk)
+                    register_array_adapter, register_type_handler, topk)
+from .router import moe_route
+from . import _cupy  # noqa: F401  (registers the CuPy adapter)
 
 
 def _version() -> str:
@@ -22,16 +28,11 @@ def _version() -> str:
 
 __version__ = _version()
 
-# Device-array support (torch / CuPy through DLPack) registers itself with
-# register_array_adapter when its module is present.
-if _find_spec(f"{__name__}._gpu_arrays") is not None:
-    from . import _gpu_arrays  # noqa: F401
+# With torch importable, its ops and tensor support are registered now, so that
+# torch.ops.metaltopk.* exist as soon as metaltopk is imported.
+if _find_spec("torch") is not None:
+    from . import torch  # noqa: F401
 
-# The fused MoE router lives in router.py (owned by the router work).
-if _find_spec(f"{__name__}.router") is not None:
-    from .router import moe_route  # noqa: F401
-
-__all__ = ["topk", "backends", "default_backend", "cache_stats", "register_array_adapter",
-           "DeviceTensor", "dtype_name", "library_path", "__version__"]
-if "moe_route" in globals():
-    __all__.append("moe_route")
+__all__ = ["topk", "moe_route", "backends", "default_backend", "cache_stats",
+           "register_array_adapter", "register_type_handler", "DeviceTensor", "dtype_name",
+           "library_path", "__version__"]

@@ -198,11 +198,6 @@ class DeviceTensor:
     stream: int               # the backend's queue handle, 0 for the default
     # Allocates a contiguous output on the same device and returns its DeviceTensor.
     new_empty: Callable[[Tuple[int, ...], str], "DeviceTensor"]
-    # Optional: (shape, element strides, dtype) -> (owner, address of element 0) of a new tensor
-    # with exactly those strides on the same device. topk prefers it to new_empty: given the
-    # strides, torch allocates through a cheaper call, and no DeviceTensor is built per output.
-    allocate: Optional[Callable[[Tuple[int, ...], Tuple[int, ...], str],
-                                Tuple[object, int]]] = None
 
 
 # Callables obj -> DeviceTensor | None, tried in order for inputs that are not numpy arrays.
@@ -210,8 +205,28 @@ _array_adapters = []
 
 
 def register_array_adapter(adapter: Callable[[object], Optional[DeviceTensor]]) -> None:
-    """Lets another module (e.g. DLPack support for torch/CuPy) hand device tensors to topk."""
+    """Lets another module (e.g. CuPy support) hand device tensors to topk and moe_route."""
     _array_adapters.append(adapter)
+
+
+# A library's array type -> its integration: an object with topk(x, k, dim, largest, sorted,
+# backend) and moe_route(logits, k, **options) that take every call on arrays of that type and
+# return arrays of that type. Looked up by the input's exact type first (the hot path), then
+# along its type's MRO, so subclasses (torch.nn.Parameter, say) find their base's entry.
+_type_handlers = {}
+
+
+def register_type_handler(array_type: type, handler) -> None:
+    """Lets a library's integration (metaltopk.torch) take every call on its arrays."""
+    _type_handlers[array_type] = handler
+
+
+def _type_handler(x) -> Optional[Callable]:
+    for base in type(x).__mro__:
+        handler = _type_handlers.get(base)
+        if handler is not None:
+            return handler
+    return None
 
 
 def _describe(data: int, dtype: str, shape, strides):
@@ -496,23 +511,15 @@ def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
     if geometry.out_shape is None:
         tensor = _describe(view.data, view.dtype, view.shape, view.strides)
         _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
-    dtype = view.dtype
-    code = DTYPE_CODES[dtype]
-    allocate = view.allocate
-    if allocate is not None:
-        values, values_data = allocate(geometry.out_shape, geometry.out_strides, dtype)
-        indices, indices_data = allocate(geometry.out_shape, geometry.out_strides, "int64")
-        values_code, indices_code = code, _INT64
-        values_dims = indices_dims = geometry.output_dims
-    else:
-        values_view = view.new_empty(geometry.out_shape, dtype)
-        indices_view = view.new_empty(geometry.out_shape, "int64")
-        values, values_data = values_view.owner, values_view.data
-        indices, indices_data = indices_view.owner, indices_view.data
-        values_code = DTYPE_CODES[values_view.dtype]
-        indices_code = DTYPE_CODES[indices_view.dtype]
-        values_dims = (*values_view.shape, *values_view.strides)
-        indices_dims = (*indices_view.shape, *indices_view.strides)
+    code = DTYPE_CODES[view.dtype]
+    values_view = view.new_empty(geometry.out_shape, view.dtype)
+    indices_view = view.new_empty(geometry.out_shape, "int64")
+    values, values_data = values_view.owner, values_view.data
+    indices, indices_data = indices_view.owner, indices_view.data
+    values_code = DTYPE_CODES[values_view.dtype]
+    indices_code = DTYPE_CODES[indices_view.dtype]
+    values_dims = (*values_view.shape, *values_view.strides)
+    indices_dims = (*indices_view.shape, *indices_view.strides)
     ndim = geometry.ndim
     block = _acquire_block()
     try:
@@ -533,17 +540,28 @@ def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
 
     Follows the metaltopk contract exactly: NaN ranks above +inf, -0.0 == +0.0, ties go to the
     lower index, values are bit-exact copies; indices are int64. numpy arrays (any strides,
-    0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy arrays on every backend.
+    0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy arrays on every backend; torch
+    tensors as torch tensors on their own device (metaltopk.torch); CuPy arrays as CuPy arrays;
+    any other DLPack producer (JAX, ...) as arrays of the producer's kind.
     """
+    handler = _type_handlers.get(type(x))
+    if handler is not None:
+        return handler.topk(x, k, dim, largest, sorted, backend)
     k = operator.index(k)
     dim = operator.index(dim)
     largest = 1 if largest else 0
     sorted = 1 if sorted else 0
     if not isinstance(x, np.ndarray):
+        handler = _type_handler(x)
+        if handler is not None:
+            return handler.topk(x, k, dim, largest, sorted, backend)
         for adapter in _array_adapters:
             view = adapter(x)
             if view is not None:
                 return _topk_device_tensor(view, k, dim, largest, sorted, backend)
+        if hasattr(x, "__dlpack__"):
+            from ._dlpack import topk_dlpack
+            return topk_dlpack(x, k, dim, largest, sorted, backend)
     array = np.asarray(x)
     code = _native_dtype_code(array.dtype)
     if code is None or not array.flags.aligned:

@@ -15,8 +15,8 @@ import numpy as np
 
 from ._core import (_CALL_LAYOUTS, DeviceTensor, _acquire_block, _array_adapters,
                     _as_native_array, _byte_extent, _contiguous_strides, _describe,
-                    _DeviceBuffers, _free_blocks, _memcpy, _native_dtype_code, check, context,
-                    dtype_name)
+                    _DeviceBuffers, _free_blocks, _memcpy, _native_dtype_code, _type_handler,
+                    check, context, dtype_name)
 from ._ffi import ffi, lib
 
 SCORINGS = {
@@ -138,7 +138,8 @@ def _device_view(x) -> Optional[DeviceTensor]:
     return None
 
 
-def _route_device_tensors(view, bias, k, index_dtype, make_params, backend):
+def _route_device_tensors(view, bias_view, k, index_dtype, make_params, backend):
+    """Logits (and bias) that an array adapter described; the adapter allocates the outputs."""
     if backend not in (None, "default", view.backend):
         raise ValueError(f"metaltopk.moe_route: the logits live on the {view.backend} backend "
                          f"but backend = {backend!r} was asked for")
@@ -147,10 +148,8 @@ def _route_device_tensors(view, bias, k, index_dtype, make_params, backend):
                          "([tokens, experts])")
     ctx = context(view.backend, view.device_index)
     bias_t = None
-    if bias is not None:
-        bias_view = _device_view(bias)
-        if (bias_view is None or bias_view.backend != view.backend
-                or bias_view.device_index != view.device_index):
+    if bias_view is not None:
+        if bias_view.backend != view.backend or bias_view.device_index != view.device_index:
             raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
                              f"({view.backend}:{view.device_index})")
         bias_t = _describe(bias_view.data, bias_view.dtype, bias_view.shape, bias_view.strides)
@@ -165,6 +164,18 @@ def _route_device_tensors(view, bias, k, index_dtype, make_params, backend):
     return weights.owner, ids.owner
 
 
+def route_params(k, scoring, n_group, topk_group, renormalize, scale):
+    """Checks the options and returns bias_tensor -> mtk_router_params*."""
+    if scoring not in SCORINGS:
+        raise ValueError(f"metaltopk.moe_route: scoring = {scoring!r} is not one of "
+                         + ", ".join(repr(s) for s in SCORINGS))
+
+    def make_params(bias_tensor):
+        return _params(k, scoring, bias_tensor, n_group, topk_group, renormalize, scale)
+
+    return make_params
+
+
 def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_group=None,
               renormalize=True, scale=1.0, index_dtype=np.int32, backend=None):
     """Routes each token (row) of `logits` [T, E] to its k best experts.
@@ -177,21 +188,24 @@ def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_gro
     Returns (weights [T, k] float32, ids [T, k] index_dtype), best expert first, ties to the
     lower expert id. Weights are the selected scores without the bias, divided by their sum when
     `renormalize`, times `scale`. numpy inputs (float32, float16, ml_dtypes.bfloat16, any
-    strides) give numpy outputs on every backend; device tensors that an array adapter
-    recognises (torch / CuPy on CUDA) give device tensors on their own stream.
+    strides) give numpy outputs on every backend; torch tensors (metaltopk.torch) give torch
+    tensors on their device, CuPy arrays CuPy arrays, both on their library's current stream.
     """
+    handler = _type_handler(logits)
+    if handler is not None:
+        return handler.moe_route(logits, k, scoring=scoring, bias=bias, n_group=n_group,
+                                 topk_group=topk_group, renormalize=renormalize, scale=scale,
+                                 index_dtype=index_dtype, backend=backend)
     k = operator.index(k)
     index_dtype = np.dtype(index_dtype)
-    if scoring not in SCORINGS:
-        raise ValueError(f"metaltopk.moe_route: scoring = {scoring!r} is not one of "
-                         + ", ".join(repr(s) for s in SCORINGS))
-
-    def make_params(bias_tensor):
-        return _params(k, scoring, bias_tensor, n_group, topk_group, renormalize, scale)
-
+    make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
     view = _device_view(logits)
     if view is not None:
-        return _route_device_tensors(view, bias, k, index_dtype, make_params, backend)
+        bias_view = None if bias is None else _device_view(bias)
+        if bias is not None and bias_view is None:
+            raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
+                             f"({view.backend}:{view.device_index})")
+        return _route_device_tensors(view, bias_view, k, index_dtype, make_params, backend)
     array = _as_host_array(logits, "logits")
     bias_array = None if bias is None else _as_host_array(bias, "bias")
     ctx = context(backend)

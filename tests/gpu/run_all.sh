@@ -3,9 +3,11 @@
 #   build for sm_90 -> exhaustive CUDA conformance -> benchmark (Python, torch and the C-ABI
 #   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark (with its C-ABI
 #   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
+#   the torch integration (ops, capture, AOTInductor on CUDA) and its host-cost benchmark ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest sanitize faults (default: all), and ncu and ncu-source (kernels named in
+#        pytest torch host-cost sanitize faults (default: all), distributed-smoke (one-GPU NCCL
+#        world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
 #        tests/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
 #        shapes). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
-STEPS=${*:-build conformance bench router router-bench pytest sanitize faults}
+STEPS=${*:-build conformance bench router router-bench pytest torch host-cost sanitize faults}
 export PYTHONUNBUFFERED=1
 
 if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import cffi" 2>/dev/null; then
@@ -44,14 +46,24 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 for s in $STEPS; do
   case $s in
     build)
-      step build 240 make BUILD="$BUILD" -j"$(nproc)" all "$BUILD/tests/cuda_conformance" \
-        "$BUILD/tests/bench_c_abi" "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
-        "$BUILD/tests/reliability/fault_sweep" || exit 1 ;;
+      step build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" all \
+        "$BUILD/tests/cuda_conformance" "$BUILD/tests/bench_c_abi" \
+        "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
+        "$BUILD/tests/reliability/fault_sweep" "$BUILD/tests/aoti/aoti_runner" \
+        "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
       step conformance 360 "$BUILD/tests/cuda_conformance" ;;
     pytest)
       step pytest 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py \
         tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;
+    torch)
+      step shim-runtime 60 "$BUILD/tests/aoti/shim_runtime_test"
+      step torch-pytest 420 env METALTOPK_AOTI_RUNNER="$PWD/$BUILD/tests/aoti/aoti_runner" \
+        python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_arrays.py tests/torch ;;
+    host-cost)
+      step host-cost 120 python3 bench/torch_host_cost.py --json "$OUT/torch_host_cost_h200.json" ;;
+    distributed-smoke)
+      step distributed-smoke 120 python3 bench/distributed_topk.py --smoke ;;
     sanitize)
       step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick

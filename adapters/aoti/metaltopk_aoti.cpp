@@ -1,0 +1,318 @@
+// The AOTInductor C shim over the C ABI (the contract is in metaltopk_aoti.h): reads tensor
+// handles through the runtime's shim functions, allocates outputs and scratch through
+// aoti_torch_empty_strided, and runs metaltopk on the tensor's device and the runtime's current
+// stream. No exception leaves this file.
+#include "metaltopk_aoti.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "metaltopk.h"
+
+// ExecuTorch's runtimes have no float64 getter; where it is missing, float64 is unsupported.
+#pragma weak aoti_torch_dtype_float64
+
+namespace {
+
+thread_local std::string last_error;
+
+struct ShimFailure {
+  std::string message;
+};
+
+[[noreturn]] void fail(std::string message) { throw ShimFailure{std::move(message)}; }
+
+void check_runtime(AOTITorchError error, const char* function) {
+  if (error != AOTI_TORCH_SUCCESS) fail(std::string("the runtime's ") + function + " failed");
+}
+
+void check(mtk_status status) {
+  if (status != MTK_SUCCESS) fail(mtk_last_error_message());
+}
+
+// A tensor handle this call created: deleted when the call fails, released to the caller when
+// it succeeds.
+class OwnedTensor {
+ public:
+  OwnedTensor() = default;
+  OwnedTensor(const OwnedTensor&) = delete;
+  OwnedTensor& operator=(const OwnedTensor&) = delete;
+  ~OwnedTensor() {
+    if (handle_ != nullptr) aoti_torch_delete_tensor_object(handle_);
+  }
+  AtenTensorHandle* slot() { return &handle_; }
+  AtenTensorHandle get() const { return handle_; }
+  AtenTensorHandle release() { return std::exchange(handle_, nullptr); }
+
+ private:
+  AtenTensorHandle handle_ = nullptr;
+};
+
+// One library context per backend and device, made on first use and kept for the life of the
+// process, as the runtime keeps its own per-device state.
+mtk_context context_for(mtk_backend backend, int32_t device_index) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int32_t>, mtk_context> contexts;
+  const std::pair<int, int32_t> key{static_cast<int>(backend), device_index};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = contexts.find(key);
+  if (found != contexts.end()) return found->second;
+  mtk_context ctx = nullptr;
+  check(mtk_context_create(backend, device_index, &ctx));
+  contexts.emplace(key, ctx);
+  return ctx;
+}
+
+struct DtypePair {
+  int32_t (*runtime_code)();
+  mtk_dtype dtype;
+};
+
+const DtypePair kDtypes[] = {
+    {aoti_torch_dtype_float32, MTK_FLOAT32}, {aoti_torch_dtype_float16, MTK_FLOAT16},
+    {aoti_torch_dtype_bfloat16, MTK_BFLOAT16}, {aoti_torch_dtype_float64, MTK_FLOAT64},
+    {aoti_torch_dtype_int8, MTK_INT8},       {aoti_torch_dtype_uint8, MTK_UINT8},
+    {aoti_torch_dtype_int16, MTK_INT16},     {aoti_torch_dtype_int32, MTK_INT32},
+    {aoti_torch_dtype_int64, MTK_INT64}};
+
+mtk_dtype library_dtype(int32_t runtime_code, const char* argument) {
+  for (const DtypePair& pair : kDtypes) {
+    if (pair.runtime_code != nullptr && pair.runtime_code() == runtime_code) return pair.dtype;
+  }
+  fail(std::string(argument) + " has dtype code " + std::to_string(runtime_code) +
+       ", which metaltopk does not support (float32, float16, bfloat16, float64, int8, uint8, "
+       "int16, int32, int64)");
+}
+
+int32_t runtime_dtype(mtk_dtype dtype) {
+  for (const DtypePair& pair : kDtypes) {
+    if (pair.dtype == dtype && pair.runtime_code != nullptr) return pair.runtime_code();
+  }
+  fail("the runtime has no dtype for metaltopk dtype " + std::to_string(dtype));
+}
+
+struct Input {
+  mtk_tensor tensor{};
+  int32_t device_type = 0;
+  int32_t device_index = 0;
+};
+
+Input describe(AtenTensorHandle handle, const char* argument) {
+  if (handle == nullptr) fail(std::string(argument) + " is NULL");
+  Input input;
+  int64_t ndim = 0;
+  int64_t* sizes = nullptr;
+  int64_t* strides = nullptr;
+  int32_t dtype = 0;
+  check_runtime(aoti_torch_get_dim(handle, &ndim), "aoti_torch_get_dim");
+  if (ndim > MTK_MAX_NDIM) {
+    fail(std::string(argument) + ".ndim = " + std::to_string(ndim) + " exceeds " +
+         std::to_string(MTK_MAX_NDIM));
+  }
+  check_runtime(aoti_torch_get_sizes(handle, &sizes), "aoti_torch_get_sizes");
+  check_runtime(aoti_torch_get_strides(handle, &strides), "aoti_torch_get_strides");
+  check_runtime(aoti_torch_get_dtype(handle, &dtype), "aoti_torch_get_dtype");
+  check_runtime(aoti_torch_get_data_ptr(handle, &input.tensor.data), "aoti_torch_get_data_ptr");
+  check_runtime(aoti_torch_get_device_type(handle, &input.device_type),
+                "aoti_torch_get_device_type");
+  check_runtime(aoti_torch_get_device_index(handle, &input.device_index),
+                "aoti_torch_get_device_index");
+  input.tensor.dtype = library_dtype(dtype, argument);
+  input.tensor.ndim = static_cast<int32_t>(ndim);
+  for (int64_t d = 0; d < ndim; ++d) {
+    input.tensor.sizes[d] = sizes[d];
+    input.tensor.strides[d] = strides[d];
+  }
+  return input;
+}
+
+// A new contiguous tensor on the input's device, and its descriptor.
+mtk_tensor allocate(const Input& like, int32_t ndim, const int64_t* sizes, mtk_dtype dtype,
+                    OwnedTensor& owner) {
+  mtk_tensor tensor{};
+  tensor.dtype = dtype;
+  tensor.ndim = ndim;
+  int64_t step = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    tensor.sizes[d] = sizes[d];
+    tensor.strides[d] = step;
+    step *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  check_runtime(aoti_torch_empty_strided(ndim, tensor.sizes, tensor.strides, runtime_dtype(dtype),
+                                         like.device_type, like.device_index, owner.slot()),
+                "aoti_torch_empty_strided");
+  check_runtime(aoti_torch_get_data_ptr(owner.get(), &tensor.data), "aoti_torch_get_data_ptr");
+  return tensor;
+}
+
+void* cpu_stream(int32_t) { return nullptr; }
+
+#ifdef METALTOPK_AOTI_CUDA
+void* cuda_stream(int32_t device_index) {
+  void* stream = nullptr;
+  check_runtime(aoti_torch_get_current_cuda_stream(device_index, &stream),
+                "aoti_torch_get_current_cuda_stream");
+  return stream;
+}
+#endif
+
+#ifdef METALTOPK_AOTI_MPS
+// The Metal backend encodes into the context's own queue when given no command buffer.
+void* metal_queue(int32_t) { return nullptr; }
+#endif
+
+struct Device {
+  mtk_backend backend;
+  void* (*stream)(int32_t device_index);
+};
+
+void topk(const Device& device, AtenTensorHandle self, int64_t k, int64_t dim, int32_t largest,
+          int32_t sorted, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  if (ret0 == nullptr || ret1 == nullptr) fail("ret0 and ret1 must not be NULL");
+  const Input input = describe(self, "self");
+  const int32_t device_index = input.device_index < 0 ? 0 : input.device_index;
+  mtk_context ctx = context_for(device.backend, device_index);
+  size_t workspace_bytes = 0;
+  // Validates every argument before anything is allocated.
+  check(mtk_topk_workspace_size(ctx, &input.tensor, k, dim, largest, sorted, MTK_INT64,
+                                &workspace_bytes));
+  const int32_t ndim = input.tensor.ndim;
+  int64_t sizes[MTK_MAX_NDIM] = {};
+  for (int32_t d = 0; d < ndim; ++d) sizes[d] = input.tensor.sizes[d];
+  if (ndim > 0) sizes[dim < 0 ? dim + ndim : dim] = k;
+  OwnedTensor values_owner, indices_owner, workspace_owner;
+  const mtk_tensor values = allocate(input, ndim, sizes, input.tensor.dtype, values_owner);
+  const mtk_tensor indices = allocate(input, ndim, sizes, MTK_INT64, indices_owner);
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    const int64_t bytes = static_cast<int64_t>(workspace_bytes);
+    workspace = allocate(input, 1, &bytes, MTK_UINT8, workspace_owner).data;
+  }
+  check(mtk_topk_with_workspace(ctx, &input.tensor, k, dim, largest, sorted, &values, &indices,
+                                workspace, workspace_bytes, device.stream(input.device_index)));
+  *ret0 = values_owner.release();
+  *ret1 = indices_owner.release();
+}
+
+mtk_scoring scoring_of(const char* scoring) {
+  const std::string name = scoring != nullptr ? scoring : "";
+  if (name == "softmax") return MTK_SCORING_SOFTMAX;
+  if (name == "sigmoid") return MTK_SCORING_SIGMOID;
+  if (name == "none") return MTK_SCORING_NONE;
+  fail("scoring = \"" + name + "\" is not one of \"softmax\", \"sigmoid\", \"none\"");
+}
+
+void moe_route(const Device& device, AtenTensorHandle logits, int64_t k, const char* scoring,
+               AtenTensorHandle* bias, int64_t n_group, int64_t topk_group, int32_t renormalize,
+               double scale, int32_t index_dtype, AtenTensorHandle* ret0,
+               AtenTensorHandle* ret1) {
+  if (ret0 == nullptr || ret1 == nullptr) fail("ret0 and ret1 must not be NULL");
+  const Input input = describe(logits, "logits");
+  Input bias_input;
+  if (bias != nullptr) bias_input = describe(*bias, "bias");
+  const mtk_dtype ids_dtype = library_dtype(index_dtype, "index_dtype");
+  mtk_router_params params{};
+  params.k = k;
+  params.scoring = scoring_of(scoring);
+  params.bias = bias != nullptr ? &bias_input.tensor : nullptr;
+  params.n_group = n_group;
+  params.topk_group = topk_group;
+  params.renormalize = renormalize;
+  params.scale = static_cast<float>(scale);
+  if (input.tensor.ndim != 2) {
+    fail("logits.ndim = " + std::to_string(input.tensor.ndim) + " must be 2 ([tokens, experts])");
+  }
+  if (k < 0) fail("k = " + std::to_string(k) + " must not be negative");
+  mtk_context ctx = context_for(device.backend, input.device_index < 0 ? 0 : input.device_index);
+  const int64_t sizes[2] = {input.tensor.sizes[0], k};
+  OwnedTensor weights_owner, ids_owner;
+  const mtk_tensor weights = allocate(input, 2, sizes, MTK_FLOAT32, weights_owner);
+  const mtk_tensor ids = allocate(input, 2, sizes, ids_dtype, ids_owner);
+  check(mtk_moe_route(ctx, &input.tensor, &params, &weights, &ids,
+                      device.stream(input.device_index)));
+  *ret0 = weights_owner.release();
+  *ret1 = ids_owner.release();
+}
+
+template <typename Body>
+AOTITorchError guarded(const char* function, Body&& body) noexcept {
+  try {
+    try {
+      body();
+      last_error.clear();
+      return AOTI_TORCH_SUCCESS;
+    } catch (const ShimFailure& failure) {
+      last_error = failure.message;
+    } catch (const std::bad_alloc&) {
+      last_error = "host allocation failed";
+    } catch (...) {
+      last_error = "unexpected exception";
+    }
+    std::fprintf(stderr, "metaltopk: %s: %s\n", function, last_error.c_str());
+  } catch (...) {  // the message itself could not be stored
+  }
+  return AOTI_TORCH_FAILURE;
+}
+
+constexpr Device kCpu{MTK_BACKEND_CPU, cpu_stream};
+
+}  // namespace
+
+extern "C" {
+
+AOTITorchError aoti_torch_cpu_mtk_topk(AtenTensorHandle self, int64_t k, int64_t dim,
+                                       int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
+                                       AtenTensorHandle* ret1) {
+  return guarded(__func__, [&] { topk(kCpu, self, k, dim, largest, sorted, ret0, ret1); });
+}
+
+AOTITorchError aoti_torch_cpu_mtk_moe_route(AtenTensorHandle logits, int64_t k,
+                                            const char* scoring, AtenTensorHandle* bias,
+                                            int64_t n_group, int64_t topk_group,
+                                            int32_t renormalize, double scale,
+                                            int32_t index_dtype, AtenTensorHandle* ret0,
+                                            AtenTensorHandle* ret1) {
+  return guarded(__func__, [&] {
+    moe_route(kCpu, logits, k, scoring, bias, n_group, topk_group, renormalize, scale,
+              index_dtype, ret0, ret1);
+  });
+}
+
+#ifdef METALTOPK_AOTI_CUDA
+AOTITorchError aoti_torch_cuda_mtk_topk(AtenTensorHandle self, int64_t k, int64_t dim,
+                                        int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
+                                        AtenTensorHandle* ret1) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] { topk(cuda, self, k, dim, largest, sorted, ret0, ret1); });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_moe_route(AtenTensorHandle logits, int64_t k,
+                                             const char* scoring, AtenTensorHandle* bias,
+                                             int64_t n_group, int64_t topk_group,
+                                             int32_t renormalize, double scale,
+                                             int32_t index_dtype, AtenTensorHandle* ret0,
+                                             AtenTensorHandle* ret1) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] {
+    moe_route(cuda, logits, k, scoring, bias, n_group, topk_group, renormalize, scale,
+              index_dtype, ret0, ret1);
+  });
+}
+#endif
+
+#ifdef METALTOPK_AOTI_MPS
+AOTITorchError aoti_torch_mps_topk(AtenTensorHandle self, int64_t k, int64_t dim,
+                                   int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
+                                   AtenTensorHandle* ret1) {
+  static constexpr Device metal{MTK_BACKEND_METAL, metal_queue};
+  return guarded(__func__, [&] { topk(metal, self, k, dim, largest, sorted, ret0, ret1); });
+}
+#endif
+
+const char* metaltopk_aoti_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,74 @@
+/*
+ * metaltopk's AOTInductor C shim: the functions that AOTInductor-compiled code calls for the
+ * metaltopk::mtk_topk and metaltopk::mtk_moe_route torch ops (and, on macOS, the origin's
+ * aoti_torch_mps_topk), over AtenTensorHandle.
+ *
+ * The library is written against torch's stable C shim API only, and of that only against
+ * functions that ExecuTorch's AOTI backends implement as well, so it links into a libtorch
+ * process or an ExecuTorch runtime alike:
+ *   aoti_torch_empty_strided, aoti_torch_delete_tensor_object, aoti_torch_get_data_ptr,
+ *   aoti_torch_get_dim, aoti_torch_get_sizes, aoti_torch_get_strides, aoti_torch_get_dtype,
+ *   aoti_torch_get_device_type, aoti_torch_get_device_index, aoti_torch_device_type_cpu,
+ *   aoti_torch_device_type_cuda, aoti_torch_dtype_{float32, float16, bfloat16, int8, uint8,
+ *   int16, int32, int64}, and for CUDA aoti_torch_get_current_cuda_stream.
+ * aoti_torch_dtype_float64 is used where the runtime has it (ExecuTorch does not: there float64
+ * tensors are rejected as unsupported).
+ *
+ * Every function allocates its outputs (callee-allocated, as AOTInductor expects): on success
+ * *ret0 and *ret1 are new tensor handles the caller owns; on failure they are left untouched,
+ * every tensor the call created is deleted, the message is printed to stderr as torch's own
+ * shims do, and metaltopk_aoti_last_error() returns it.
+ */
+#ifndef METALTOPK_AOTI_H
+#define METALTOPK_AOTI_H
+
+#include <stdint.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* metaltopk::mtk_topk: torch.topk's arguments; values have self's dtype, indices are int64. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_topk(AtenTensorHandle self, int64_t k,
+                                                         int64_t dim, int32_t largest,
+                                                         int32_t sorted, AtenTensorHandle* ret0,
+                                                         AtenTensorHandle* ret1);
+
+/* metaltopk::mtk_moe_route: logits [T, E] (float32, float16 or bfloat16); scoring "softmax",
+ * "sigmoid" or "none"; bias NULL or a [E] float32 tensor; index_dtype a torch dtype code
+ * (int32 or int64). ret0: weights [T, k] float32; ret1: ids [T, k]. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_moe_route(
+    AtenTensorHandle logits, int64_t k, const char* scoring, AtenTensorHandle* bias,
+    int64_t n_group, int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype,
+    AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+#ifdef METALTOPK_AOTI_CUDA
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk(AtenTensorHandle self, int64_t k,
+                                                          int64_t dim, int32_t largest,
+                                                          int32_t sorted, AtenTensorHandle* ret0,
+                                                          AtenTensorHandle* ret1);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_moe_route(
+    AtenTensorHandle logits, int64_t k, const char* scoring, AtenTensorHandle* bias,
+    int64_t n_group, int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype,
+    AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+#endif
+
+#ifdef METALTOPK_AOTI_MPS
+/* The origin's entry point, with its exact signature, on the Metal backend: self's data
+ * pointer is the contents address of a shared MTLBuffer, as ExecuTorch's Metal backend gives
+ * it. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_mps_topk(AtenTensorHandle self, int64_t k,
+                                                     int64_t dim, int32_t largest,
+                                                     int32_t sorted, AtenTensorHandle* ret0,
+                                                     AtenTensorHandle* ret1);
+#endif
+
+/* This thread's last failure message of the functions above ("" if none). */
+AOTI_TORCH_EXPORT const char* metaltopk_aoti_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* METALTOPK_AOTI_H */

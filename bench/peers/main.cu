@@ -1,0 +1,935 @@
+// metaltopk against the serving engines' top-k and routing kernels on the same inputs, in one
+// process and on one stream (issue #21). For every top-k shape of BENCHMARKS.md and every router
+// shape of the router benchmark, each peer that supports the shape and metaltopk (through the C
+// ABI: mtk_topk_with_workspace, mtk_moe_route) are
+//   - checked: the peer's result against metaltopk's on the same input (values as a multiset,
+//     since most peers return the k unsorted; rows whose index sets differ only among equal
+//     values are counted as index ties; anything else is a mismatch, reported),
+//   - timed: replay of a CUDA graph of `graph_calls` captured calls (the primary number, launch
+//     gaps removed) and back-to-back calls between CUDA events (median of `reps` bursts).
+// Inputs that fit in L2 rotate over 4 buffers, as tests/gpu/bench_c_abi.cpp does.
+//
+// Usage: peers_bench [--probe | --self-test] [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
+//                    [--graph-calls N] [--replays N]
+// Prints one JSON object per (shape, peer) as it goes and writes the list to FILE after every
+// row (so a time limit leaves what was measured). Exit status: 0 when every supported peer ran
+// and matched, 1 on a mismatch or failure, 2 with no CUDA device.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c_abi_bench.hpp"
+#include "metaltopk.h"
+#include "peers.hpp"
+
+namespace {
+
+using namespace c_abi_bench;
+
+// ---- settings and output ------------------------------------------------------------------------
+
+struct Settings {
+  std::string json_path, only, filter;
+  int calls = 50, reps = 5, graph_calls = 20, replays = 10;
+};
+
+// One result row; numbers < 0 are written as null.
+struct Row {
+  std::string shape, family, dtype, peer, status = "ok", note;
+  int64_t k = 0;
+  double peer_us = -1, metaltopk_us = -1, peer_loop_us = -1, metaltopk_loop_us = -1;
+  double metaltopk_sorted_us = -1, metaltopk_sorted_loop_us = -1;
+  bool peer_sorted = false;
+  int64_t rows_checked = 0, tie_rows = 0, mismatch_rows = 0;
+  double max_weight_rel_err = -1;
+  std::string index_dtype = "int32";
+};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string number(double v, int digits = 3) {
+  if (v < 0 || !std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string to_json(const Row& r) {
+  std::string s = "{";
+  s += "\"shape\": \"" + json_escape(r.shape) + "\", ";
+  s += "\"family\": \"" + json_escape(r.family) + "\", ";
+  s += "\"k\": " + std::to_string(r.k) + ", ";
+  s += "\"dtype\": \"" + r.dtype + "\", ";
+  s += "\"peer\": \"" + json_escape(r.peer) + "\", ";
+  s += "\"peer_us\": " + number(r.peer_us) + ", ";
+  s += "\"metaltopk_us\": " + number(r.metaltopk_us) + ", ";
+  s += "\"peer_loop_us\": " + number(r.peer_loop_us) + ", ";
+  s += "\"metaltopk_loop_us\": " + number(r.metaltopk_loop_us) + ", ";
+  s += "\"speedup\": " + number(r.peer_us > 0 && r.metaltopk_us > 0 ? r.peer_us / r.metaltopk_us
+                                                                     : -1) + ", ";
+  if (r.family != "router") {
+    s += "\"peer_sorted\": " + std::string(r.peer_sorted ? "true" : "false") + ", ";
+    s += "\"metaltopk_sorted_us\": " + number(r.metaltopk_sorted_us) + ", ";
+    s += "\"metaltopk_sorted_loop_us\": " + number(r.metaltopk_sorted_loop_us) + ", ";
+  } else {
+    s += "\"max_weight_rel_err\": " + number(r.max_weight_rel_err, 9) + ", ";
+  }
+  s += "\"index_dtype\": \"" + r.index_dtype + "\", ";
+  s += "\"status\": \"" + r.status + "\", ";
+  s += "\"rows_checked\": " + std::to_string(r.rows_checked) + ", ";
+  s += "\"tie_rows\": " + std::to_string(r.tie_rows) + ", ";
+  s += "\"mismatch_rows\": " + std::to_string(r.mismatch_rows) + ", ";
+  s += "\"timing\": \"graph: median over replays of a graph of captured calls, per call; loop: "
+       "median over bursts of back-to-back calls, per call\", ";
+  s += "\"note\": \"" + json_escape(r.note) + "\"}";
+  return s;
+}
+
+class Output {
+ public:
+  explicit Output(std::string path) : path_(std::move(path)) {}
+  void add(const Row& r) {
+    rows_.push_back(to_json(r));
+    std::printf("%s\n", rows_.back().c_str());
+    std::fflush(stdout);
+    if (path_.empty()) return;
+    FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr) throw std::runtime_error("cannot write " + path_);
+    std::fprintf(f, "[\n");
+    for (size_t i = 0; i < rows_.size(); ++i)
+      std::fprintf(f, "  %s%s\n", rows_[i].c_str(), i + 1 < rows_.size() ? "," : "");
+    std::fprintf(f, "]\n");
+    std::fclose(f);
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> rows_;
+};
+
+// ---- timing ---------------------------------------------------------------------------------------
+
+// A call that enqueues one operation on the stream; returns a CUDA error (cudaSuccess when fine).
+using Call = std::function<cudaError_t(int)>;
+
+void checked(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Median per-call time of `graph_calls` calls captured in one graph, replayed `replays` times.
+// Throws when the calls cannot be captured (the row then says so and keeps the loop time).
+double graph_us(cudaStream_t stream, const Settings& st, const Call& call) {
+  for (int i = 0; i < st.graph_calls; ++i) checked(call(i), "warm-up call");
+  checked(cudaStreamSynchronize(stream), "warm-up");
+  cudaGraph_t graph = nullptr;
+  checked(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  cudaError_t failed = cudaSuccess;
+  try {
+    for (int i = 0; i < st.graph_calls && failed == cudaSuccess; ++i) failed = call(i);
+  } catch (...) {  // never leave the stream capturing
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr)
+      cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (failed != cudaSuccess || ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw std::runtime_error(std::string("graph capture failed: ") +
+                             cudaGetErrorString(failed != cudaSuccess ? failed : ended));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  checked(inst, "graph instantiate");
+  std::vector<double> per_call;
+  Event start, end;
+  checked(cudaGraphLaunch(exec, stream), "graph launch");  // upload and warm
+  checked(cudaStreamSynchronize(stream), "graph warm-up");
+  for (int r = 0; r < st.replays; ++r) {
+    checked(cudaEventRecord(start.get(), stream), "event");
+    checked(cudaGraphLaunch(exec, stream), "graph launch");
+    checked(cudaEventRecord(end.get(), stream), "event");
+    checked(cudaEventSynchronize(end.get()), "event sync");
+    float ms = 0;
+    checked(cudaEventElapsedTime(&ms, start.get(), end.get()), "elapsed");
+    per_call.push_back(1e3 * ms / st.graph_calls);
+  }
+  cudaGraphExecDestroy(exec);
+  return median(per_call);
+}
+
+double loop_us(cudaStream_t stream, const Settings& st, const Call& call) {
+  for (int i = 0; i < 3; ++i) checked(call(i), "warm-up call");
+  checked(cudaStreamSynchronize(stream), "warm-up");
+  return median_burst_us(stream, st.calls, st.reps,
+                         [&](int i) { checked(call(i), "timed call"); });
+}
+
+// Graph and loop time of `call` into (graph, loop); a capture failure goes to `note`.
+void time_both(cudaStream_t stream, const Settings& st, const Call& call, double& graph,
+               double& loop, std::string& note) {
+  try {
+    graph = graph_us(stream, st, call);
+  } catch (const std::exception& e) {
+    note += (note.empty() ? "" : "; ") + std::string(e.what());
+    checked(cudaStreamSynchronize(stream), "after a failed capture");
+  }
+  loop = loop_us(stream, st, call);
+}
+
+// Large problems take ms per call: fewer calls keep the run within its budget.
+Settings scaled(Settings st, double bytes) {
+  if (bytes >= 256.0 * (1 << 20)) {
+    st.calls = 5;
+    st.reps = 3;
+    st.graph_calls = 3;
+    st.replays = 3;
+  } else if (bytes >= 32.0 * (1 << 20)) {
+    st.calls = std::min(st.calls, 20);
+    st.graph_calls = std::min(st.graph_calls, 10);
+    st.replays = std::min(st.replays, 5);
+  }
+  return st;
+}
+
+// ---- top-k shapes -------------------------------------------------------------------------------
+
+struct TopkShape {
+  std::string family;
+  int64_t rows, n, k;
+  bool bf16;
+  int64_t dim;  // 0: the tensor is [n, rows] and the top-k runs down its columns
+  size_t itemsize() const { return bf16 ? 2 : 4; }
+  std::string dtype() const { return bf16 ? "bfloat16" : "float32"; }
+  std::string name() const {
+    return family + " " + std::to_string(rows) + "x" + std::to_string(n) +
+           (dim == 0 ? " dim 0" : "");
+  }
+};
+
+// BENCHMARKS.md's GPU shapes (tests/gpu/bench_cuda.py's SHAPES).
+std::vector<TopkShape> topk_shapes() {
+  return {
+      {"moe", 1, 256, 8, true, -1},          {"moe", 128, 256, 8, true, -1},
+      {"moe", 4096, 256, 8, true, -1},       {"moe", 4096, 256, 8, false, -1},
+      {"moe", 16384, 256, 8, true, -1},      {"moe", 4096, 512, 10, true, -1},
+      {"moe", 4096, 128, 8, true, -1},       {"moe", 4096, 256, 8, true, 0},
+      {"sampling", 1, 151936, 50, false, -1}, {"sampling", 1, 151936, 1024, false, -1},
+      {"sampling", 64, 151936, 50, false, -1}, {"sampling", 64, 151936, 50, true, -1},
+      {"sampling", 256, 151936, 50, false, -1}, {"sampling", 256, 151936, 1024, false, -1},
+      {"sampling", 256, 262144, 256, false, -1}, {"select", 1, int64_t{1} << 28, 100, false, -1},
+      {"select", 1, int64_t{1} << 28, 10000, false, -1},
+      {"select", 1, int64_t{1} << 26, 1000, true, -1},
+  };
+}
+
+// Standard-normal input bytes, as bench_c_abi.cpp makes them (threads over the elements).
+std::vector<uint8_t> random_bytes(size_t count, bool bf16, uint64_t seed) {
+  std::vector<uint8_t> host(count * (bf16 ? 2 : 4));
+  auto fill = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const float v = standard_normal(seed, i);
+      if (bf16) {
+        const uint16_t b = to_bfloat16(v);
+        std::memcpy(&host[i * 2], &b, 2);
+      } else {
+        std::memcpy(&host[i * 4], &v, 4);
+      }
+    }
+  };
+  const size_t workers = count < (1u << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
+  for (auto& t : threads) t.join();
+  return host;
+}
+
+// The value's place in the order (larger key = larger value; the data holds no NaN).
+uint32_t ordered_key(const uint8_t* p, bool bf16) {
+  uint32_t bits;
+  if (bf16) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    bits = uint32_t{h} << 16;
+  } else {
+    std::memcpy(&bits, p, 4);
+  }
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+struct TopkResult {
+  std::vector<uint8_t> values;
+  std::vector<int64_t> indices;  // widened from int32
+};
+
+TopkResult download(const TopkShape& s, const void* values, const int32_t* indices,
+                    cudaStream_t stream) {
+  const size_t out = static_cast<size_t>(s.rows * s.k);
+  TopkResult r{std::vector<uint8_t>(out * s.itemsize()), std::vector<int64_t>(out)};
+  std::vector<int32_t> narrow(out);
+  checked(cudaMemcpyAsync(r.values.data(), values, r.values.size(), cudaMemcpyDeviceToHost,
+                          stream), "copy values");
+  checked(cudaMemcpyAsync(narrow.data(), indices, out * 4, cudaMemcpyDeviceToHost, stream),
+          "copy indices");
+  checked(cudaStreamSynchronize(stream), "copy");
+  std::copy(narrow.begin(), narrow.end(), r.indices.begin());
+  return r;
+}
+
+// Checks a peer's result (row-major [rows, k]) against metaltopk's sorted one; fills the row's
+// counts and status. metaltopk's dim-0 layout never reaches here (no peer takes it).
+void compare_topk(const TopkShape& s, const std::vector<uint8_t>& input, const TopkResult& want,
+                  const TopkResult& got, bool got_sorted, Row& row) {
+  const size_t w = s.itemsize();
+  std::string first;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    std::vector<uint32_t> keys_got, keys_want;
+    std::vector<int64_t> idx_got, idx_want;
+    std::string why;
+    for (int64_t j = 0; j < s.k && why.empty(); ++j) {
+      const size_t o = static_cast<size_t>(r * s.k + j);
+      const int64_t i = got.indices[o];
+      if (i < 0 || i >= s.n) {
+        why = "index " + std::to_string(i) + " out of range";
+        break;
+      }
+      if (std::memcmp(&got.values[o * w], &input[(r * s.n + i) * w], w) != 0)
+        why = "value is not the input's at its index " + std::to_string(i);
+      keys_got.push_back(ordered_key(&got.values[o * w], s.bf16));
+      keys_want.push_back(ordered_key(&want.values[o * w], s.bf16));
+      idx_got.push_back(i);
+      idx_want.push_back(want.indices[o]);
+    }
+    if (why.empty() && got_sorted &&
+        !std::is_sorted(keys_got.begin(), keys_got.end(), std::greater<uint32_t>())) {
+      why = "sorted output not in descending order";
+    }
+    if (why.empty()) {
+      std::vector<int64_t> unique_idx = idx_got;
+      std::sort(unique_idx.begin(), unique_idx.end());
+      if (std::adjacent_find(unique_idx.begin(), unique_idx.end()) != unique_idx.end())
+        why = "repeated index";
+    }
+    if (why.empty()) {
+      std::sort(keys_got.begin(), keys_got.end(), std::greater<uint32_t>());
+      std::sort(keys_want.begin(), keys_want.end(), std::greater<uint32_t>());
+      if (keys_got != keys_want) why = "values differ from metaltopk's as a multiset";
+    }
+    if (!why.empty()) {
+      if (first.empty()) first = "row " + std::to_string(r) + ": " + why;
+      ++row.mismatch_rows;
+      continue;
+    }
+    // Same values: the indices may still differ among equal values (the k-th value's ties),
+    // and a sorted peer may order equal values differently.
+    bool same_order = idx_got == idx_want;
+    std::sort(idx_got.begin(), idx_got.end());
+    std::sort(idx_want.begin(), idx_want.end());
+    if (idx_got != idx_want || (got_sorted && !same_order)) ++row.tie_rows;
+  }
+  row.rows_checked = s.rows;
+  if (row.mismatch_rows > 0) {
+    row.status = "mismatch";
+    row.note += (row.note.empty() ? "" : "; ") + first;
+  } else {
+    row.status = row.tie_rows > 0 ? "match (index ties)" : "match";
+  }
+}
+
+struct DeviceArrays {
+  std::vector<DeviceBuffer> inputs;
+  std::vector<uint8_t> first_input;
+};
+
+DeviceArrays upload_rotation(size_t count, bool bf16, uint64_t seed, size_t l2_bytes) {
+  const size_t bytes = count * (bf16 ? 2 : 4);
+  const size_t rotation = bytes <= l2_bytes ? 4 : 1;
+  DeviceArrays d;
+  for (size_t b = 0; b < rotation; ++b) {
+    std::vector<uint8_t> host = random_bytes(count, bf16, seed + b);
+    d.inputs.emplace_back(bytes);
+    checked(cudaMemcpy(d.inputs.back().get(), host.data(), bytes, cudaMemcpyHostToDevice),
+            "upload input");
+    if (b == 0) d.first_input = std::move(host);
+  }
+  return d;
+}
+
+bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t l2_bytes,
+                const Settings& base, Output& out) {
+  const size_t count = static_cast<size_t>(s.rows * s.n);
+  const Settings st = scaled(base, double(count) * s.itemsize());
+  std::fprintf(stderr, "[peers] %s k=%lld %s\n", s.name().c_str(), (long long)s.k,
+               s.dtype().c_str());
+  DeviceArrays in = upload_rotation(count, s.bf16, uint64_t(s.rows * 31 + s.n + s.k) * 8,
+                                    l2_bytes);
+  const size_t rotation = in.inputs.size();
+  const size_t outputs = static_cast<size_t>(s.rows * s.k);
+  const mtk_dtype dtype = s.bf16 ? MTK_BFLOAT16 : MTK_FLOAT32;
+  const bool columns = s.dim == 0;
+
+  // metaltopk: int32 indices like every peer here, caller's workspace, both sorted modes.
+  DeviceBuffer mtk_values(outputs * s.itemsize()), mtk_indices(outputs * 4);
+  std::vector<mtk_tensor> mtk_in;
+  for (const DeviceBuffer& b : in.inputs)
+    mtk_in.push_back(describe(b.get(), dtype, columns ? s.n : s.rows, columns ? s.rows : s.n));
+  const mtk_tensor mv = describe(mtk_values.get(), dtype, columns ? s.k : s.rows,
+                                 columns ? s.rows : s.k);
+  const mtk_tensor mi = describe(mtk_indices.get(), MTK_INT32, columns ? s.k : s.rows,
+                                 columns ? s.rows : s.k);
+  size_t ws_bytes = 0;
+  for (int sorted : {0, 1}) {
+    size_t b = 0;
+    check(mtk_topk_workspace_size(ctx, &mtk_in[0], s.k, s.dim, 1, sorted, MTK_INT32, &b),
+          "mtk_topk_workspace_size");
+    ws_bytes = std::max(ws_bytes, b);
+  }
+  DeviceBuffer workspace(std::max<size_t>(ws_bytes, 256));
+  auto mtk_call = [&](int sorted) -> Call {
+    return [&, sorted](int i) -> cudaError_t {
+      check(mtk_topk_with_workspace(ctx, &mtk_in[size_t(i) % rotation], s.k, s.dim, 1, sorted,
+                                    &mv, &mi, workspace.get(), ws_bytes, stream),
+            "mtk_topk_with_workspace");
+      return cudaSuccess;
+    };
+  };
+  checked(mtk_call(1)(0), "metaltopk");
+  TopkResult want;
+  if (!columns) want = download(s, mtk_values.get(), static_cast<int32_t*>(mtk_indices.get()),
+                                stream);
+  double mtk_graph[2] = {-1, -1}, mtk_loop[2] = {-1, -1};
+  std::string mtk_note;
+  for (int sorted : {0, 1}) time_both(stream, st, mtk_call(sorted), mtk_graph[sorted],
+                                      mtk_loop[sorted], mtk_note);
+
+  auto base_row = [&](const std::string& peer) {
+    Row r;
+    r.shape = s.name();
+    r.family = s.family;
+    r.k = s.k;
+    r.dtype = s.bf16 ? "bf16" : "f32";
+    r.peer = peer;
+    r.metaltopk_sorted_us = mtk_graph[1];
+    r.metaltopk_sorted_loop_us = mtk_loop[1];
+    r.note = mtk_note;
+    return r;
+  };
+  const char* peer_names[] = {"flashinfer_radix_topk", "flashinfer_radix_topk_sorted",
+                              "cub_device_batched_topk", "cub_device_topk"};
+  if (columns) {
+    for (const char* name : peer_names) {
+      Row r = base_row(name);
+      r.status = "unsupported";
+      r.metaltopk_us = mtk_graph[0];
+      r.metaltopk_loop_us = mtk_loop[0];
+      r.note = "dim 0 (top-k down the columns of a [n, rows] tensor): the peer takes contiguous "
+               "rows only";
+      out.add(r);
+    }
+    return true;
+  }
+
+  DeviceBuffer peer_values(outputs * s.itemsize()), peer_indices(outputs * 4);
+  auto* pidx = static_cast<int32_t*>(peer_indices.get());
+  const peers::Dtype pd = s.bf16 ? peers::Dtype::bf16 : peers::Dtype::f32;
+  auto input = [&](int i) { return in.inputs[size_t(i) % rotation].get(); };
+  bool ok = true;
+
+  auto run_peer = [&](Row r, bool sorted_mode, const Call& call) {
+    r.peer_sorted = sorted_mode;
+    r.metaltopk_us = mtk_graph[sorted_mode ? 1 : 0];
+    r.metaltopk_loop_us = mtk_loop[sorted_mode ? 1 : 0];
+    try {
+      const cudaError_t first = call(0);
+      if (first == cudaErrorNotSupported) {  // the peer's own "not for this shape"
+        cudaGetLastError();
+        r.status = "unsupported";
+        r.note += (r.note.empty() ? "" : "; ") +
+                  std::string("the peer returns cudaErrorNotSupported for this shape");
+        out.add(r);
+        return;
+      }
+      checked(first, "first call");
+      checked(cudaStreamSynchronize(stream), "first call");
+      compare_topk(s, in.first_input, want, download(s, peer_values.get(), pidx, stream),
+                   sorted_mode, r);
+      time_both(stream, st, call, r.peer_us, r.peer_loop_us, r.note);
+    } catch (const std::exception& e) {
+      cudaGetLastError();
+      r.status = "failed";
+      r.note += (r.note.empty() ? "" : "; ") + std::string(e.what());
+    }
+    if (r.status == "failed" || r.status == "mismatch") ok = false;
+    out.add(r);
+  };
+
+  // FlashInfer radix top-k, unsorted (its default) and sorted on the device (deterministic).
+  DeviceBuffer row_states(peers::flashinfer_row_states_bytes());
+  checked(cudaMemset(row_states.get(), 0, peers::flashinfer_row_states_bytes()), "memset");
+  for (bool sorted : {false, true}) {
+    Row r = base_row(peer_names[sorted ? 1 : 0]);
+    if (sorted && s.k > 2048) {
+      r.status = "unsupported";
+      r.peer_sorted = true;
+      r.metaltopk_us = mtk_graph[1];
+      r.metaltopk_loop_us = mtk_loop[1];
+      r.note = "flashinfer.top_k sorts on the device only for k <= 2048 (else with torch.sort)";
+      out.add(r);
+      continue;
+    }
+    if (sorted) r.note = "deterministic mode + its on-device stable sort by value";
+    run_peer(r, sorted, [&, sorted](int i) {
+      return peers::flashinfer_radix_topk(pd, input(i), peer_values.get(), pidx,
+                                          uint32_t(s.rows), uint32_t(s.n), uint32_t(s.k),
+                                          row_states.get(), sorted, stream);
+    });
+  }
+
+  // CUB: DeviceBatchedTopK for rows of up to 2^21, DeviceTopK for one row.
+  for (int which : {2, 3}) {
+    Row r = base_row(peer_names[which]);
+    const bool batched = which == 2;
+    if (batched && s.n > peers::kCubBatchedMaxLen) {
+      r.status = "unsupported";
+      r.metaltopk_us = mtk_graph[0];
+      r.metaltopk_loop_us = mtk_loop[0];
+      r.note = "DeviceBatchedTopK takes segments of at most 2^21 items";
+      out.add(r);
+      continue;
+    }
+    if (!batched && s.rows != 1) continue;  // DeviceTopK is one sequence: run on 1-row shapes
+    size_t temp_bytes = 0;
+    cudaError_t q = batched ? peers::cub_batched_topk(pd, input(0), peer_values.get(), pidx, s.rows,
+                                                      s.n, s.k, nullptr, &temp_bytes, stream)
+                            : peers::cub_device_topk(pd, input(0), peer_values.get(), pidx, s.n,
+                                                     s.k, nullptr, &temp_bytes, stream);
+    if (q != cudaSuccess) {
+      r.status = q == cudaErrorNotSupported ? "unsupported" : "failed";
+      r.metaltopk_us = mtk_graph[0];
+      r.note = std::string("temp-storage query: ") + cudaGetErrorString(q);
+      cudaGetLastError();
+      out.add(r);
+      ok = ok && q == cudaErrorNotSupported;
+      continue;
+    }
+    DeviceBuffer temp(std::max<size_t>(temp_bytes, 256));
+    run_peer(r, false, [&, batched, temp_bytes](int i) {
+      size_t bytes = temp_bytes;
+      return batched ? peers::cub_batched_topk(pd, input(i), peer_values.get(), pidx, s.rows, s.n,
+                                               s.k, temp.get(), &bytes, stream)
+                     : peers::cub_device_topk(pd, input(i), peer_values.get(), pidx, s.n, s.k,
+                                              temp.get(), &bytes, stream);
+    });
+  }
+  return ok;
+}
+
+// ---- router shapes ------------------------------------------------------------------------------
+
+struct RouterShape {
+  bool deepseek;  // sigmoid + bias, 8 groups keep 4 (DeepSeek-V3); else softmax
+  int64_t tokens, experts, k;
+  std::string name() const {
+    return std::string(deepseek ? "router deepseek-v3" : "router softmax") + " T=" +
+           std::to_string(tokens) + " E=" + std::to_string(experts);
+  }
+};
+
+std::vector<RouterShape> router_shapes() {
+  std::vector<RouterShape> v;
+  for (int64_t e : {64, 128, 256, 512})
+    for (int64_t t : {1, 128, 4096, 16384}) v.push_back({false, t, e, e == 512 ? 10 : 8});
+  for (int64_t t : {1, 128, 4096, 16384}) v.push_back({true, t, 256, 8});
+  return v;
+}
+
+constexpr int64_t kGroups = 8, kTopkGroups = 4;
+
+// Float64 selection scores of one token: softmax probabilities, or sigmoid + bias.
+std::vector<double> selection_scores(const RouterShape& s, const uint16_t* logits,
+                                     const std::vector<float>& bias) {
+  std::vector<double> c(s.experts);
+  double m = -INFINITY, total = 0;
+  for (int64_t e = 0; e < s.experts; ++e) m = std::max(m, double(from_bfloat16(logits[e])));
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const double x = from_bfloat16(logits[e]);
+    c[e] = s.deepseek ? 1.0 / (1.0 + std::exp(-x)) + bias[e] : std::exp(x - m);
+    total += c[e];
+  }
+  if (!s.deepseek)
+    for (double& v : c) v /= total;
+  return c;
+}
+
+// Checks a peer's route against metaltopk's: the same expert set per token (order free), and
+// the weights of each expert within `weight_rtol` relative (1e-5 for float32 weights; a peer
+// whose weights are bfloat16 gets 2^-7, two bfloat16 roundings; the largest error is reported). A token
+// whose sets differ counts as a near tie when the selection scores of the two sets, rank by rank,
+// agree within 1e-5 relative (float32 rounding breaking a near-tie either way); else it is a
+// mismatch.
+void compare_route(const RouterShape& s, const std::vector<uint16_t>& logits,
+                   const std::vector<float>& bias, const std::vector<float>& w_want,
+                   const std::vector<int32_t>& id_want, const std::vector<float>& w_got,
+                   const std::vector<int32_t>& id_got, Row& row, double weight_rtol = 1e-5) {
+  std::string first;
+  double max_err = 0;
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    const int32_t* got = &id_got[t * s.k];
+    const int32_t* want = &id_want[t * s.k];
+    std::vector<int32_t> a(got, got + s.k), b(want, want + s.k);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::string why;
+    if (a.front() < 0 || a.back() >= s.experts) why = "expert id out of range";
+    else if (std::adjacent_find(a.begin(), a.end()) != a.end()) why = "repeated expert id";
+    if (why.empty() && a != b) {
+      const std::vector<double> c = selection_scores(s, &logits[t * s.experts], bias);
+      auto by_score = [&](int32_t x, int32_t y) { return c[x] > c[y]; };
+      std::sort(a.begin(), a.end(), by_score);
+      std::sort(b.begin(), b.end(), by_score);
+      for (int64_t r = 0; r < s.k && why.empty(); ++r) {
+        if (std::fabs(c[a[r]] - c[b[r]]) > 1e-5 * std::fabs(c[b[r]]))
+          why = "expert set differs from metaltopk's (rank " + std::to_string(r) + ": " +
+                std::to_string(a[r]) + " instead of " + std::to_string(b[r]) + ")";
+      }
+      if (why.empty()) {
+        ++row.tie_rows;
+        continue;
+      }
+    }
+    if (why.empty()) {
+      for (int64_t r = 0; r < s.k; ++r) {
+        const int64_t j = std::find(want, want + s.k, got[r]) - want;
+        const double ref = w_want[t * s.k + j];
+        const double err = std::fabs(double(w_got[t * s.k + r]) - ref) / std::max(ref, 1e-30);
+        max_err = std::max(max_err, err);
+        if (err > weight_rtol && why.empty())
+          why = "weight of expert " + std::to_string(got[r]) + " is " +
+                std::to_string(w_got[t * s.k + r]) + ", metaltopk's " + std::to_string(ref);
+      }
+    }
+    if (!why.empty()) {
+      if (first.empty()) first = "token " + std::to_string(t) + ": " + why;
+      ++row.mismatch_rows;
+    }
+  }
+  row.rows_checked = s.tokens;
+  row.max_weight_rel_err = max_err;
+  if (row.mismatch_rows > 0) {
+    row.status = "mismatch";
+    row.note += (row.note.empty() ? "" : "; ") + first;
+  } else {
+    row.status = row.tie_rows > 0 ? "match (near-tie tokens)" : "match";
+  }
+}
+
+bool bench_router(const RouterShape& s, mtk_context ctx, cudaStream_t stream, size_t l2_bytes,
+                  const Settings& base, Output& out) {
+  const Settings st = scaled(base, double(s.tokens * s.experts) * 2);
+  std::fprintf(stderr, "[peers] %s k=%lld\n", s.name().c_str(), (long long)s.k);
+  const size_t elements = static_cast<size_t>(s.tokens * s.experts);
+  const size_t outputs = static_cast<size_t>(s.tokens * s.k);
+  const uint64_t seed = static_cast<uint64_t>(s.tokens * 31 + s.experts + s.k) * 8;
+  DeviceArrays in = upload_rotation(elements, true, seed, l2_bytes);
+  const size_t rotation = in.inputs.size();
+  std::vector<uint16_t> logits(elements);
+  std::memcpy(logits.data(), in.first_input.data(), elements * 2);
+  std::vector<float> bias;
+  if (s.deepseek)
+    for (int64_t e = 0; e < s.experts; ++e)
+      bias.push_back(0.1f * standard_normal(seed + 99, static_cast<size_t>(e)));
+  DeviceBuffer bias_d(static_cast<size_t>(s.experts) * 4);
+  if (s.deepseek)
+    checked(cudaMemcpy(bias_d.get(), bias.data(), bias.size() * 4, cudaMemcpyHostToDevice),
+            "upload bias");
+
+  // metaltopk
+  DeviceBuffer mw(outputs * 4), mi(outputs * 4);
+  mtk_tensor bias_t{};
+  bias_t.data = bias_d.get();
+  bias_t.dtype = MTK_FLOAT32;
+  bias_t.ndim = 1;
+  bias_t.sizes[0] = s.experts;
+  bias_t.strides[0] = 1;
+  mtk_router_params p{};
+  p.k = s.k;
+  p.scoring = s.deepseek ? MTK_SCORING_SIGMOID : MTK_SCORING_SOFTMAX;
+  p.bias = s.deepseek ? &bias_t : nullptr;
+  p.n_group = s.deepseek ? kGroups : 0;
+  p.topk_group = s.deepseek ? kTopkGroups : 0;
+  p.renormalize = 1;
+  p.scale = 1.0f;
+  std::vector<mtk_tensor> lt;
+  for (const DeviceBuffer& b : in.inputs) lt.push_back(describe(b.get(), MTK_BFLOAT16, s.tokens,
+                                                                s.experts));
+  const mtk_tensor wt = describe(mw.get(), MTK_FLOAT32, s.tokens, s.k);
+  const mtk_tensor it = describe(mi.get(), MTK_INT32, s.tokens, s.k);
+  const Call mtk_call = [&](int i) -> cudaError_t {
+    check(mtk_moe_route(ctx, &lt[size_t(i) % rotation], &p, &wt, &it, stream), "mtk_moe_route");
+    return cudaSuccess;
+  };
+  checked(mtk_call(0), "metaltopk");
+  std::vector<float> w_want(outputs), w_got(outputs);
+  std::vector<int32_t> id_want(outputs), id_got(outputs);
+  checked(cudaMemcpy(w_want.data(), mw.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+  checked(cudaMemcpy(id_want.data(), mi.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+  double mtk_graph = -1, mtk_loop = -1;
+  std::string mtk_note;
+  time_both(stream, st, mtk_call, mtk_graph, mtk_loop, mtk_note);
+
+  DeviceBuffer pw(outputs * 4), pi(outputs * 4), pscratch(outputs * 4),
+      pworkspace(std::max<size_t>(elements * 4, 256));
+  auto* pw_f = static_cast<float*>(pw.get());
+  auto* pi_i = static_cast<int32_t*>(pi.get());
+  auto* bias_f = static_cast<float*>(bias_d.get());
+  auto input = [&](int i) { return in.inputs[size_t(i) % rotation].get(); };
+
+  struct Peer {
+    std::string name, note;
+    bool bf16_weights;
+    Call call;
+  };
+  std::vector<Peer> peer_list;
+  if (s.deepseek) {
+    const std::string what = "n_group=8 topk_group=4, sigmoid + float32 bias, renormalised, "
+                             "scale 1";
+    peer_list.push_back({"vllm_grouped_topk", what, false, [&](int i) {
+                           return peers::vllm_grouped_topk(input(i), pw_f, pi_i, bias_f,
+                                                           s.tokens, s.experts, kGroups,
+                                                           kTopkGroups, s.k, true, 1.0, stream);
+                         }});
+    peer_list.push_back({"flashinfer_noaux_tc",
+                         what + "; its weights are bfloat16 (the logits' dtype): checked "
+                                "within 2^-7 relative",
+                         true, [&](int i) {
+                           return peers::flashinfer_noaux_tc(input(i), pw.get(), pi_i, bias_f,
+                                                             s.tokens, s.experts, kGroups,
+                                                             kTopkGroups, s.k, 1.0, stream);
+                         }});
+  } else {
+    peer_list.push_back({"vllm_topk_softmax", "softmax in float32, renormalised", false,
+                         [&](int i) {
+                           return peers::vllm_topk_softmax(
+                               input(i), pw_f, pi_i, static_cast<int32_t*>(pscratch.get()),
+                               static_cast<float*>(pworkspace.get()), int(s.tokens),
+                               int(s.experts), int(s.k), true, stream);
+                         }});
+  }
+  bool ok = true;
+  for (const Peer& peer : peer_list) {
+    Row r;
+    r.shape = s.name();
+    r.family = "router";
+    r.k = s.k;
+    r.dtype = "bf16";
+    r.peer = peer.name;
+    r.metaltopk_us = mtk_graph;
+    r.metaltopk_loop_us = mtk_loop;
+    r.note = mtk_note + (mtk_note.empty() ? "" : "; ") + peer.note;
+    try {
+      checked(peer.call(0), "first call");
+      checked(cudaStreamSynchronize(stream), "first call");
+      if (peer.bf16_weights) {
+        std::vector<uint16_t> narrow(outputs);
+        checked(cudaMemcpy(narrow.data(), pw.get(), outputs * 2, cudaMemcpyDeviceToHost), "copy");
+        for (size_t o = 0; o < outputs; ++o) w_got[o] = from_bfloat16(narrow[o]);
+      } else {
+        checked(cudaMemcpy(w_got.data(), pw.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+      }
+      checked(cudaMemcpy(id_got.data(), pi.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+      compare_route(s, logits, bias, w_want, id_want, w_got, id_got, r,
+                    peer.bf16_weights ? 1.0 / 128 : 1e-5);
+      time_both(stream, st, peer.call, r.peer_us, r.peer_loop_us, r.note);
+    } catch (const std::exception& e) {
+      cudaGetLastError();
+      r.status = "failed";
+      r.note += (r.note.empty() ? "" : "; ") + std::string(e.what());
+    }
+    out.add(r);
+    ok = ok && r.status != "failed" && r.status != "mismatch";
+  }
+  return ok;
+}
+
+// ---- self-test of the checks (host only, no device) --------------------------------------------
+
+int self_test() {
+  int failures = 0;
+  auto expect = [&](bool cond, const char* what) {
+    if (!cond) {
+      std::fprintf(stderr, "self-test FAILED: %s\n", what);
+      ++failures;
+    }
+  };
+  // A 2 x 6 f32 input, k = 3; row 1 has a tie at the k-th value.
+  const TopkShape s{"selftest", 2, 6, 3, false, -1};
+  const std::vector<float> x = {0.5f, 3.f, -1.f, 2.f, 7.f, 1.f, 4.f, 2.f, 2.f, 9.f, 2.f, -3.f};
+  std::vector<uint8_t> input(x.size() * 4);
+  std::memcpy(input.data(), x.data(), input.size());
+  auto result = [&](const std::vector<int64_t>& idx) {
+    TopkResult r{std::vector<uint8_t>(idx.size() * 4), idx};
+    for (size_t j = 0; j < idx.size(); ++j)
+      std::memcpy(&r.values[j * 4], &x[(j / 3) * 6 + idx[j]] , 4);
+    return r;
+  };
+  const TopkResult want = result({4, 1, 3, 3, 0, 1});  // sorted, ties to the lower index
+  Row a;
+  compare_topk(s, input, want, result({3, 4, 1, 1, 3, 0}), false, a);
+  expect(a.status == "match" && a.mismatch_rows == 0 && a.tie_rows == 0, "unsorted, same sets");
+  Row b;
+  compare_topk(s, input, want, result({4, 1, 3, 3, 0, 4}), false, b);
+  expect(b.status == "match (index ties)" && b.tie_rows == 1, "tie at the k-th value");
+  Row c;
+  compare_topk(s, input, want, result({4, 1, 5, 3, 0, 1}), false, c);
+  expect(c.status == "mismatch" && c.mismatch_rows == 1, "a smaller value selected");
+  Row d;
+  TopkResult bad = want;
+  bad.values[0] ^= 1;  // a value that is not the input's at its index
+  compare_topk(s, input, want, bad, true, d);
+  expect(d.status == "mismatch", "value not from the input");
+  Row e;
+  compare_topk(s, input, want, result({1, 4, 3, 3, 0, 1}), true, e);
+  expect(e.status == "mismatch", "sorted peer out of order");
+  Row f;
+  compare_topk(s, input, want, result({4, 1, 3, 3, 0, 2}), true, f);
+  expect(f.status == "match (index ties)", "sorted peer, another index of the k-th value");
+  Row g;
+  compare_topk(s, input, want, result({4, 4, 3, 3, 0, 1}), false, g);
+  expect(g.status == "mismatch", "repeated index");
+
+  // Router: 2 tokens of 4 experts, k = 2, softmax.
+  const RouterShape r{false, 2, 4, 2};
+  std::vector<uint16_t> logits;
+  for (float v : {1.f, 3.f, 2.f, 0.f, 5.f, 5.f, -1.f, 0.f}) logits.push_back(to_bfloat16(v));
+  const std::vector<int32_t> ids = {1, 2, 0, 1};
+  const std::vector<float> w = {0.731059f, 0.268941f, 0.5f, 0.5f};
+  Row h;
+  compare_route(r, logits, {}, w, ids, {0.268941f, 0.731059f, 0.5f, 0.5f}, {2, 1, 1, 0}, h);
+  expect(h.status == "match" && h.max_weight_rel_err < 1e-6, "route, other order");
+  Row i;
+  compare_route(r, logits, {}, w, ids, {0.731059f, 0.268941f, 0.5f, 0.6f}, ids, i);
+  expect(i.status == "mismatch", "route, wrong weight");
+  Row j;
+  compare_route(r, logits, {}, w, ids, w, {1, 3, 0, 1}, j);
+  expect(j.status == "mismatch", "route, wrong expert");
+
+  // JSON: nulls for unmeasured times, escaped notes.
+  Row k;
+  k.note = "a \"quoted\" note";
+  const std::string json = to_json(k);
+  expect(json.find("\"peer_us\": null") != std::string::npos, "null time");
+  expect(json.find("a \\\"quoted\\\" note") != std::string::npos, "escaped note");
+  std::printf("peers_bench self-test: %d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
+// ---- driver -------------------------------------------------------------------------------------
+
+int run(int argc, char** argv) {
+  Settings st;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--probe") {  // run.sh: does the binary load here (library found, glibc)?
+      std::printf("peers_bench: loads, metaltopk %d\n", mtk_version());
+      return 0;
+    }
+    if (a == "--self-test") return self_test();
+    if (a == "--json") st.json_path = value();
+    else if (a == "--only") st.only = value();
+    else if (a == "--filter") st.filter = value();
+    else if (a == "--calls") st.calls = std::stoi(value());
+    else if (a == "--reps") st.reps = std::stoi(value());
+    else if (a == "--graph-calls") st.graph_calls = std::stoi(value());
+    else if (a == "--replays") st.replays = std::stoi(value());
+    else throw std::runtime_error("unknown argument " + a +
+                                  " (usage: peers_bench [--json FILE] [--only topk|router] "
+                                  "[--filter TEXT] [--calls N] [--reps R] [--graph-calls N] "
+                                  "[--replays N])");
+  }
+  if (!st.only.empty() && st.only != "topk" && st.only != "router")
+    throw std::runtime_error("--only takes topk or router");
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "peers_bench: no CUDA device (%s); nothing to measure here\n",
+                 cudaGetErrorString(cudaGetLastError()));
+    return 2;
+  }
+  int available = 0;
+  check(mtk_backend_query(MTK_BACKEND_CUDA, nullptr, &available), "mtk_backend_query");
+  if (!available) {
+    std::fprintf(stderr, "peers_bench: metaltopk's CUDA backend is not available\n");
+    return 2;
+  }
+  Output out(st.json_path);
+  Stream stream;  // outlives the context (its per-stream scratch)
+  Context ctx(MTK_BACKEND_CUDA);
+  int l2 = 0;
+  checked(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "L2 size");
+  bool ok = true;
+  auto wanted = [&](const std::string& name) {
+    return st.filter.empty() || name.find(st.filter) != std::string::npos;
+  };
+  if (st.only != "router") {
+    for (const TopkShape& s : topk_shapes()) {
+      if (!wanted(s.name())) continue;
+      try {
+        ok = bench_topk(s, ctx.get(), stream.get(), size_t(l2), st, out) && ok;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", s.name().c_str(), e.what());
+        cudaGetLastError();
+        ok = false;
+      }
+    }
+  }
+  if (st.only != "topk") {
+    for (const RouterShape& s : router_shapes()) {
+      if (!wanted(s.name())) continue;
+      try {
+        ok = bench_router(s, ctx.get(), stream.get(), size_t(l2), st, out) && ok;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", s.name().c_str(), e.what());
+        cudaGetLastError();
+        ok = false;
+      }
+    }
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return guarded_main("peers_bench", [&] { return run(argc, argv); });
+}

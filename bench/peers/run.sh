@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# metaltopk against the serving engines' kernels on the GPU machine, in one command (issue #21):
+#   build (only what is missing) -> bin/peers_bench (FlashInfer radix top-k, CUB DeviceTopK and
+#   DeviceBatchedTopK, vLLM topk_softmax and grouped_topk, FlashInfer's noAuxTc DeepSeek-V3
+#   router, each against metaltopk on the same inputs) -> sglang_gate.py (SGLang's Triton
+#   moe_fused_gate against metaltopk) -> one JSON list.
+# Usage: bench/peers/run.sh            (from anywhere; needs bench/peers/third_party from
+#                                       fetch.py, carried, since the GPU machine has no network)
+# Env: BUILD (metaltopk's build folder; default build-gpu if it has the library, else build),
+#      OUT (default ./gpu-out/peers), ROUTER_LIMIT / PEERS_LIMIT / SGLANG_LIMIT (seconds for the
+#      router and the top-k parts of peers_bench and for sglang_gate.py, default 90 / 170 / 80),
+#      PEERS_ARGS (extra arguments for peers_bench, e.g. "--filter moe").
+# Writes $OUT/peers_h200.json (all rows; copy it to bench/results/), $OUT/peers_bench_*.log,
+# $OUT/sglang_gate.log, and prints a summary table.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out/peers}
+mkdir -p "$OUT"
+if [ -z "${BUILD:-}" ]; then
+  BUILD=build
+  [ -f build-gpu/libmetaltopk.so ] && BUILD=build-gpu
+fi
+JOBS=$(nproc)
+start=$SECONDS
+say() { echo "[run.sh $((SECONDS - start))s] $*"; }
+
+if [ ! -f bench/peers/third_party/VERSIONS ]; then
+  say "bench/peers/third_party is missing: run python3 bench/peers/fetch.py where PyPI is" \
+      "reachable and carry bench/peers/third_party"
+  exit 1
+fi
+if [ ! -f "$BUILD/libmetaltopk.so" ]; then
+  say "building metaltopk ($BUILD)"
+  timeout 240 make BUILD="$BUILD" -j"$JOBS" all > "$OUT/build-metaltopk.log" 2>&1 ||
+    { tail -20 "$OUT/build-metaltopk.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH=$ROOT/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+BIN=bench/peers/bin/peers_bench
+if ! "$BIN" --probe > /dev/null 2>&1; then
+  say "building the harness (precompiled binary missing or not loadable here)"
+  "$BIN" --probe 2>&1 | head -3
+  make -C bench/peers clean > /dev/null
+  timeout 300 make -C bench/peers BUILD="$BUILD" -j"$JOBS" > "$OUT/build-peers.log" 2>&1 ||
+    { tail -30 "$OUT/build-peers.log"; exit 1; }
+fi
+"$BIN" --probe
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+
+# The routers first, each part under its own limit: the huge selects cannot starve them.
+peers_status=0
+for part in router topk; do
+  say "peers_bench --only $part (progress on stderr, one JSON row per line)"
+  limit=${PEERS_LIMIT:-170}
+  [ "$part" = router ] && limit=${ROUTER_LIMIT:-90}
+  timeout "$limit" "$BIN" --only "$part" --json "$OUT/peers_bench_$part.json" ${PEERS_ARGS:-} \
+    2>&1 | tee "$OUT/peers_bench_$part.log" | grep --line-buffered -v '^{'
+  status=${PIPESTATUS[0]}
+  say "peers_bench --only $part: exit $status"
+  [ "$status" -eq 0 ] || peers_status=$status
+done
+
+say "sglang_gate.py (SGLang's Triton moe_fused_gate)"
+timeout "${SGLANG_LIMIT:-80}" python3 bench/peers/sglang_gate.py --json "$OUT/peers_sglang.json" \
+  --library "$ROOT/$BUILD/libmetaltopk.so" 2>&1 | tee "$OUT/sglang_gate.log" |
+  grep --line-buffered -v '^{'
+sglang_status=${PIPESTATUS[0]}
+say "sglang_gate.py: exit $sglang_status"
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+rows = []
+for name in ("peers_bench_router.json", "peers_bench_topk.json", "peers_sglang.json"):
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        rows += json.load(open(path))
+json.dump(rows, open(os.path.join(out, "peers_h200.json"), "w"), indent=1)
+print(f"{len(rows)} rows -> {os.path.join(out, 'peers_h200.json')}")
+fmt = "{:<34} {:>6} {:<5} {:<28} {:>9} {:>9} {:>7}  {}"
+print(fmt.format("shape", "k", "dtype", "peer", "peer us", "mtk us", "x", "status"))
+for r in rows:
+    def f(v):
+        return "-" if v is None else f"{v:.1f}"
+    x = r.get("speedup")
+    print(fmt.format(r["shape"], r["k"], r["dtype"], r["peer"], f(r.get("peer_us")),
+                     f(r.get("metaltopk_us")), "-" if x is None else f"{x:.2f}", r["status"]))
+PY
+say "done (peers_bench exit $peers_status, sglang_gate exit $sglang_status)"
+[ "$peers_status" -eq 0 ] && [ "$sglang_status" -eq 0 ]

@@ -1,0 +1,32 @@
+"""metaltopk for PyTorch programs: torch ops, torch tensors, export and AOTInductor.
+
+Importing metaltopk imports this module when torch is importable. Then:
+
+- `torch.ops.metaltopk.mtk_topk(x, k, dim=-1, largest=True, sorted=True)` stands in for
+  torch.topk (same schema, autograd like torch.topk's), and
+  `torch.ops.metaltopk.mtk_moe_route(logits, k, scoring="softmax", bias=None, n_group=0,
+  topk_group=0, renormalize=True, scale=1.0, index_dtype=torch.int32)` is the fused router; both
+  have CPU and CUDA kernels and fake kernels, so they work under torch.compile(fullgraph=True),
+  torch.export and CUDA graph capture.
+- `metaltopk.topk` and `metaltopk.moe_route` take torch tensors on any device and return torch
+  tensors on the same device; outputs and scratch come from torch's allocator.
+- `replace_topk(exported_program)` rewrites an exported program's aten.topk (and, optionally,
+  the softmax -> topk -> renormalise router pattern) into these ops.
+- `aoti_config()` is the AOTInductor configuration that makes a compiled model call the C shim
+  library `libmetaltopk_aoti` directly (adapters/aoti/).
+"""
+
+import torch
+
+from .. import _core
+from . import _ops, _tensors
+from ._aoti import AOTI_LIBRARY_NAME, aoti_config, aoti_library_path, load_aoti_library
+from ._export import replace_topk
+
+_core.register_type_handler(torch.Tensor, _tensors.TorchArrays)
+
+topk_op = torch.ops.metaltopk.mtk_topk.default
+moe_route_op = torch.ops.metaltopk.mtk_moe_route.default
+
+__all__ = ["topk_op", "moe_route_op", "replace_topk", "aoti_config", "aoti_library_path",
+           "load_aoti_library", "AOTI_LIBRARY_NAME"]

@@ -1,0 +1,74 @@
+"""AOTInductor: the C shim library and the inductor configuration that calls it.
+
+With `aoti_config()` among its inductor configs, `torch._inductor.aoti_compile_and_package`
+compiles each metaltopk op into a direct call of the shim library's C function
+(`aoti_torch_<device>_mtk_topk`, `aoti_torch_<device>_mtk_moe_route`) and links the model
+against the library. A process that loads the package must be able to resolve those symbols:
+`load_aoti_library()` loads the library globally for Python's `aoti_load_package`; a C++ program
+links it (adapters/aoti/).
+"""
+
+import ctypes
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from .._ffi import library_path
+
+AOTI_LIBRARY_NAME = "metaltopk_aoti"
+_SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
+
+# The C shim declarations AOTInductor's generated code calls, per op. Argument order and types
+# follow the ops' schemas (adapters/aoti/metaltopk_aoti.h declares the same functions).
+_TOPK_SHIM = ("AOTITorchError aoti_torch_{device}_mtk_topk(AtenTensorHandle self, int64_t k, "
+              "int64_t dim, int32_t largest, int32_t sorted, AtenTensorHandle* ret0, "
+              "AtenTensorHandle* ret1)")
+_MOE_ROUTE_SHIM = ("AOTITorchError aoti_torch_{device}_mtk_moe_route(AtenTensorHandle logits, "
+                   "int64_t k, const char* scoring, AtenTensorHandle* bias, int64_t n_group, "
+                   "int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype, "
+                   "AtenTensorHandle* ret0, AtenTensorHandle* ret1)")
+DEVICES = ("cpu", "cuda")
+
+
+def aoti_library_path() -> Path:
+    """The shim library, built beside libmetaltopk (`make` builds it where torch's headers are
+    found)."""
+    return Path(library_path).with_name(f"lib{AOTI_LIBRARY_NAME}{_SUFFIX}")
+
+
+_loaded = None
+
+
+def load_aoti_library() -> ctypes.CDLL:
+    """Loads the shim library with its symbols global, so that AOTInductor packages compiled
+    with aoti_config() resolve their calls in this process."""
+    global _loaded
+    if _loaded is None:
+        path = aoti_library_path()
+        if not path.is_file():
+            raise RuntimeError(f"metaltopk: the AOTInductor shim library {path} was not built "
+                               "(run `make` where torch's headers are found)")
+        _loaded = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    return _loaded
+
+
+def aoti_config(devices=DEVICES) -> dict:
+    """Inductor configs that compile metaltopk's ops into calls of the shim library, for
+    torch._inductor.aoti_compile_and_package(..., inductor_configs=aoti_config())."""
+    shims = [template.format(device=device) for device in devices
+             for template in (_TOPK_SHIM, _MOE_ROUTE_SHIM)]
+    library = aoti_library_path()
+    return {
+        "aot_inductor.custom_ops_to_c_shims": {
+            torch.ops.metaltopk.mtk_topk.default: [s for s in shims if "mtk_topk(" in s],
+            torch.ops.metaltopk.mtk_moe_route.default: [s for s in shims if "mtk_moe_route(" in s],
+        },
+        # Inductor links each entry as -l<entry> on a command line it splits with shlex, so the
+        # entry can carry the library's folder: for the linker (-L) and for the loader of the
+        # compiled model (its run path), wherever the library was built.
+        "aot_inductor.custom_op_libs": [
+            f"{AOTI_LIBRARY_NAME} -L{shlex.quote(str(library.parent))} "
+            f"-Wl,-rpath,{shlex.quote(str(library.parent))}"],
+    }

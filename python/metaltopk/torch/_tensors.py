@@ -1,0 +1,201 @@
+"""torch tensors in the library: described in place, outputs and scratch allocated by torch.
+
+A CPU tensor runs on the CPU backend and a CUDA tensor on the CUDA backend of its device, on
+torch's current stream. Outputs, and the scratch a call needs, come from torch's allocator (the
+caching allocator on CUDA) through the library's workspace ABI: the library holds no scratch of
+its own for torch calls, and a call inside CUDA graph capture allocates from the graph's pool.
+Tensors on other devices (MPS, XPU, ...) go through a host copy.
+
+The eager path is host-bound for small inputs (MoE routing), so a call's geometry, context and
+scratch size are looked up once per (shape, strides, dtype, device, k, dim, largest, sorted) and a
+call then costs two or three allocations, one struct pack and one library call.
+"""
+
+import operator
+
+import torch
+
+from .. import _core
+from .._ffi import ffi, lib
+from ..router import _route_device_tensors, route_params
+
+# Contract dtype names; torch calls these dtypes the same.
+DTYPE_NAMES = {getattr(torch, name): name for name in _core.DTYPE_CODES}
+
+
+def unsupported_dtype(dtype, function="topk") -> TypeError:
+    return TypeError(f"metaltopk.{function}: dtype {dtype} is not supported (supported: "
+                     + ", ".join(_core.DTYPE_CODES) + ")")
+
+
+_empty_strided = torch.empty_strided
+_empty = torch.empty
+_uint8 = torch.uint8
+_int64 = torch.int64
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_with_workspace = lib.mtk_topk_with_workspace
+_NULL = ffi.NULL
+_stream_handle = _core._stream_handle
+_acquire_block = _core._acquire_block
+_free_blocks = _core._free_blocks
+
+
+class _Plan:
+    """What a call of one geometry needs beyond its tensors' addresses."""
+
+    __slots__ = ("ctx", "handle", "device", "device_index", "out_shape", "out_strides", "layout",
+                 "input_fields", "values_fields", "indices_fields", "workspace_bytes")
+
+
+_PLAN_CACHE_SIZE = 1024
+_plans = {}
+
+
+def _new_plan(key, x) -> _Plan:
+    shape, strides, dtype, device_index, k, dim, largest, sorted = key
+    name = DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise unsupported_dtype(dtype)
+    backend = "cpu" if device_index < 0 else "cuda"
+    ctx = _core.context(backend, max(device_index, 0))
+    geometry = _core._geometry(tuple(shape), tuple(strides), 1, k, dim)
+    code = _core.DTYPE_CODES[name]
+    input_fields = (code, geometry.ndim, *geometry.input_dims)
+    size = ffi.new("size_t*")
+    probe = _core._describe(x.data_ptr(), name, geometry.input_dims[:geometry.ndim],
+                            geometry.input_dims[geometry.ndim:])
+    # Validates k and dim (the library's own errors) and sizes the scratch, once per geometry.
+    _core.check(lib.mtk_topk_workspace_size(ctx.handle, probe, k, dim, largest, sorted,
+                                            lib.MTK_INT64, size), ctx.backend)
+    plan = _Plan()
+    plan.ctx, plan.handle = ctx, ctx.handle
+    plan.device, plan.device_index = x.device, device_index
+    plan.out_shape, plan.out_strides = geometry.out_shape, geometry.out_strides
+    plan.layout = _core._CALL_LAYOUTS[geometry.ndim]
+    plan.input_fields = input_fields
+    plan.values_fields = (code, geometry.ndim, *geometry.output_dims)
+    plan.indices_fields = (lib.MTK_INT64, geometry.ndim, *geometry.output_dims)
+    plan.workspace_bytes = size[0]
+    if len(_plans) >= _PLAN_CACHE_SIZE:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
+    """The torch op's kernel (below autograd): fresh (values, indices) on x's device."""
+    device_index = x.get_device()
+    if device_index >= 0 and not x.is_cuda:
+        values, indices = topk_kernel(x.cpu(), k, dim, largest, sorted)
+        return values.to(x.device), indices.to(x.device)
+    key = (x.shape, x.stride(), x.dtype, device_index, k, dim, largest, sorted)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _new_plan(key, x)
+    device = plan.device
+    values = _empty_strided(plan.out_shape, plan.out_strides, dtype=x.dtype, device=device)
+    indices = _empty_strided(plan.out_shape, plan.out_strides, dtype=_int64, device=device)
+    workspace_bytes = plan.workspace_bytes
+    if workspace_bytes:
+        # Held until the library has enqueued its work, then freed: on CUDA the caching allocator
+        # hands a freed block out again only in stream order.
+        scratch = _empty((workspace_bytes,), dtype=_uint8, device=device)
+        workspace = ffi.cast("void*", scratch.data_ptr())
+    else:
+        scratch, workspace = None, _NULL
+    stream = _NULL if device_index < 0 else _stream_handle(_current_raw_stream(device_index))
+    block = _acquire_block()
+    try:
+        plan.layout.pack_into(block.memory, 0, x.data_ptr(), *plan.input_fields,
+                              values.data_ptr(), *plan.values_fields,
+                              indices.data_ptr(), *plan.indices_fields)
+        status = _with_workspace(plan.handle, block.input, k, dim, largest, sorted, block.values,
+                                 block.indices, workspace, workspace_bytes, stream)
+    finally:
+        _free_blocks.append(block)
+    if status:
+        _core.check(status, plan.ctx.backend)
+    return values, indices
+
+
+def tensor_view(tensor, function="moe_route") -> _core.DeviceTensor:
+    """The generic array-adapter view of a CPU or CUDA tensor (the router's path)."""
+    name = DTYPE_NAMES.get(tensor.dtype)
+    if name is None:
+        raise unsupported_dtype(tensor.dtype, function)
+    device_index = tensor.get_device()
+    on_cuda = tensor.is_cuda
+    if device_index >= 0 and not on_cuda:
+        raise ValueError(f"metaltopk.{function}: tensors on {tensor.device} are not supported "
+                         "(CPU and CUDA are)")
+    stream = _current_raw_stream(device_index) if on_cuda else 0
+    device = tensor.device
+
+    def new_empty(shape, dtype_name):
+        out = _empty(shape, dtype=getattr(torch, dtype_name), device=device)
+        return _core.DeviceTensor(out, out.data_ptr(), dtype_name, tuple(shape), out.stride(),
+                                  "cuda" if on_cuda else "cpu", max(device_index, 0), stream,
+                                  new_empty)
+
+    return _core.DeviceTensor(tensor, tensor.data_ptr(), name, tuple(tensor.shape),
+                              tensor.stride(), "cuda" if on_cuda else "cpu",
+                              max(device_index, 0), stream, new_empty)
+
+
+SCORINGS = ("softmax", "sigmoid", "none")
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_group=0,
+                     renormalize=True, scale=1.0, index_dtype=torch.int32):
+    """The router op's kernel: (weights float32 [T, k], ids index_dtype [T, k])."""
+    if index_dtype not in INDEX_DTYPES:
+        raise TypeError(f"metaltopk.moe_route: index_dtype = {index_dtype} must be torch.int32 "
+                        "or torch.int64")
+    make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
+    bias_view = None if bias is None else tensor_view(bias)
+    return _route_device_tensors(tensor_view(logits), bias_view, k,
+                                 DTYPE_NAMES[index_dtype], make_params, None)
+
+
+def _backend_of(x) -> str:
+    return "cuda" if x.is_cuda else "cpu"
+
+
+def _check_backend(x, backend, function):
+    if backend is not None and backend != "default" and backend != _backend_of(x):
+        raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend = "
+                         f"{backend!r} was asked for")
+
+
+_is_compiling = torch.compiler.is_compiling
+_is_grad_enabled = torch.is_grad_enabled
+_Tensor = torch.Tensor
+
+
+class TorchArrays:
+    """metaltopk.topk and moe_route on torch tensors. Plain tensors that need no gradient take
+    the kernel directly (a dispatcher round trip and the autograd wrapper cost more host time
+    than the call itself at MoE sizes); anything else (gradients, torch.compile, export,
+    tensor subclasses such as FakeTensor) goes through the registered op."""
+
+    @staticmethod
+    def topk(x, k, dim, largest, sorted, backend):
+        if backend is not None:
+            _check_backend(x, backend, "topk")
+        if (type(x) is not _Tensor or (x.requires_grad and _is_grad_enabled())
+                or _is_compiling()):
+            return torch.ops.metaltopk.mtk_topk(x, k, dim, bool(largest), bool(sorted))
+        return topk_kernel(x, operator.index(k), operator.index(dim), 1 if largest else 0,
+                           1 if sorted else 0)
+
+    @staticmethod
+    def moe_route(logits, k, *, scoring, bias, n_group, topk_group, renormalize, scale,
+                  index_dtype, backend):
+        _check_backend(logits, backend, "moe_route")
+        if not isinstance(index_dtype, torch.dtype):  # numpy's int32 / int64
+            index_dtype = getattr(torch, _core.np.dtype(index_dtype).name)
+        return torch.ops.metaltopk.mtk_moe_route(
+            logits, k, scoring, bias, 0 if n_group is None else n_group,
+            0 if topk_group is None else topk_group, bool(renormalize), float(scale),
+            index_dtype)

@@ -1,0 +1,46 @@
+# tests/aoti: the AOTInductor shim (adapters/aoti/) in a runtime that is not libtorch
+# (shim_runtime_test.cpp: every failure path, no leaks), and the C++ program that runs AOTInductor
+# packages through AOTIModelPackageLoader for the torch tests (tests/torch/test_torch_ops.py).
+
+AOTI_TEST_OUT := $(BUILD)/tests/aoti
+AOTI_TEST_SHIM := $(AOTI_TEST_OUT)/libmetaltopk_aoti.$(LIB_EXT)
+AOTI_RUNNER := $(AOTI_TEST_OUT)/aoti_runner
+
+ifeq ($(UNAME),Darwin)
+AOTI_TEST_EXPORTS :=
+AOTI_TEST_SHIM_LINK := -undefined dynamic_lookup
+else
+AOTI_TEST_EXPORTS := -rdynamic
+AOTI_TEST_SHIM_LINK :=
+endif
+
+# The shim as an ExecuTorch runtime would take it: no torch library linked, so its runtime
+# symbols bind to the test program's, and linking the program fails on any function the test's
+# runtime lacks. The origin's MPS entry is compiled in, so its error path runs here too.
+$(AOTI_TEST_SHIM): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) tests/aoti/aoti.mk
+	@mkdir -p $(dir $@)
+	$(CXX) $(AOTI_CXXFLAGS) -DMETALTOPK_AOTI_MPS -shared $(AOTI_SONAME) $(AOTI_SRC) -o $@ \
+	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) $(AOTI_TEST_SHIM_LINK)
+
+$(AOTI_TEST_OUT)/shim_runtime_test: tests/aoti/shim_runtime_test.cpp $(AOTI_TEST_SHIM) \
+    include/metaltopk_testing.h
+	$(CXX) $(AOTI_CXXFLAGS) -DMETALTOPK_AOTI_MPS $(AOTI_TEST_EXPORTS) $< -o $@ \
+	  -L$(AOTI_TEST_OUT) -lmetaltopk_aoti -L$(BUILD) -lmetaltopk \
+	  -Wl,-rpath,$(abspath $(AOTI_TEST_OUT)) -Wl,-rpath,$(abspath $(BUILD))
+
+# A CUDA torch's device support lives in libtorch_cuda, which the runner uses no symbol of.
+AOTI_RUNNER_CUDA = $(if $(TORCH_CUDA),-Wl$(comma)--no-as-needed -ltorch_cuda -Wl$(comma)--as-needed)
+comma := ,
+TORCH_CXX11_ABI = $(shell $(PYTHON) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
+
+$(AOTI_RUNNER): tests/aoti/aoti_runner.cpp tests/aoti/aoti.mk
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_CXX11_ABI) -isystem $(TORCH_DIR)/include \
+	  -isystem $(TORCH_DIR)/include/torch/csrc/api/include $< -o $@ -L$(TORCH_DIR)/lib -ltorch \
+	  -ltorch_cpu -lc10 $(AOTI_RUNNER_CUDA) -Wl,-rpath,$(TORCH_DIR)/lib
+
+.PHONY: test-aoti
+test-aoti: $(AOTI_TEST_OUT)/shim_runtime_test
+	$<
+
+TEST_TARGETS += test-aoti
