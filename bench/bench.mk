@@ -1,8 +1,10 @@
 # `make bench`: benchmarks, one target per backend area hung under `bench`.
 #
-# bench-cpu: the CPU backend against torch.topk (2 threads) and numpy on every CPU shape of
-# BENCHMARKS.md, in one process (bench/bench_cpu.py; results and history in bench/CPU_NOTES.md).
-# bench-router: the fused MoE router (CPU) against the torch composite (bench/bench_router.py).
+# bench-cpu: the CPU backend against torch.topk (2 threads) and numpy on the CPU shapes (MoE,
+# sampling, select), in one process (bench/bench_cpu.py; results in bench/results/cpu.json, the
+# design and measurements in bench/CPU_NOTES.md).
+# bench-router: the fused MoE router (CPU) against the torch composite (bench/bench_router.py;
+# results in bench/results/router_cpu.json).
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--seconds 2".
 
 BENCH_ARGS ?=
@@ -20,8 +22,8 @@ bench-router: $(LIBRARY) python-deps
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) PYTHONPATH=$(abspath python) \
 	  $(PYTHON) bench/bench_router.py
 
-# bench-cpu-kernel: single-thread CPU time of the CPU backend per shape (bench/CPU_NOTES.md's
-# version table); not part of `make bench`, which compares against the anchors.
+# bench-cpu-kernel: single-thread CPU time of the CPU backend per shape (bench/CPU_NOTES.md);
+# not part of `make bench`, which compares against the anchors.
 CPU_KERNEL_TIME := $(BUILD)/bench/cpu_kernel_time
 
 $(CPU_KERNEL_TIME): bench/cpu_kernel_time.c include/metaltopk.h $(LIBRARY)

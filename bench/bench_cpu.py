@@ -1,19 +1,26 @@
 """CPU benchmark: metaltopk's CPU backend against torch.topk and numpy, in one process.
 
-Runs every CPU shape of BENCHMARKS.md through `metaltopk.topk(..., backend="cpu")`,
-`torch.topk` (2 threads) and numpy (argpartition, then a stable sort of the k), and prints the
-median times, the ratios and the geometric-mean speedup over torch. Before timing a shape it
-checks that metaltopk's values equal torch's, so a wrong answer is never timed. numpy has no
-bfloat16 ordering, so for bf16 shapes the numpy anchor runs on the float32 upcast (marked "*").
+Runs the CPU shapes below (MoE routing, LLM sampling, huge selects; bench/CPU_NOTES.md) through
+`metaltopk.topk(..., backend="cpu")`, `torch.topk` (2 threads) and numpy (argpartition, then a
+stable sort of the k), and prints the median times, the ratios and the geometric-mean speedup
+over torch. Before timing a shape it checks that metaltopk's values equal torch's, so a wrong
+answer is never timed. numpy has no bfloat16 ordering, so for bf16 shapes the numpy anchor runs
+on the float32 upcast (marked "*"). The results also go to a JSON file (default
+bench/results/cpu.json) with the run's date, host and library versions.
 
-Usage: python3 bench/bench_cpu.py [--seconds S] [--threads T]
+Usage: python3 bench/bench_cpu.py [--seconds S] [--threads T] [--json PATH]
 """
 
 import argparse
+import datetime
+import json
 import math
+import os
+import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -21,8 +28,8 @@ import torch
 
 import metaltopk
 
-# (family, rows, n, k, dtype, dim) as listed in BENCHMARKS.md; dim 0 means the input is
-# (n, rows) and the top-k runs down its columns.
+# (family, rows, n, k, dtype, dim); dim 0 means the input is (n, rows) and the top-k runs down
+# its columns.
 SHAPES = [
     ("MoE", 4096, 256, 8, "float32", -1),
     ("MoE", 4096, 256, 8, "bfloat16", -1),
@@ -33,6 +40,8 @@ SHAPES = [
     ("select", 1, 2**24, 100, "float32", -1),
     ("select", 1, 2**22, 10000, "float32", -1),
 ]
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 NUMPY_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
@@ -92,6 +101,41 @@ def make_input(rows, n, dtype, dim, rng):
     return x, t, upcast
 
 
+def cpu_model():
+    """The CPU's model name, where the platform says it."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_meta(threads):
+    """What a results file needs to be read later: when, where, and with which versions."""
+    return {
+        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "host": {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+                 "system": f"{platform.system()} {platform.release()}",
+                 "machine": platform.machine(),
+                 # other processes' load at the time of the call: 1, 5 and 15 minute averages
+                 "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "python": platform.python_version(),
+        "metaltopk": metaltopk.__version__,
+        "torch": torch.__version__,
+        "torch_threads": threads,
+        "numpy": np.__version__,
+    }
+
+
+def write_json(path, document):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"results written to {path}")
+
+
 def as_float32(values):
     return np.asarray(values).astype(np.float32)
 
@@ -102,8 +146,11 @@ def main():
                         help="timing budget per shape and library")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads (metaltopk uses one per hardware thread)")
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "cpu.json",
+                        help="where the results go (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    meta = run_meta(torch.get_num_threads())  # the date and load average of the run's start
     rng = np.random.default_rng(2026)
     bandwidth = copy_bandwidth()
     print(f"metaltopk {metaltopk.__version__} ({metaltopk.library_path}), "
@@ -116,7 +163,7 @@ def main():
               f"{'floor/mtk':>9}")
     print(header)
     print("-" * len(header))
-    speedups, failures = [], []
+    speedups, failures, rows_out = [], [], []
     for family, rows, n, k, dtype, dim in SHAPES:
         x, t, upcast = make_input(rows, n, dtype, dim, rng)
         ours_values, ours_indices = metaltopk.topk(x, k, dim, backend="cpu")
@@ -134,11 +181,17 @@ def main():
         itemsize = x.dtype.itemsize
         floor = (rows * n * itemsize + rows * k * (itemsize + 8)) / bandwidth
         speedups.append(theirs / ours)
+        rows_out.append({"family": family, "rows": rows, "n": n, "k": k, "dtype": dtype,
+                         "dim": dim, "floor_ms": floor * 1e3, "metaltopk_ms": ours * 1e3,
+                         "torch_ms": theirs * 1e3, "numpy_ms": numpy_s * 1e3,
+                         "numpy_on_float32_upcast": dtype == "bfloat16",
+                         "speedup_vs_torch": theirs / ours, "speedup_vs_numpy": numpy_s / ours})
         shape = f"{n}x{rows}" if dim == 0 else f"{rows}x{n}"
         star = "*" if dtype == "bfloat16" else " "
         print(f"{family:22} {shape:>13} {k:>5} {dtype:>8} {dim:>3} | {floor * 1e3:8.3f} "
               f"{ours * 1e3:8.3f} {theirs * 1e3:8.3f} {numpy_s * 1e3:8.3f}{star} | "
               f"{theirs / ours:7.2f}x {numpy_s / ours:7.2f}x {floor / ours:8.0%}")
+    geomean = None
     if speedups:
         geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
         print(f"geometric-mean speedup over torch.topk: {geomean:.2f}x over {len(speedups)} shapes "
@@ -146,6 +199,10 @@ def main():
         print("* numpy anchor on the float32 upcast of the bfloat16 input")
     for failure in failures:
         print("WRONG RESULT:", failure, file=sys.stderr)
+    meta["host"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    meta["host_copy_gb_per_s"] = bandwidth / 1e9
+    write_json(args.json, {"meta": meta, "results": rows_out,
+                           "geomean_speedup_vs_torch": geomean, "failures": failures})
     return 1 if failures else 0
 
 

@@ -8,12 +8,15 @@ Routers timed, on bf16 logits (as models run them):
 Before timing a shape the two results are compared, so a wrong answer is never timed. Times are
 medians of interleaved rounds (so machine load hits both alike); ratio = torch / metaltopk.
 
+The results also go to a JSON file (default bench/results/router_cpu.json) with the run's date,
+host and library versions.
+
 Usage: python3 bench/bench_router.py [--seconds S] [--threads T] [--json PATH]
 """
 
 import argparse
-import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 
 import metaltopk
-from bench_cpu import interleaved_medians
+from bench_cpu import RESULTS_DIR, interleaved_medians, run_meta, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "router"))
 from torch_routers import torch_deepseek_v3, torch_softmax_composite  # noqa: E402
@@ -79,9 +82,11 @@ def main():
     parser.add_argument("--seconds", type=float, default=0.5, help="time budget per case")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads (metaltopk's CPU context uses every hardware thread)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "router_cpu.json",
+                        help="where the results go (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    meta = run_meta(torch.get_num_threads())  # the date and load average of the run's start
     rng = np.random.default_rng(0)
     cases = [("softmax", t, e, k, False) for e, k in EXPERTS_K for t in TOKENS]
     cases += [("deepseek-v3", t, 256, 8, True) for t in TOKENS]
@@ -96,8 +101,9 @@ def main():
               f"{row['torch_us']:>10.1f} {row['ratio']:>6.2f}x", flush=True)
     geomean = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
     print(f"geometric-mean speedup over torch: {geomean:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "geomean_speedup": geomean}, indent=1))
+    meta["host"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    write_json(args.json, {"meta": meta, "rows": rows,
+                           "geomean_speedup": geomean})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
  * around the backend. Calls the CPU backend CALLS times on one short row (1x128 bf16, k = 8);
  * bench/core_call_instructions.sh runs it under callgrind and subtracts the backend's
  * instructions from mtk_topk's. Instruction counts do not depend on the machine's load, so
- * versions compare exactly (bench/CUDA_NOTES.md, v16). */
+ * versions compare exactly (bench/CUDA_NOTES.md). */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
-/* Single-thread CPU time of the CPU backend on the CPU shapes of BENCHMARKS.md (f32, normal
- * data), read with CLOCK_PROCESS_CPUTIME_ID so that other jobs on a shared machine do not count:
- * the per-version table of bench/CPU_NOTES.md. Prints the minimum of `repeats` calls, in ms. */
+/* Single-thread CPU time of the CPU backend on the CPU shapes of bench/bench_cpu.py (f32, normal
+ * data), read with CLOCK_PROCESS_CPUTIME_ID so that other jobs on a shared machine do not count
+ * (bench/CPU_NOTES.md). Prints the minimum of `repeats` calls, in ms. */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-"""The top-k contract (docs: CONTRACT.md), checked on every backend this machine can run.
+"""The top-k contract (docs/CONTRACT.md), checked on every backend this machine can run.
 
 Results are compared with the independent numpy model in reference.py: values as raw bits,
 indices exactly. torch.topk (CPU) is a second, looser oracle (it leaves tie order open).

@@ -5,7 +5,7 @@
 //
 // Usage: bench_c_abi [--calls N] [--reps R] [--singles S] SHAPE...
 //   SHAPE = family:rows:n:k:dtype:dim  (dtype float32 or bfloat16; dim 0 means the input is
-//           [n, rows] and the top-k runs down its columns, as in BENCHMARKS.md)
+//           [n, rows] and the top-k runs down its columns, as in bench_cuda.py)
 // Per shape and per sorted mode, prints one JSON line:
 //   eager_us   median over R repetitions of (time of N back-to-back calls) / N, CUDA events
 //              around the whole burst: max(host cost, device time) per call, what a runtime

@@ -1,4 +1,4 @@
-"""metaltopk's CUDA backend against torch.topk on every GPU shape of BENCHMARKS.md, in one run.
+"""metaltopk's CUDA backend against torch.topk on the GPU shapes below, in one run.
 
 For each shape: median CUDA-event time of single eager calls, and of calls replayed from a CUDA
 graph (graph of `--graph-calls` calls, time per call), for torch.topk(sorted=True) and
@@ -31,7 +31,7 @@ from c_abi_runner import run_json_lines
 COPY_BANDWIDTH = 4.21e12  # bytes/s, device-to-device copy measured on the project's H200
 LAUNCH_FLOOR = 2e-6
 
-# (family, rows, n, k, dtype, dim) as in BENCHMARKS.md; dim 0 means the tensor is [n, rows].
+# (family, rows, n, k, dtype, dim); dim 0 means the tensor is [n, rows].
 SHAPES = [
     ("moe", 1, 256, 8, "bfloat16", -1),
     ("moe", 128, 256, 8, "bfloat16", -1),

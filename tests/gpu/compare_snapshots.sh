@@ -9,7 +9,7 @@
 #
 # Usage: tests/gpu/compare_snapshots.sh NAME=SNAPSHOT.tar ... [-- SHAPE ...]
 #   SHAPE as bench_c_abi takes it (family:rows:n:k:dtype:dim); default: the long-row shapes of
-#   BENCHMARKS.md. The first snapshot is the baseline of the ratios.
+#   bench_cuda.py. The first snapshot is the baseline of the ratios.
 # Logs go to $OUT (or ./gpu-out); the table (median of the rounds' eager us per call, sorted=True,
 # with their range, and the ratio to the baseline) is printed last.
 # CONFORMANCE="ARGS" (e.g. "--sampled", or "" for the whole suite) also builds each snapshot's

@@ -1,7 +1,7 @@
 """metaltopk on torch CUDA tensors (python/metaltopk/torch/) and CuPy arrays (_cupy.py), on the GPU.
 
 Checked against an independent numpy reference (tests/reference.py) bit for bit, and against
-torch.topk on the device the way CONTRACT.md allows (values NaN-aware equal, values are the
+torch.topk on the device the way docs/CONTRACT.md allows (values NaN-aware equal, values are the
 gathered input bits, indices unique). Skipped where torch has no CUDA device.
 """
 
