@@ -65,21 +65,40 @@ def _moe_route_fake(logits, k, scoring="softmax", bias=None, n_group=0, topk_gro
             logits.new_empty(shape, dtype=index_dtype))
 
 
-def _topk_setup_context(ctx, inputs, output):
-    self = inputs[0]
-    ctx.dim = inputs[2] if len(inputs) > 2 else -1
-    ctx.input_shape = self.shape
-    ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(output[1])
+class _TopkFunction(torch.autograd.Function):
+    """torch.topk's gradient: the values' gradient goes to the selected positions."""
+
+    @staticmethod
+    def forward(ctx, self, k, dim, largest, sorted):
+        values, indices = torch.ops.metaltopk.mtk_topk.default(self, k, dim, largest, sorted)
+        ctx.dim, ctx.input_shape = dim, self.shape
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        (indices,) = ctx.saved_tensors
+        if not ctx.input_shape:  # 0-d: the value is the input itself
+            return grad_values, None, None, None, None
+        grad = grad_values.new_zeros(ctx.input_shape).scatter(ctx.dim, indices, grad_values)
+        return grad, None, None, None, None
 
 
-def _topk_backward(ctx, grad_values, grad_indices):
-    (indices,) = ctx.saved_tensors
-    if not ctx.input_shape:  # 0-d: the value is the input itself
-        return grad_values, None, None, None, None
-    grad = grad_values.new_zeros(ctx.input_shape).scatter(ctx.dim, indices, grad_values)
-    return grad, None, None, None, None
+_after_autograd = torch._C._after_autograd_keyset
 
 
-torch.library.register_autograd("metaltopk::mtk_topk", _topk_backward,
-                                setup_context=_topk_setup_context)
+def _topk_autograd(keyset, self, k, dim=-1, largest=True, sorted=True):
+    """The op's Autograd kernel. torch.library.register_autograd would do the same, but its
+    generic wrapper costs more host time than a small top-k call itself; here a plain tensor
+    that needs no gradient goes straight to the kernel, and everything else (gradients, fake,
+    functional and meta tensors) takes the usual path below autograd."""
+    if self.requires_grad and torch.is_grad_enabled():
+        return _TopkFunction.apply(self, k, dim, largest, sorted)
+    if type(self) is torch.Tensor and not self.is_meta:
+        return _tensors.topk_kernel(self, k, dim, largest, sorted)
+    return torch.ops.metaltopk.mtk_topk.default.redispatch(keyset & _after_autograd, self, k,
+                                                           dim, largest, sorted)
+
+
+_library.impl("mtk_topk", _topk_autograd, "Autograd", with_keyset=True)

@@ -171,6 +171,11 @@ def _check_backend(x, backend, function):
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
 _Tensor = torch.Tensor
+_index = operator.index
+
+
+def _topk_op(x, k, dim, largest, sorted):
+    return torch.ops.metaltopk.mtk_topk.default(x, k, dim, largest, sorted)
 
 
 class TorchArrays:
@@ -183,11 +188,10 @@ class TorchArrays:
     def topk(x, k, dim, largest, sorted, backend):
         if backend is not None:
             _check_backend(x, backend, "topk")
-        if (type(x) is not _Tensor or (x.requires_grad and _is_grad_enabled())
-                or _is_compiling()):
-            return torch.ops.metaltopk.mtk_topk(x, k, dim, bool(largest), bool(sorted))
-        return topk_kernel(x, operator.index(k), operator.index(dim), 1 if largest else 0,
-                           1 if sorted else 0)
+        if type(x) is _Tensor and not (x.requires_grad and _is_grad_enabled()) \
+                and not x.is_meta and not _is_compiling():
+            return topk_kernel(x, _index(k), _index(dim), largest, sorted)
+        return _topk_op(x, k, dim, bool(largest), bool(sorted))
 
     @staticmethod
     def moe_route(logits, k, *, scoring, bias, n_group, topk_group, renormalize, scale,
