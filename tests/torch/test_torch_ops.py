@@ -238,7 +238,7 @@ def test_aoti_package_runs_the_shim_exactly(aoti_packages, name):
 
 def test_aoti_package_runs_from_cpp(aoti_packages, tmp_path):
     """The packages again, loaded by a C++ program through AOTIModelPackageLoader, without
-    Python: the model finds the shim library by the run path aoti_config gave it."""
+    Python: the program links the shim library, which the compiled models call."""
     runner = os.environ.get("METALTOPK_AOTI_RUNNER")
     if not runner:
         pytest.skip("METALTOPK_AOTI_RUNNER is not set (make test builds tests/aoti/aoti_runner)")

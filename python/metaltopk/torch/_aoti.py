@@ -3,9 +3,11 @@
 With `aoti_config()` among its inductor configs, `torch._inductor.aoti_compile_and_package`
 compiles each metaltopk op into a direct call of the shim library's C function
 (`aoti_torch_<device>_mtk_topk`, `aoti_torch_<device>_mtk_moe_route`) and links the model
-against the library. A process that loads the package must be able to resolve those symbols:
-`load_aoti_library()` loads the library globally for Python's `aoti_load_package`; a C++ program
-links it (adapters/aoti/).
+against the library. A process that loads the package must have the library loaded:
+`load_aoti_library()` does that for Python's `aoti_load_package` (aoti_config calls it); a C++
+program links the library (tests/aoti/aoti_runner.cpp does). A run path baked into the model
+instead crashed torch 2.11's package loader on the H200 machine, inside the model's own
+constructor; with the library loaded first, the same package loads and runs.
 """
 
 import ctypes
@@ -56,19 +58,18 @@ def load_aoti_library() -> ctypes.CDLL:
 
 def aoti_config(devices=DEVICES) -> dict:
     """Inductor configs that compile metaltopk's ops into calls of the shim library, for
-    torch._inductor.aoti_compile_and_package(..., inductor_configs=aoti_config())."""
+    torch._inductor.aoti_compile_and_package(..., inductor_configs=aoti_config()). Loads the
+    library into this process (load_aoti_library), so packages compiled here load here too."""
+    load_aoti_library()
     shims = [template.format(device=device) for device in devices
              for template in (_TOPK_SHIM, _MOE_ROUTE_SHIM)]
-    library = aoti_library_path()
     return {
         "aot_inductor.custom_ops_to_c_shims": {
             torch.ops.metaltopk.mtk_topk.default: [s for s in shims if "mtk_topk(" in s],
             torch.ops.metaltopk.mtk_moe_route.default: [s for s in shims if "mtk_moe_route(" in s],
         },
         # Inductor links each entry as -l<entry> on a command line it splits with shlex, so the
-        # entry can carry the library's folder: for the linker (-L) and for the loader of the
-        # compiled model (its run path), wherever the library was built.
+        # entry can carry the folder the linker finds the library in.
         "aot_inductor.custom_op_libs": [
-            f"{AOTI_LIBRARY_NAME} -L{shlex.quote(str(library.parent))} "
-            f"-Wl,-rpath,{shlex.quote(str(library.parent))}"],
+            f"{AOTI_LIBRARY_NAME} -L{shlex.quote(str(aoti_library_path().parent))}"],
     }
