@@ -3,8 +3,10 @@
 Reads cpu.json and router_cpu.json (`make bench`), cuda_h200.json and router_cuda_h200.json
 (`tests/gpu/run_all.sh` on an H200) and writes one PNG per device into docs/: the speed-up of
 metaltopk over torch on every shape, grouped by shape class (MoE routing, sampling, select) next
-to the fused router's against the torch composite. With --markdown it also prints the README's
-performance tables, so that the tables and the plots come from the same files.
+to the fused router's against the torch composite. peers_h200.json (`bench/peers/run.sh`) gives
+docs/peers_h200.png: metaltopk against the fastest serving-engine kernel on every shape.
+With --markdown it also prints the README's performance tables (torch_host_cost_h200.json, from
+bench/torch_host_cost.py, too), so that the tables and the plots come from the same files.
 
 Usage: python3 bench/plot_results.py [--results DIR] [--out DIR] [--markdown]
 """
@@ -203,6 +205,66 @@ def markdown_cuda(topk, router):
     print(f"\ngeometric means: graph {graph:.1f}x, C loop {loop:.1f}x\n")
 
 
+def best_peer_rows(rows):
+    """Per shape, the fastest peer that ran and matched metaltopk's result, in file order."""
+    best = {}
+    for r in rows:
+        if r.get("peer_us") is None or not r["status"].startswith("match"):
+            continue
+        key = (r["shape"], r["k"], r["dtype"])
+        if key not in best or r["peer_us"] < best[key]["peer_us"]:
+            best[key] = r
+    return list(best.values())
+
+
+def peers_figure(rows, path):
+    fig, ax = plt.subplots(figsize=(11, 0.28 * len(rows) + 1.2))
+    labels = [f"{r['shape']} k={r['k']} {r['dtype']}" for r in rows]
+    ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
+    colours = [CLASS_COLOURS[shape_class(r["family"])] if r["family"] in ("moe", "sampling",
+               "select") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
+                                            else "softmax"] for r in rows]
+    y = range(len(rows))
+    ax.barh(y, ratios, color=colours)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(list(y), labels, fontsize=7)
+    ax.invert_yaxis()
+    for i, (ratio, r) in enumerate(zip(ratios, rows)):
+        ax.text(ratio, i, f" {ratio:.2f}x {r['peer']}", va="center", fontsize=6)
+    ax.set_xlabel("fastest peer's time / metaltopk's time (CUDA graph replay; > 1: metaltopk "
+                  "faster)")
+    ax.set_title("H200: metaltopk against the fastest of FlashInfer, CUB, vLLM and SGLang "
+                 "(bench/peers/run.sh)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown_peers(rows):
+    print("| shape | k | dtype | fastest peer | peer µs | metaltopk µs | x |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['shape']} | {r['k']} | {r['dtype']} | {r['peer']} | {r['peer_us']:.1f} | "
+              f"{r['metaltopk_us']:.1f} | {r['peer_us'] / r['metaltopk_us']:.2f}x |")
+    ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
+    print(f"\ngeometric mean {geomean(ratios):.2f}x over {len(rows)} shapes; "
+          f"behind on {sum(x < 1 for x in ratios)}\n")
+
+
+def markdown_host_cost(doc):
+    meta = doc["meta"]
+    print(f"{meta['device']}: {meta['time'][:10]}, torch {meta['torch']}\n")
+    print("| shape | k | dtype | torch.topk µs | metaltopk.topk µs | x | torch op µs | x |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in doc["rows"]:
+        us = r["us_per_call"]
+        print(f"| {r['shape']} | {r['k']} | {r['dtype']} | {us['torch.topk']:.1f} | "
+              f"{us['metaltopk.topk']:.1f} | {r['python_over_torch']:.2f} | "
+              f"{us['torch.ops.metaltopk.mtk_topk']:.1f} | {r['op_over_torch']:.2f} |")
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
@@ -228,6 +290,15 @@ def main():
                       f"tests/gpu/run_all.sh, {meta['time'][:10]}", args.out / "speedup_h200.png")
         if args.markdown:
             markdown_cuda(cuda, cuda_router)
+    peers = load(args.results / "peers_h200.json")
+    if peers:
+        rows = best_peer_rows(peers)
+        peers_figure(rows, args.out / "peers_h200.png")
+        if args.markdown:
+            markdown_peers(rows)
+    host_cost = load(args.results / "torch_host_cost_h200.json")
+    if host_cost and args.markdown:
+        markdown_host_cost(host_cost)
 
 
 if __name__ == "__main__":
