@@ -250,27 +250,6 @@ std::vector<TopkShape> topk_shapes() {
   };
 }
 
-// Standard-normal input bytes, as bench_c_abi.cpp makes them (threads over the elements).
-std::vector<uint8_t> random_bytes(size_t count, bool bf16, uint64_t seed) {
-  std::vector<uint8_t> host(count * (bf16 ? 2 : 4));
-  auto fill = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      const float v = standard_normal(seed, i);
-      if (bf16) {
-        const uint16_t b = to_bfloat16(v);
-        std::memcpy(&host[i * 2], &b, 2);
-      } else {
-        std::memcpy(&host[i * 4], &v, 4);
-      }
-    }
-  };
-  const size_t workers = count < (1u << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  for (size_t w = 0; w < workers; ++w)
-    threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
-  for (auto& t : threads) t.join();
-  return host;
-}
 
 // The value's place in the order (larger key = larger value; the data holds no NaN).
 uint32_t ordered_key(const uint8_t* p, bool bf16) {
@@ -374,7 +353,7 @@ DeviceArrays upload_rotation(size_t count, bool bf16, uint64_t seed, size_t l2_b
   const size_t rotation = bytes <= l2_bytes ? 4 : 1;
   DeviceArrays d;
   for (size_t b = 0; b < rotation; ++b) {
-    std::vector<uint8_t> host = random_bytes(count, bf16, seed + b);
+    std::vector<uint8_t> host = standard_normal_bytes(count, bf16, seed + b);
     d.inputs.emplace_back(bytes);
     checked(cudaMemcpy(d.inputs.back().get(), host.data(), bytes, cudaMemcpyHostToDevice),
             "upload input");

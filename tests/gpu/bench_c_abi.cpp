@@ -65,28 +65,8 @@ Shape parse_shape(const std::string& spec) {
   return s;
 }
 
-// Standard-normal samples, split over threads. The value distribution matters: radix-select
-// passes see how keys spread over digits.
 std::vector<uint8_t> random_input(const Shape& s, uint64_t seed) {
-  const size_t count = static_cast<size_t>(s.rows * s.n);
-  std::vector<uint8_t> host(count * s.itemsize);
-  auto fill = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      const float value = standard_normal(seed, i);
-      if (s.dtype == MTK_BFLOAT16) {
-        const uint16_t bits = to_bfloat16(value);
-        std::memcpy(&host[i * 2], &bits, 2);
-      } else {
-        std::memcpy(&host[i * 4], &value, 4);
-      }
-    }
-  };
-  const size_t workers = count < (1u << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  for (size_t w = 0; w < workers; ++w)
-    threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
-  for (auto& t : threads) t.join();
-  return host;
+  return standard_normal_bytes(static_cast<size_t>(s.rows * s.n), s.dtype == MTK_BFLOAT16, seed);
 }
 
 // The input and output descriptors of one shape (contiguous; dim 0 swaps the two sizes).

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -118,6 +119,29 @@ inline uint16_t to_bfloat16(float value) {
   std::memcpy(&bits, &value, 4);
   bits += 0x7fff + ((bits >> 16) & 1);
   return static_cast<uint16_t>(bits >> 16);
+}
+
+// `count` standard-normal samples as float32 or bfloat16 bytes, split over threads for large
+// inputs. The value distribution matters: radix-select passes see how keys spread over digits.
+inline std::vector<uint8_t> standard_normal_bytes(size_t count, bool bf16, uint64_t seed) {
+  std::vector<uint8_t> host(count * (bf16 ? 2 : 4));
+  auto fill = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const float value = standard_normal(seed, i);
+      if (bf16) {
+        const uint16_t bits = to_bfloat16(value);
+        std::memcpy(&host[i * 2], &bits, 2);
+      } else {
+        std::memcpy(&host[i * 4], &value, 4);
+      }
+    }
+  };
+  const size_t workers = count < (1u << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
+  for (auto& t : threads) t.join();
+  return host;
 }
 
 inline float from_bfloat16(uint16_t bits) {
