@@ -142,7 +142,6 @@ def tensor_view(tensor, function="moe_route") -> _core.DeviceTensor:
                               max(device_index, 0), stream, new_empty)
 
 
-SCORINGS = ("softmax", "sigmoid", "none")
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
