@@ -10,6 +10,11 @@ PYTHON ?= python3
 UNAME := $(shell uname -s)
 CXX := $(shell command -v clang++ 2>/dev/null || echo c++)
 CC := $(shell command -v clang 2>/dev/null || echo cc)
+# Which family each compiler is (1 for clang, empty otherwise): a few flags and tools exist for
+# one of them only (the fuzzer is clang's; GCC does not know nvcc's `#pragma unroll`).
+compiler_is_clang = $(if $(findstring __clang__,$(shell $(1) -dM -E -x $(2) /dev/null 2>/dev/null)),1)
+CXX_IS_CLANG := $(call compiler_is_clang,$(CXX),c++)
+CC_IS_CLANG := $(call compiler_is_clang,$(CC),c)
 
 ifeq ($(UNAME),Darwin)
 LIB_EXT := dylib
