@@ -110,9 +110,11 @@ test-metal-pocl-router: $(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/
 	$(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/kernels.bc
 
 # GNUstep's Objective-C headers live in GCC's include directory; clang finds them through a
-# private symlink. -MMD/-MP from gnustep-config would write dependency files: dropped.
+# private symlink. Always clang, whatever CXX is: the check is of the glue's source against the
+# stubs (-fobjc-runtime is clang's), not of the host compiler. -MMD/-MP from gnustep-config would write dependency files: dropped.
 METAL_OBJC_INC := $(METAL_TEST_DIR)/objc-inc
-METAL_OBJC := $(CXX) -x objective-c++ -std=c++17 -fobjc-runtime=gcc -I$(METAL_OBJC_INC) \
+METAL_OBJC_CXX ?= clang++
+METAL_OBJC := $(METAL_OBJC_CXX) -x objective-c++ -std=c++17 -fobjc-runtime=gcc -I$(METAL_OBJC_INC) \
               $(filter-out -MMD -MP,$(shell gnustep-config --objc-flags 2>/dev/null)) $(CPPFLAGS) \
               -Ilib/metal -Itests/metal/stubs -fsyntax-only -Wall -Wextra -Werror
 
