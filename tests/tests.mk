@@ -1,6 +1,10 @@
 # Tests, installation and packaging.
 #
-#   make test                   build, install test dependencies, then run every test target
+#   make test                   install missing system packages (tools/install-system-deps.sh;
+#                               SYSTEM_DEPS=skip leaves the system alone) and Python packages
+#                               (tools/python-env.sh: into PYTHON, or into the venv PY_VENV where
+#                               PYTHON refuses pip), build the library, then run every test target
+#   make test CXX=g++ CC=gcc    the same with GCC (clang is preferred when present)
 #   make install PREFIX=/opt/x  header, library, pkg-config file and CMake package
 #
 # Other areas hook in without editing this file: a fragment (lib/*/*.mk, or tests/<area>/*.mk,
@@ -17,25 +21,36 @@ MTK_VERSION_PART = $(shell sed -n 's/^\#define MTK_VERSION_$(1) \([0-9]*\)$$/\1/
 MTK_VERSION_STRING := $(call MTK_VERSION_PART,MAJOR).$(call MTK_VERSION_PART,MINOR).$(call MTK_VERSION_PART,PATCH)
 
 # Python packages the tests import: (module to probe, what pip installs when it is missing).
-TEST_PIP_PACKAGES += pytest:pytest ml_dtypes:ml_dtypes cffi:cffi numpy:numpy torch:torch==2.13.0
+# torch is a CPU build on Linux, and optional: tools/python-env.sh says how and why.
+TEST_PIP_PACKAGES += $(DEMO_PIP_PACKAGES) pytest:pytest torch:torch==2.13.0
 
 # Every test target; the ones of this file run first, other areas' after them.
 TEST_TARGETS := test-c test-install test-python $(TEST_TARGETS)
 
 -include $(wildcard tests/*/*.mk)
 
-.PHONY: test test-deps test-c test-install test-python test-pip install
+.PHONY: test test-deps test-library test-c test-install test-python test-pip install
 
-# -k: one failing area does not hide the others' results; the exit status still reports it.
-test: $(LIBRARY) test-deps
-	@$(MAKE) -k --no-print-directory $(TEST_TARGETS)
+SYSTEM_DEPS ?= install
+INSTALL_SYSTEM_DEPS = $(if $(filter skip,$(SYSTEM_DEPS)),true,PYTHON="$(PYTHON)" bash tools/install-system-deps.sh)
 
-test-deps: python-deps
-	@for spec in $(TEST_PIP_PACKAGES); do \
-	  module=$${spec%%:*}; package=$${spec#*:}; \
-	  $(PYTHON) -c "import $$module" 2>/dev/null || \
-	    { echo "pip install $$package"; $(PYTHON) -m pip install -q "$$package" || exit 1; }; \
-	done
+# System packages first: the sub-makes below parse the Makefile again, so a clang installed here
+# builds everything (CXX prefers clang++ when present). Then the Python packages, whose
+# interpreter the sub-makes get as PYTHON; the library (in parallel, as for the demo); every test
+# target, -k: one failing area does not hide the others' results; the exit status still reports it.
+test:
+	+@$(INSTALL_SYSTEM_DEPS)
+	+@python=$$($(PYTHON_ENV) $(TEST_PIP_PACKAGES)) || exit 1; \
+	[ "$$python" = "$(PYTHON)" ] || echo "test Python: $$python"; \
+	$(MAKE) --no-print-directory PYTHON="$$python" test-library && \
+	$(MAKE) -k --no-print-directory PYTHON="$$python" $(TEST_TARGETS)
+
+test-library:
+	+@$(build_library_logged)
+
+# The Python packages alone; prints the interpreter that has them.
+test-deps:
+	@python=$$($(PYTHON_ENV) $(TEST_PIP_PACKAGES)) && echo "test Python: $$python"
 
 # ---- C ABI test: every public function, against the library just built ---------------------
 

@@ -17,14 +17,22 @@ $(METAL_EMBEDDED): $(METAL_KERNEL_SOURCES) lib/metal/embed_metal_sources.sh
 $(BUILD)/lib/metal/metal_sources.o: $(METAL_EMBEDDED)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
+# The dispatch plan (lib/metal/metal_plan.*): portable C++ that only the Metal glue calls. It is
+# compiled into the library on every platform, as it was when it lived in lib/core, so every
+# build (sanitizer builds and both compilers included) compiles it with the library's flags;
+# test-metal links it into the plan tests and the PoCL harnesses as well.
+METAL_PLAN_HEADERS := lib/metal/metal_plan.hpp lib/metal/topk_params.h lib/metal/router_params.h
+BACKEND_OBJ += $(BUILD)/lib/metal/metal_plan.o
+$(BUILD)/lib/metal/metal_plan.o: $(METAL_PLAN_HEADERS)
+
 ifeq ($(UNAME),Darwin)
 BACKEND_DEFINES += -DMTK_HAVE_METAL=1
 BACKEND_OBJ += $(patsubst %.mm,$(BUILD)/%.o,$(METAL_GLUE)) $(BUILD)/lib/metal/metal_sources.o
 LDLIBS += -framework Metal -framework MetalPerformanceShaders -framework MetalPerformanceShadersGraph \
           -framework Foundation
 
-$(BUILD)/lib/metal/%.o: lib/metal/%.mm lib/metal/metal_device.h $(wildcard include/*.h lib/core/*.hpp) \
-                        lib/metal/metal.mk
+$(BUILD)/lib/metal/%.o: lib/metal/%.mm lib/metal/metal_device.h $(METAL_PLAN_HEADERS) \
+                        $(wildcard include/*.h lib/core/*.hpp) lib/metal/metal.mk
 	@mkdir -p $(dir $@)
 	$(CXX) -x objective-c++ -fno-objc-arc -fobjc-exceptions $(CPPFLAGS) -Ilib/metal $(BACKEND_DEFINES) \
 	  $(CXXFLAGS) -c $< -o $@
@@ -41,15 +49,14 @@ METAL_TEST_DIR := $(BUILD)/tests/metal
 METAL_CLANG ?= clang
 METAL_CLCPP := $(METAL_CLANG) -x clcpp -cl-std=clc++ -Xclang -finclude-default-header \
                -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -Werror
-METAL_PLAN_SRC := lib/core/metal_plan.cpp lib/core/dtype.cpp
+METAL_PLAN_SRC := lib/metal/metal_plan.cpp lib/core/dtype.cpp
 
 TEST_TARGETS += test-metal
 
 .PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
         test-metal-objc
 
-$(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) lib/core/metal_plan.hpp \
-                             lib/metal/topk_params.h lib/metal/router_params.h
+$(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/test_plan.cpp $(METAL_PLAN_SRC) -o $@
 
@@ -85,7 +92,7 @@ $(METAL_TEST_DIR)/kernels.bc: tests/metal/pocl_kernels.clcpp $(METAL_KERNEL_SOUR
 	  -finclude-default-header -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -O2 $< -o $@
 
 $(METAL_TEST_DIR)/pocl_harness: tests/metal/pocl_harness.cpp tests/metal/pocl_runtime.hpp $(METAL_PLAN_SRC) \
-                                lib/core/metal_plan.hpp lib/core/ordered_key.hpp $(LIBRARY)
+                                $(METAL_PLAN_HEADERS) lib/core/ordered_key.hpp $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_harness.cpp $(METAL_PLAN_SRC) \
 	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
@@ -94,7 +101,7 @@ test-metal-pocl: $(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
 	$(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
 
 $(METAL_TEST_DIR)/pocl_router_harness: tests/metal/pocl_router_harness.cpp tests/metal/pocl_runtime.hpp \
-                                       $(METAL_PLAN_SRC) lib/core/metal_plan.hpp $(LIBRARY)
+                                       $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_router_harness.cpp $(METAL_PLAN_SRC) \
 	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
@@ -103,9 +110,11 @@ test-metal-pocl-router: $(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/
 	$(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/kernels.bc
 
 # GNUstep's Objective-C headers live in GCC's include directory; clang finds them through a
-# private symlink. -MMD/-MP from gnustep-config would write dependency files: dropped.
+# private symlink. Always clang, whatever CXX is: the check is of the glue's source against the
+# stubs (-fobjc-runtime is clang's), not of the host compiler. -MMD/-MP from gnustep-config would write dependency files: dropped.
 METAL_OBJC_INC := $(METAL_TEST_DIR)/objc-inc
-METAL_OBJC := $(CXX) -x objective-c++ -std=c++17 -fobjc-runtime=gcc -I$(METAL_OBJC_INC) \
+METAL_OBJC_CXX ?= clang++
+METAL_OBJC := $(METAL_OBJC_CXX) -x objective-c++ -std=c++17 -fobjc-runtime=gcc -I$(METAL_OBJC_INC) \
               $(filter-out -MMD -MP,$(shell gnustep-config --objc-flags 2>/dev/null)) $(CPPFLAGS) \
               -Ilib/metal -Itests/metal/stubs -fsyntax-only -Wall -Wextra -Werror
 

@@ -1,4 +1,4 @@
-// The Metal backend: turns lib/core/metal_plan's dispatch plan into Metal calls. No arithmetic
+// The Metal backend: turns lib/metal/metal_plan's dispatch plan into Metal calls. No arithmetic
 // or policy lives here; the kernels are lib/metal/*.metal, embedded at build time
 // (metal_sources.cpp) and compiled on first use with safe math.
 #include "metal_device.h"

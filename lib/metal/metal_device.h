@@ -23,7 +23,7 @@
 #include "core/cache.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "core/metal_plan.hpp"
+#include "metal/metal_plan.hpp"
 
 namespace mtk {
 namespace metal {

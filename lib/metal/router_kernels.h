@@ -191,7 +191,7 @@ inline void exclude_dropped_groups(constant MtkRouterParams& p, threadgroup uint
 }
 
 // ---- The kernel --------------------------------------------------------------------------
-// Threadgroup buffers (sized by lib/core/metal_plan.cpp plan_metal_router):
+// Threadgroup buffers (sized by lib/metal/metal_plan.cpp plan_metal_router):
 //   0 scores:  E floats: the logits, then (biased or grouped) u
 //   1 keys:    E words: selection keys; 0 once taken or excluded
 //   2 reduce:  router_reduce_words(threads) words for the arg-max and sum

@@ -1,4 +1,4 @@
-// Unit tests of the Metal dispatch plan (lib/core/metal_plan.cpp): shape-class choice for the
+// Unit tests of the Metal dispatch plan (lib/metal/metal_plan.cpp): shape-class choice for the
 // benchmark shapes, Apple's 32 KB threadgroup-memory limit, grids covering every element,
 // workspace regions, the overflow and dtype checks, and, by emulating the bitonic kernels on
 // the host, that the planned sort passes really sort.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/metal_plan.hpp"
+#include "metal/metal_plan.hpp"
 
 namespace {
 

@@ -79,21 +79,32 @@ enum { N = 8, K = 3 };
 static float input_data[4 * N];
 static float values_data[4 * K];
 static int64_t indices_data[4 * K];
+/* Outputs that overlap each other are carved out of this one array, both wholly inside it: a
+ * tensor that ran past the end of its own array would reach whatever the compiler placed next
+ * (the input, under gcc), and the library would rightly name that overlap instead. */
+static int64_t overlapping_outputs[4 * K + 1];
+_Static_assert(sizeof overlapping_outputs >= sizeof values_data &&
+                   sizeof overlapping_outputs >= sizeof(int64_t) + sizeof indices_data,
+               "both overlapping outputs fit inside overlapping_outputs");
 static const unsigned char kSentinel = 0xA5;
 
 static void fill_sentinels(void) {
   memset(values_data, kSentinel, sizeof values_data);
   memset(indices_data, kSentinel, sizeof indices_data);
+  memset(overlapping_outputs, kSentinel, sizeof overlapping_outputs);
+}
+
+static int bytes_are_sentinels(const void* data, size_t bytes) {
+  const unsigned char* b = (const unsigned char*)data;
+  for (size_t i = 0; i < bytes; ++i)
+    if (b[i] != kSentinel) return 0;
+  return 1;
 }
 
 static int outputs_untouched(void) {
-  const unsigned char* v = (const unsigned char*)values_data;
-  const unsigned char* i = (const unsigned char*)indices_data;
-  for (size_t b = 0; b < sizeof values_data; ++b)
-    if (v[b] != kSentinel) return 0;
-  for (size_t b = 0; b < sizeof indices_data; ++b)
-    if (i[b] != kSentinel) return 0;
-  return 1;
+  return bytes_are_sentinels(values_data, sizeof values_data) &&
+         bytes_are_sentinels(indices_data, sizeof indices_data) &&
+         bytes_are_sentinels(overlapping_outputs, sizeof overlapping_outputs);
 }
 
 /* One malformed mtk_topk call at a time, each starting from the valid call below. */
@@ -257,7 +268,9 @@ static void test_topk_descriptors(void) {
   EXPECT_TOPK(&c, MTK_ERROR_INVALID_ARGUMENT, "values and input overlap");
   c = valid_call(); c.indices.data = input_data;
   EXPECT_TOPK(&c, MTK_ERROR_INVALID_ARGUMENT, "indices and input overlap");
-  c = valid_call(); c.indices.data = (char*)values_data + 4;
+  /* values (48 bytes) at the start of one array, indices (96 bytes) one int64 in: each lies
+   * inside that array, so they overlap each other and nothing else. */
+  c = valid_call(); c.values.data = overlapping_outputs; c.indices.data = overlapping_outputs + 1;
   EXPECT_TOPK(&c, MTK_ERROR_INVALID_ARGUMENT, "values and indices overlap");
   c = valid_call(); c.values.strides[0] = 0;
   EXPECT_TOPK(&c, MTK_ERROR_INVALID_ARGUMENT, "values has overlapping elements");
@@ -417,6 +430,9 @@ static void test_moe_route(void) {
   enum { T = 4, E = 16, KE = 4 };
   static float logits_data[T * E], bias_data[E], weights_data[T * KE];
   static int32_t ids_data[T * KE];
+  /* weights and ids that overlap each other come out of this one array, both wholly inside it
+   * (see overlapping_outputs above: past its end, ids could reach the logits). */
+  static float overlapping_route[T * KE + 1];
   for (int i = 0; i < T * E; ++i) logits_data[i] = (float)((i * 5) % 13) * 0.25f;
   const mtk_tensor logits = tensor2(logits_data, MTK_FLOAT32, T, E);
   const mtk_tensor weights = tensor2(weights_data, MTK_FLOAT32, T, KE);
@@ -431,12 +447,14 @@ static void test_moe_route(void) {
   do {                                                                                 \
     memset(weights_data, kSentinel, sizeof weights_data);                             \
     memset(ids_data, kSentinel, sizeof ids_data);                                     \
+    memset(overlapping_route, kSentinel, sizeof overlapping_route);                   \
     expect(__LINE__, "mtk_moe_route", mtk_moe_route(ctx, &l, &q, &w, &i, NULL), (status), (part)); \
     const unsigned char* wb = (const unsigned char*)weights_data;                     \
     const unsigned char* ib = (const unsigned char*)ids_data;                         \
     int untouched = 1;                                                                 \
     for (size_t b = 0; b < sizeof weights_data; ++b) untouched &= wb[b] == kSentinel; \
     for (size_t b = 0; b < sizeof ids_data; ++b) untouched &= ib[b] == kSentinel;     \
+    untouched &= bytes_are_sentinels(overlapping_route, sizeof overlapping_route);    \
     EXPECT_TRUE(untouched);                                                            \
   } while (0)
 #define RESET() (l = logits, w = weights, i = ids, q = p)
@@ -506,7 +524,7 @@ static void test_moe_route(void) {
   ROUTE(MTK_ERROR_INVALID_ARGUMENT, "weights and logits overlap");
   RESET(); i.data = logits_data;
   ROUTE(MTK_ERROR_INVALID_ARGUMENT, "ids and logits overlap");
-  RESET(); i.data = weights_data + 1;
+  RESET(); w.data = overlapping_route; i.data = overlapping_route + 1;
   ROUTE(MTK_ERROR_INVALID_ARGUMENT, "weights and ids overlap");
   RESET(); q.bias = &bias; w.data = bias_data;
   ROUTE(MTK_ERROR_INVALID_ARGUMENT, "weights and params.bias overlap");

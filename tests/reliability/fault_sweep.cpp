@@ -30,10 +30,14 @@
 #include "metaltopk.h"
 #include "metaltopk_testing.h"
 
+// clang says so through __has_feature, GCC (before 14) only through __SANITIZE_*__.
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define MTK_SWEEP_SANITIZED 1
 #endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MTK_SWEEP_SANITIZED 1
 #endif
 #if !defined(MTK_SWEEP_SANITIZED)
 #define MTK_SWEEP_OPERATOR_NEW 1

@@ -9,6 +9,8 @@
 #
 # Sanitizer builds are CPU-only (NVCC pointed at nothing): ASan and TSan do not cover device
 # code, which compute-sanitizer checks instead (tests/gpu/). Each lives in its own BUILD dir.
+# ASan, UBSan and TSan run with clang and with GCC; libFuzzer is clang's, so with GCC
+# test-sanitize skips the fuzzer (a clang pass, like .ci/run's first, runs it).
 
 REL_DIR := tests/reliability
 REL_OUT := $(BUILD)/tests/reliability
@@ -97,14 +99,24 @@ test-faults: $(REL_OUT)/fault_sweep $(REL_OUT)/bad_input rel-asan-programs
 # past failures (fuzz_regressions/) first.
 REL_CORPUS := $(REL_FUZZ_BUILD)/corpus
 
+REL_HAVE_FUZZER := $(and $(CXX_IS_CLANG),$(CC_IS_CLANG))
+
+ifneq ($(REL_HAVE_FUZZER),)
 test-sanitize: rel-asan-programs rel-tsan-programs rel-fuzzer
 	$(REL_ASAN_ENV) $(REL_ASAN_OUT)/bad_input
 	$(REL_TSAN_ENV) $(REL_TSAN_OUT)/thread_stress
 	@mkdir -p $(REL_CORPUS)
 	$(REL_ASAN_ENV) $(REL_FUZZER) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS) $(REL_DIR)/fuzz_regressions
+else
+test-sanitize: rel-asan-programs rel-tsan-programs
+	$(REL_ASAN_ENV) $(REL_ASAN_OUT)/bad_input
+	$(REL_TSAN_ENV) $(REL_TSAN_OUT)/thread_stress
+	@echo "test-sanitize: fuzzer skipped: libFuzzer needs clang (CXX = $(CXX), CC = $(CC))"
+endif
 
 fuzz: rel-fuzzer
+	@$(if $(REL_HAVE_FUZZER),true,echo "fuzz: libFuzzer needs clang (CXX = $(CXX), CC = $(CC))"; exit 1)
 	@mkdir -p $(REL_CORPUS)
 	$(REL_ASAN_ENV) $(REL_FUZZER) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=$(REL_FUZZ_BUILD)/ $(REL_CORPUS) $(REL_DIR)/fuzz_regressions

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "dtype.hpp"
-#include "error.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
 
 namespace mtk {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/problem.hpp"
 #include "metal/router_params.h"
 #include "metal/topk_params.h"
-#include "problem.hpp"
 
 namespace mtk {
 
