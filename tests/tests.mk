@@ -109,7 +109,7 @@ test-install:
 # ---- Python: the conformance suite through the package in python/ ----------------------------
 
 # The torch tests compile AOTInductor packages against the C shim and run them from C++ too.
-test-python: $(LIBRARY) $(AOTI_LIBRARY) $(AOTI_RUNNER)
+test-python: $(LIBRARY) $(if $(TORCH_FOUND),$(AOTI_LIBRARY) $(AOTI_RUNNER))
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) PYTHONPATH=$(abspath python) \
 	  METALTOPK_AOTI_RUNNER=$(abspath $(AOTI_RUNNER)) $(PYTEST) $(PYTEST_ARGS) tests
 

@@ -1,6 +1,7 @@
 # tests/aoti: the AOTInductor shim (adapters/aoti/) in a runtime that is not libtorch
 # (shim_runtime_test.cpp: every failure path, no leaks), and the C++ program that runs AOTInductor
 # packages through AOTIModelPackageLoader for the torch tests (tests/torch/test_torch_ops.py).
+# Both need torch's headers, so they run where torch is installed (make test installs it).
 
 AOTI_TEST_OUT := $(BUILD)/tests/aoti
 AOTI_TEST_SHIM := $(AOTI_TEST_OUT)/libmetaltopk_aoti.$(LIB_EXT)
@@ -46,4 +47,6 @@ $(AOTI_RUNNER): tests/aoti/aoti_runner.cpp tests/aoti/aoti.mk $(AOTI_LIBRARY)
 test-aoti: $(AOTI_TEST_OUT)/shim_runtime_test
 	$<
 
+ifneq ($(TORCH_FOUND),)
 TEST_TARGETS += test-aoti
+endif
