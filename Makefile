@@ -41,9 +41,9 @@ CORE_SRC := $(wildcard lib/core/*.cpp)
 CPU_SRC := $(wildcard lib/cpu/*.cpp)
 HOST_OBJ := $(patsubst %.cpp,$(BUILD)/%.o,$(CORE_SRC) $(CPU_SRC))
 
-# Backend fragments append to BACKEND_OBJ, BACKEND_DEFINES and LDLIBS.
+# Backend fragments append to BACKEND_OBJ and LDLIBS; their backends register themselves with
+# the core when the library loads (lib/core/backend.hpp).
 BACKEND_OBJ :=
-BACKEND_DEFINES :=
 include lib/cuda/cuda.mk
 include lib/metal/metal.mk
 
@@ -52,7 +52,7 @@ all: $(LIBRARY)
 
 $(BUILD)/%.o: %.cpp $(wildcard include/*.h lib/core/*.hpp lib/cpu/*.hpp) Makefile
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) $(BACKEND_DEFINES) $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(LIBRARY): $(HOST_OBJ) $(BACKEND_OBJ)
 	$(CXX) -shared $(SONAME_FLAG) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -42,15 +42,15 @@ class Backend {
   virtual void set_num_threads(int num_threads) = 0;
 };
 
-// Factories, one per backend folder. Each throws MTK_ERROR_BACKEND_UNAVAILABLE when its device
-// or driver is missing. Backends not compiled in are never called (see backend_registry.cpp).
-std::unique_ptr<Backend> make_cpu_backend(int device_index);
-std::unique_ptr<Backend> make_cuda_backend(int device_index);
-std::unique_ptr<Backend> make_metal_backend(int device_index);
-std::unique_ptr<Backend> make_mpsgraph_backend(int device_index);
-
-// Whether the backend's device can be used now (compiled in and a device present).
-bool cuda_backend_available();
-bool metal_backend_available();
+// How the core finds backends: each backend folder registers itself while the library loads,
+// with a BackendRegistration at namespace scope in one of its own files, so the core names
+// none of them. `make` throws MTK_ERROR_BACKEND_UNAVAILABLE when the device or driver is
+// missing; `available` says whether one is present now. MTK_BACKEND_DEFAULT resolves to the
+// available backend of the highest `default_rank` (0: never chosen by default).
+struct BackendRegistration {
+  using Factory = std::unique_ptr<Backend> (*)(int device_index);
+  using Availability = bool (*)();
+  BackendRegistration(mtk_backend kind, int default_rank, Factory make, Availability available);
+};
 
 }  // namespace mtk

@@ -1,53 +1,64 @@
-// Which backends this build has: the Makefile defines MTK_HAVE_CUDA / MTK_HAVE_METAL when the
-// corresponding folder was compiled in, so this is the only file that knows.
+// The backends this build has: each registered itself (BackendRegistration, backend.hpp) while
+// the library loaded, so what is compiled in is what registered.
+#include <array>
+
 #include "context.hpp"
 #include "error.hpp"
 
 namespace mtk {
 
+namespace {
+
+struct Entry {
+  BackendRegistration::Factory make = nullptr;
+  BackendRegistration::Availability available = nullptr;
+  int default_rank = 0;
+};
+
+constexpr int kKinds = MTK_BACKEND_MPSGRAPH + 1;
+
+// Filled by the registrations of static initialisation, read-only afterwards. A function-local
+// static, so that it exists before the first registration whatever the order of initialisation.
+std::array<Entry, kKinds>& registry() {
+  static std::array<Entry, kKinds> entries;
+  return entries;
+}
+
+const Entry* registered(mtk_backend backend) {
+  if (backend <= MTK_BACKEND_DEFAULT || backend >= kKinds) return nullptr;
+  const Entry& entry = registry()[backend];
+  return entry.make != nullptr ? &entry : nullptr;
+}
+
+}  // namespace
+
+BackendRegistration::BackendRegistration(mtk_backend kind, int default_rank, Factory make,
+                                         Availability available) {
+  registry()[kind] = Entry{make, available, default_rank};
+}
+
 bool backend_compiled(mtk_backend backend) {
-  switch (backend) {
-    case MTK_BACKEND_DEFAULT:
-    case MTK_BACKEND_CPU:
-      return true;
-    case MTK_BACKEND_CUDA:
-#if defined(MTK_HAVE_CUDA)
-      return true;
-#else
-      return false;
-#endif
-    case MTK_BACKEND_METAL:
-    case MTK_BACKEND_MPSGRAPH:
-#if defined(MTK_HAVE_METAL)
-      return true;
-#else
-      return false;
-#endif
-  }
-  return false;
+  return backend == MTK_BACKEND_DEFAULT || registered(backend) != nullptr;
 }
 
 bool backend_available(mtk_backend backend) {
-  if (!backend_compiled(backend)) return false;
-  switch (backend) {
-#if defined(MTK_HAVE_CUDA)
-    case MTK_BACKEND_CUDA:
-      return cuda_backend_available();
-#endif
-#if defined(MTK_HAVE_METAL)
-    case MTK_BACKEND_METAL:
-    case MTK_BACKEND_MPSGRAPH:
-      return metal_backend_available();
-#endif
-    default:
-      return true;
-  }
+  if (backend == MTK_BACKEND_DEFAULT) return true;
+  const Entry* entry = registered(backend);
+  return entry != nullptr && entry->available();
 }
 
 mtk_backend resolve_default_backend() {
-  if (backend_available(MTK_BACKEND_CUDA)) return MTK_BACKEND_CUDA;
-  if (backend_available(MTK_BACKEND_METAL)) return MTK_BACKEND_METAL;
-  return MTK_BACKEND_CPU;
+  mtk_backend best = MTK_BACKEND_DEFAULT;
+  int best_rank = 0;
+  for (int kind = MTK_BACKEND_DEFAULT + 1; kind < kKinds; ++kind) {
+    const Entry* entry = registered(static_cast<mtk_backend>(kind));
+    if (entry != nullptr && entry->default_rank > best_rank && entry->available()) {
+      best = static_cast<mtk_backend>(kind);
+      best_rank = entry->default_rank;
+    }
+  }
+  if (best == MTK_BACKEND_DEFAULT) fail(MTK_ERROR_BACKEND_UNAVAILABLE, "no backend is available");
+  return best;
 }
 
 std::unique_ptr<Backend> create_backend(mtk_backend backend, int device_index) {
@@ -55,32 +66,16 @@ std::unique_ptr<Backend> create_backend(mtk_backend backend, int device_index) {
   if (device_index < 0) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "device_index = ", device_index, " is negative");
   }
-  switch (backend) {
-    case MTK_BACKEND_CPU:
-      return make_cpu_backend(device_index);
-    case MTK_BACKEND_CUDA:
-#if defined(MTK_HAVE_CUDA)
-      return make_cuda_backend(device_index);
-#else
-      fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is not compiled into this library");
-#endif
-    case MTK_BACKEND_METAL:
-#if defined(MTK_HAVE_METAL)
-      return make_metal_backend(device_index);
-#else
-      fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'metal' is not compiled into this library");
-#endif
-    case MTK_BACKEND_MPSGRAPH:
-#if defined(MTK_HAVE_METAL)
-      return make_mpsgraph_backend(device_index);
-#else
-      fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'mpsgraph' is not compiled into this library");
-#endif
-    case MTK_BACKEND_DEFAULT:
-      break;
+  const Entry* entry = registered(backend);
+  if (entry == nullptr) {
+    const char* name = mtk_backend_name(backend);
+    if (name == nullptr) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", static_cast<int>(backend),
+           " is not a known mtk_backend");
+    }
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend '", name, "' is not compiled into this library");
   }
-  fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", static_cast<int>(backend),
-       " is not a known mtk_backend");
+  return entry->make(device_index);
 }
 
 }  // namespace mtk

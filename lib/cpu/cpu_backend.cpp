@@ -10,6 +10,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/fault_injection.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "cpu/moe_route.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/topk_kernels.hpp"
@@ -164,5 +165,11 @@ std::unique_ptr<Backend> make_cpu_backend(int device_index) {
   }
   return std::make_unique<CpuBackend>();
 }
+
+namespace {
+bool cpu_available() { return true; }
+// The default when no GPU backend is available.
+const BackendRegistration cpu_registration(MTK_BACKEND_CPU, 1, make_cpu_backend, cpu_available);
+}  // namespace
 
 }  // namespace mtk

@@ -14,10 +14,9 @@ CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
 CUDA_HEADERS := $(wildcard lib/cuda/*.hpp lib/cuda/*.cuh lib/core/*.hpp include/*.h)
 
 BACKEND_OBJ += $(CUDA_OBJ)
-BACKEND_DEFINES += -DMTK_HAVE_CUDA=1
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 
 $(BUILD)/lib/cuda/%.o: lib/cuda/%.cu $(CUDA_HEADERS) lib/cuda/cuda.mk
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib $(BACKEND_DEFINES) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib -c $< -o $@
 endif

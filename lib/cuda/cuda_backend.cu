@@ -213,6 +213,8 @@ class CudaBackend final : public Backend {
 }  // namespace
 }  // namespace cuda
 
+namespace {
+
 bool cuda_backend_available() {
   int count = 0;
   const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
@@ -223,5 +225,11 @@ bool cuda_backend_available() {
 std::unique_ptr<Backend> make_cuda_backend(int device_index) {
   return std::make_unique<cuda::CudaBackend>(device_index);
 }
+
+// The default wherever a CUDA device is present.
+const BackendRegistration cuda_registration(MTK_BACKEND_CUDA, 3, make_cuda_backend,
+                                            cuda_backend_available);
+
+}  // namespace
 
 }  // namespace mtk

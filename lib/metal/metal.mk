@@ -26,7 +26,6 @@ BACKEND_OBJ += $(BUILD)/lib/metal/metal_plan.o
 $(BUILD)/lib/metal/metal_plan.o: $(METAL_PLAN_HEADERS)
 
 ifeq ($(UNAME),Darwin)
-BACKEND_DEFINES += -DMTK_HAVE_METAL=1
 BACKEND_OBJ += $(patsubst %.mm,$(BUILD)/%.o,$(METAL_GLUE)) $(BUILD)/lib/metal/metal_sources.o
 LDLIBS += -framework Metal -framework MetalPerformanceShaders -framework MetalPerformanceShadersGraph \
           -framework Foundation
@@ -34,7 +33,7 @@ LDLIBS += -framework Metal -framework MetalPerformanceShaders -framework MetalPe
 $(BUILD)/lib/metal/%.o: lib/metal/%.mm lib/metal/metal_device.h $(METAL_PLAN_HEADERS) \
                         $(wildcard include/*.h lib/core/*.hpp) lib/metal/metal.mk
 	@mkdir -p $(dir $@)
-	$(CXX) -x objective-c++ -fno-objc-arc -fobjc-exceptions $(CPPFLAGS) -Ilib/metal $(BACKEND_DEFINES) \
+	$(CXX) -x objective-c++ -fno-objc-arc -fobjc-exceptions $(CPPFLAGS) -Ilib/metal \
 	  $(CXXFLAGS) -c $< -o $@
 endif
 

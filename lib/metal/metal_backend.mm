@@ -366,9 +366,13 @@ class MetalBackend final : public MetalDeviceBackend {
 }  // namespace
 }  // namespace metal
 
+namespace {
+
 std::unique_ptr<Backend> make_metal_backend(int device_index) {
   return std::make_unique<metal::MetalBackend>(device_index);
 }
+
+}  // namespace
 
 bool metal_backend_available() {
   bool available = false;
@@ -383,5 +387,11 @@ bool metal_backend_available() {
   }
   return available;
 }
+
+namespace {
+// The default on a Mac (no CUDA there).
+const BackendRegistration metal_registration(MTK_BACKEND_METAL, 2, make_metal_backend,
+                                             metal_backend_available);
+}  // namespace
 
 }  // namespace mtk

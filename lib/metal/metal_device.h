@@ -191,4 +191,8 @@ class MetalDeviceBackend : public Backend {
 };
 
 }  // namespace metal
+
+// Whether a Metal device is present: both Metal backends register with it.
+bool metal_backend_available();
+
 }  // namespace mtk

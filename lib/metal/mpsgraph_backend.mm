@@ -197,8 +197,16 @@ class MpsGraphBackend final : public MetalDeviceBackend {
 }  // namespace
 }  // namespace metal
 
+namespace {
+
 std::unique_ptr<Backend> make_mpsgraph_backend(int device_index) {
   return std::make_unique<metal::MpsGraphBackend>(device_index);
 }
+
+// Chosen by name only: MTK_BACKEND_DEFAULT prefers the hand-written Metal kernels.
+const BackendRegistration mpsgraph_registration(MTK_BACKEND_MPSGRAPH, 0, make_mpsgraph_backend,
+                                                metal_backend_available);
+
+}  // namespace
 
 }  // namespace mtk

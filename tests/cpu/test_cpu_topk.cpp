@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "cpu/topk_kernels.hpp"
