@@ -31,6 +31,8 @@ CORE_PACKAGES=(
   "command -v $python|python3"
   "$python -m pip --version|python3-pip"
   "$python -c 'import ensurepip'|python3-venv"   # the test venv, where pip may not install (PEP 668)
+  # torch.compile builds its CPU kernels as Python extensions: the interpreter's C headers.
+  "$python -c 'import os, sysconfig; assert os.path.isfile(os.path.join(sysconfig.get_path(\"include\"), \"Python.h\"))'|python3-dev"
 )
 
 missing=()
