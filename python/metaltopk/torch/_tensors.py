@@ -43,8 +43,8 @@ _free_blocks = _core._free_blocks
 class _Plan:
     """What a call of one geometry needs beyond its tensors' addresses."""
 
-    __slots__ = ("ctx", "handle", "device", "device_index", "out_shape", "out_strides", "layout",
-                 "input_fields", "values_fields", "indices_fields", "workspace_bytes")
+    __slots__ = ("ctx", "handle", "device", "out_shape", "out_strides", "layout", "input_fields",
+                 "values_fields", "indices_fields", "workspace_bytes")
 
 
 _PLAN_CACHE_SIZE = 1024
@@ -69,7 +69,7 @@ def _new_plan(key, x) -> _Plan:
                                             lib.MTK_INT64, size), ctx.backend)
     plan = _Plan()
     plan.ctx, plan.handle = ctx, ctx.handle
-    plan.device, plan.device_index = x.device, device_index
+    plan.device = x.device
     plan.out_shape, plan.out_strides = geometry.out_shape, geometry.out_strides
     plan.layout = _core._CALL_LAYOUTS[geometry.ndim]
     plan.input_fields = input_fields
