@@ -92,11 +92,18 @@ def drop_instantiations(path, keep, expected):
     open(path, "w").write("\n".join(kept))
 
 
+def flashinfer_wheel(work):
+    """The FlashInfer wheel in `work`, downloaded once: its top-k headers and its CCCL."""
+    pattern = os.path.join(work, "flashinfer_python-*.whl")
+    if not glob.glob(pattern):
+        r = pip_download(FLASHINFER, work)
+        if r.returncode:
+            sys.exit(r.stdout)
+    return one(pattern)
+
+
 def flashinfer(work):
-    r = pip_download(FLASHINFER, work)
-    if r.returncode:
-        sys.exit(r.stdout)
-    wheel = one(os.path.join(work, "flashinfer_python-*.whl"))
+    wheel = flashinfer_wheel(work)
     dest = os.path.join(DEST, "flashinfer")
     n = extract(wheel, "flashinfer/data/include/flashinfer/", os.path.join(dest, "include/flashinfer"),
                 keep=lambda rel: not rel.startswith(("attention/", "gemm/", "comm/", "mamba/",
@@ -120,10 +127,7 @@ def flashinfer(work):
 
 
 def cccl(work):
-    r = pip_download(FLASHINFER, work)
-    if r.returncode:
-        sys.exit(r.stdout)
-    wheel = one(os.path.join(work, "flashinfer_python-*.whl"))
+    wheel = flashinfer_wheel(work)
     dest = os.path.join(DEST, "cccl/include")
     n = extract(wheel, "flashinfer/data/cccl/cub/cub/", os.path.join(dest, "cub"))
     n += extract(wheel, "flashinfer/data/cccl/libcudacxx/include/", dest)
