@@ -138,8 +138,10 @@ def _device_view(x) -> Optional[DeviceTensor]:
     return None
 
 
-def _route_device_tensors(view, bias_view, k, index_dtype, make_params, backend):
-    """Logits (and bias) that an array adapter described; the adapter allocates the outputs."""
+def _route_device_tensors(view, bias, k, index_dtype, make_params, backend,
+                          view_of=_device_view):
+    """Logits that an array adapter described (and a bias that `view_of` describes); the adapter
+    allocates the outputs."""
     if backend not in (None, "default", view.backend):
         raise ValueError(f"metaltopk.moe_route: the logits live on the {view.backend} backend "
                          f"but backend = {backend!r} was asked for")
@@ -148,8 +150,10 @@ def _route_device_tensors(view, bias_view, k, index_dtype, make_params, backend)
                          "([tokens, experts])")
     ctx = context(view.backend, view.device_index)
     bias_t = None
-    if bias_view is not None:
-        if bias_view.backend != view.backend or bias_view.device_index != view.device_index:
+    if bias is not None:
+        bias_view = view_of(bias)
+        if (bias_view is None or bias_view.backend != view.backend
+                or bias_view.device_index != view.device_index):
             raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
                              f"({view.backend}:{view.device_index})")
         bias_t = _describe(bias_view.data, bias_view.dtype, bias_view.shape, bias_view.strides)
@@ -201,11 +205,7 @@ def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_gro
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
     view = _device_view(logits)
     if view is not None:
-        bias_view = None if bias is None else _device_view(bias)
-        if bias is not None and bias_view is None:
-            raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
-                             f"({view.backend}:{view.device_index})")
-        return _route_device_tensors(view, bias_view, k, index_dtype, make_params, backend)
+        return _route_device_tensors(view, bias, k, index_dtype, make_params, backend)
     array = _as_host_array(logits, "logits")
     bias_array = None if bias is None else _as_host_array(bias, "bias")
     ctx = context(backend)

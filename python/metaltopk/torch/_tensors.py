@@ -152,9 +152,8 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
         raise TypeError(f"metaltopk.moe_route: index_dtype = {index_dtype} must be torch.int32 "
                         "or torch.int64")
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
-    bias_view = None if bias is None else tensor_view(bias)
-    return _route_device_tensors(tensor_view(logits), bias_view, k,
-                                 DTYPE_NAMES[index_dtype], make_params, None)
+    return _route_device_tensors(tensor_view(logits), bias, k, DTYPE_NAMES[index_dtype],
+                                 make_params, None, view_of=tensor_view)
 
 
 def _backend_of(x) -> str:
