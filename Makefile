@@ -87,6 +87,7 @@ demo:
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) "$$python" python/demo.py
 
 include adapters/aoti/aoti.mk
+include adapters/torch/torch.mk
 include tests/tests.mk
 include bench/bench.mk
 

@@ -59,6 +59,7 @@ for s in $STEPS; do
     torch)
       step shim-runtime 60 "$BUILD/tests/aoti/shim_runtime_test"
       step torch-pytest 420 env METALTOPK_AOTI_RUNNER="$PWD/$BUILD/tests/aoti/aoti_runner" \
+        METALTOPK_EXPECT_TORCH_FAST_PATH=1 \
         python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu_arrays.py tests/torch ;;
     host-cost)
       step host-cost 120 python3 bench/torch_host_cost.py --json "$OUT/torch_host_cost_h200.json" ;;

@@ -61,7 +61,7 @@ CASES = [((1, 256), 8, -1), ((128, 256), 8, -1), ((37, 1000), 33, -1), ((256, 64
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("shape,k,dim", CASES)
 @pytest.mark.parametrize("largest", [True, False])
-def test_torch_matches_reference(dtype, shape, k, dim, largest):
+def test_torch_matches_reference(dtype, shape, k, dim, largest, torch_path):
     g = torch.Generator(device="cuda").manual_seed(hash((shape, k, dim, str(dtype))) % 1000)
     x = stress(shape, dtype, g)
     values, indices = metaltopk.topk(x, k, dim=dim, largest=largest)
@@ -102,7 +102,7 @@ def test_outputs_are_own_contiguous_tensors_on_the_input_device(shape, k, dim):
         assert torch.equal(torch.gather(x, dim, indices), values)
 
 
-def test_strided_views_and_unsorted():
+def test_strided_views_and_unsorted(torch_path):
     g = torch.Generator(device="cuda").manual_seed(3)
     base = stress((64, 3000), torch.bfloat16, g)
     for view in (base[:, ::3], base.t(), base[::2].flip(1), base[:, 100:1100]):
@@ -129,7 +129,8 @@ CAPTURE_SHAPES = [((1, 256), 8, -1, torch.bfloat16), ((4096, 256), 8, -1, torch.
 @pytest.mark.parametrize("shape,k,dim,dtype", CAPTURE_SHAPES,
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
 @pytest.mark.parametrize("through", ["topk", "op"])
-def test_captured_in_torchs_pattern_then_replayed_with_new_data(shape, k, dim, dtype, through):
+def test_captured_in_torchs_pattern_then_replayed_with_new_data(shape, k, dim, dtype, through,
+                                                               torch_path):
     """torch's documented capture: warm up on a side stream, then capture with
     torch.cuda.graph on its own stream, with no warm-up of metaltopk's scratch at all: outputs
     and scratch come from torch's allocator, which serves the capture from the graph's pool."""
@@ -212,7 +213,7 @@ def test_a_call_waits_for_the_kernel_whose_outputs_it_reads():
         assert torch.equal(last, torch.topk(expected_routed.view(1, 128), 5).values)
 
 
-def test_unsupported_dtype_is_type_error():
+def test_unsupported_dtype_is_type_error(torch_path):
     with pytest.raises(TypeError):
         metaltopk.topk(torch.zeros(4, dtype=torch.bool, device="cuda"), 1)
 

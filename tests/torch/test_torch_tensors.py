@@ -3,9 +3,12 @@
 torch in, torch out: checked bit for bit against the numpy model of the contract
 (tests/reference.py), for every dtype (bfloat16 included), strided views, 0-d and empty inputs,
 both directions; plus gradients like torch.topk's, the contract's exception types, and inputs
-from a DLPack producer that metaltopk has no integration for.
+from a DLPack producer that metaltopk has no integration for. Plain tensors take the compiled
+fast path (adapters/torch/) where `make` built it, and the results and errors are checked on it
+and on the Python path both.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,12 +17,32 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (make test-deps)")
 import metaltopk  # noqa: E402
+from metaltopk._ffi import library_path  # noqa: E402
+from metaltopk.torch import _tensors  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import reference as ref  # noqa: E402
 
 TORCH_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
                 torch.uint8, torch.int16, torch.int32, torch.int64]
+
+
+def test_make_test_runs_on_the_fast_path():
+    """`make` builds the fast path wherever torch is found, and `make test` says so."""
+    if not os.environ.get("METALTOPK_EXPECT_TORCH_FAST_PATH"):
+        pytest.skip("not run by `make test` with torch")
+    assert _tensors._fast_topk is not None
+
+
+def test_a_fast_path_built_for_another_torch_is_not_loaded(tmp_path):
+    assert _tensors._load_fast_path(tmp_path) is None  # nothing built there
+    built = Path(library_path).parent
+    for file in built.glob(_tensors.EXTENSION_NAME + "*"):
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    if _tensors._fast_topk is not None:
+        assert callable(_tensors._load_fast_path(tmp_path))
+    (tmp_path / (_tensors.EXTENSION_NAME + ".torch_version")).write_text("1.0.0\n")
+    assert _tensors._load_fast_path(tmp_path) is None
 
 
 def to_numpy(t):
@@ -59,7 +82,7 @@ CASES = [((1, 256), 8, -1), ((128, 256), 8, -1), ((37, 1000), 33, 0), ((2, 3, 30
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("shape,k,dim", CASES)
 @pytest.mark.parametrize("largest", [True, False])
-def test_matches_the_contract(dtype, shape, k, dim, largest):
+def test_matches_the_contract(dtype, shape, k, dim, largest, torch_path):
     rng = np.random.default_rng(abs(hash((shape, k, str(dtype)))) % 2**32)
     x = from_numpy(ref.random_values(rng, shape, numpy_dtype(dtype), "specials"))
     values, indices = metaltopk.topk(x, k, dim=dim, largest=largest)
@@ -76,7 +99,7 @@ def test_the_op_gives_what_topk_gives():
                                b.view(torch.int16) if b.dtype == torch.bfloat16 else b)
 
 
-def test_strided_views_and_unsorted():
+def test_strided_views_and_unsorted(torch_path):
     base = from_numpy(ref.random_values(np.random.default_rng(3), (64, 3000), ref.BFLOAT16,
                                         "specials"))
     for view in (base[:, ::3], base.t(), base.flip(1), base[:, 100:1100], base.expand(2, 64, 3000)):
@@ -114,7 +137,7 @@ def test_no_gradient_where_torch_gives_none():
     assert values.requires_grad
 
 
-def test_errors_are_the_contracts_exceptions():
+def test_errors_are_the_contracts_exceptions(torch_path):
     x = torch.randn(2, 5)
     with pytest.raises(ValueError, match="k"):
         metaltopk.topk(x, 6)

@@ -8,15 +8,22 @@ Tensors on other devices (MPS, XPU, ...) go through a host copy.
 
 The eager path is host-bound for small inputs (MoE routing), so a call's geometry, context and
 scratch size are looked up once per (shape, strides, dtype, device, k, dim, largest, sorted) and a
-call then costs two or three allocations, one struct pack and one library call.
+call then costs two or three allocations, one struct pack and one library call. Where `make` built
+the torch fast path (adapters/torch/) against this torch, a plain CPU or CUDA tensor's call runs in
+C++ instead: the allocations and the library call then take no Python at all.
 """
 
+import atexit
+import importlib.machinery
+import importlib.util
 import operator
+import sysconfig
+from pathlib import Path
 
 import torch
 
 from .. import _core
-from .._ffi import ffi, lib
+from .._ffi import ffi, lib, library_path
 from ..router import _route_device_tensors, route_params
 
 # Contract dtype names; torch calls these dtypes the same.
@@ -40,6 +47,35 @@ _acquire_block = _core._acquire_block
 _free_blocks = _core._free_blocks
 
 
+EXTENSION_NAME = "_metaltopk_torch"
+
+
+def _load_fast_path(directory=Path(library_path).parent):
+    """The compiled fast path's topk, or None where it was not built beside the library or was
+    built against another torch (a torch extension runs only with the torch it was compiled
+    against)."""
+    path = directory / (EXTENSION_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
+    stamp = directory / (EXTENSION_NAME + ".torch_version")
+    if not (path.is_file() and stamp.is_file()
+            and stamp.read_text().strip() == torch.__version__):
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(EXTENSION_NAME, str(path))
+    spec = importlib.util.spec_from_loader(EXTENSION_NAME, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.topk
+
+
+_fast_topk = _load_fast_path()
+_fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
+
+
+def _fast_context(device_index):
+    ctx = _core.context("cpu" if device_index < 0 else "cuda", max(device_index, 0))
+    entry = _fast_contexts[device_index] = (ctx, int(ffi.cast("uintptr_t", ctx.handle)))
+    return entry
+
+
 class _Plan:
     """What a call of one geometry needs beyond its tensors' addresses."""
 
@@ -49,6 +85,11 @@ class _Plan:
 
 _PLAN_CACHE_SIZE = 1024
 _plans = {}
+# Both caches hold context handles. Registered after metaltopk._core's exit handler, so they are
+# emptied before it destroys the contexts: a call made later in the interpreter's exit then
+# creates a context again instead of using a destroyed one.
+atexit.register(_fast_contexts.clear)
+atexit.register(_plans.clear)
 
 
 def _new_plan(key, x) -> _Plan:
@@ -88,6 +129,13 @@ def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
     if device_index >= 0 and not x.is_cuda:
         values, indices = topk_kernel(x.cpu(), k, dim, largest, sorted)
         return values.to(x.device), indices.to(x.device)
+    if _fast_topk is not None:
+        ctx, address = _fast_contexts.get(device_index) or _fast_context(device_index)
+        result = _fast_topk(x, k, dim, largest, sorted, address)
+        if result.__class__ is tuple:
+            return result
+        if result is not None:
+            _core.check(result, ctx.backend)
     key = (x.shape, x.stride(), x.dtype, device_index, k, dim, largest, sorted)
     plan = _plans.get(key)
     if plan is None:
