@@ -255,12 +255,14 @@ def markdown_peers(rows):
 def markdown_host_cost(doc):
     meta = doc["meta"]
     print(f"{meta['device']}: {meta['time'][:10]}, torch {meta['torch']}\n")
-    print("| shape | k | dtype | torch.topk µs | metaltopk.topk µs | x | torch op µs | x |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | k | dtype | torch.topk µs | metaltopk.topk µs | x | Python path µs | x "
+          "| torch op µs | x |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["rows"]:
         us = r["us_per_call"]
         print(f"| {r['shape']} | {r['k']} | {r['dtype']} | {us['torch.topk']:.1f} | "
               f"{us['metaltopk.topk']:.1f} | {r['python_over_torch']:.2f} | "
+              f"{us['metaltopk.topk, Python path']:.1f} | {r['python_path_over_torch']:.2f} | "
               f"{us['torch.ops.metaltopk.mtk_topk']:.1f} | {r['op_over_torch']:.2f} |")
     print()
 

@@ -1,7 +1,9 @@
 """Builds libmetaltopk with the repository's Makefile and ships it inside the package.
 
-The bindings use cffi in ABI mode, so nothing here compiles Python extensions: the wheel holds
-the pure-Python package, the shared library and the header its declarations are read from.
+The bindings use cffi in ABI mode: the wheel holds the pure-Python package, the shared library
+and the header its declarations are read from. Where the building Python has torch, `make` also
+builds the AOTInductor shim and the torch fast path, and the wheel carries them too (the fast
+path is used only with the torch it was built against).
 Run from a repository checkout: `pip install ./python` (or `pip install .` at the root).
 """
 
@@ -22,6 +24,8 @@ SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
 LIBRARY = f"libmetaltopk{SUFFIX}"
 # The AOTInductor C shim, which `make all` builds where the building Python has torch.
 AOTI_LIBRARY = f"libmetaltopk_aoti{SUFFIX}"
+# The torch fast path (a Python extension) and the torch version it was built for, likewise.
+TORCH_EXTENSION = "_metaltopk_torch"
 
 
 def header_version() -> str:
@@ -43,8 +47,10 @@ class BuildWithLibrary(build_py):
         package_dir = Path(self.build_lib) / "metaltopk"
         package_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / LIBRARY, package_dir / LIBRARY)
-        if (build_dir / AOTI_LIBRARY).is_file():
-            shutil.copy2(build_dir / AOTI_LIBRARY, package_dir / AOTI_LIBRARY)
+        torch_builds = [build_dir / AOTI_LIBRARY, *build_dir.glob(TORCH_EXTENSION + "*")]
+        for built in torch_builds:
+            if built.is_file():
+                shutil.copy2(built, package_dir / built.name)
         shutil.copy2(REPO / "include" / "metaltopk.h", package_dir / "metaltopk.h")
 
 
