@@ -110,10 +110,11 @@ test-install:
 
 # The torch tests compile AOTInductor packages against the C shim and run them from C++ too, and
 # check that the torch fast path built here is the one they run on.
-test-python: $(LIBRARY) $(if $(TORCH_FOUND),$(AOTI_LIBRARY) $(AOTI_RUNNER) $(TORCH_EXTENSION_STAMP))
+test-python: $(LIBRARY) $(if $(TORCH_FOUND),$(AOTI_LIBRARY) $(AOTI_RUNNER)) \
+  $(if $(TORCH_EXTENSION_BUILT),$(TORCH_EXTENSION_STAMP))
 	METALTOPK_LIBRARY=$(abspath $(LIBRARY)) PYTHONPATH=$(abspath python) \
 	  METALTOPK_AOTI_RUNNER=$(abspath $(AOTI_RUNNER)) \
-	  METALTOPK_EXPECT_TORCH_FAST_PATH=$(if $(TORCH_FOUND),1) $(PYTEST) $(PYTEST_ARGS) tests
+	  METALTOPK_EXPECT_TORCH_FAST_PATH=$(if $(TORCH_EXTENSION_BUILT),1) $(PYTEST) $(PYTEST_ARGS) tests
 
 # `pip install ./python` into a fresh virtual environment, then a check of that installed copy
 # from outside the checkout (slow: pip builds the library again). Not part of `make test`;

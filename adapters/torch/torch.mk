@@ -2,13 +2,15 @@
 # compiled against the torch and the Python that the build uses (TORCH_DIR and TORCH_FOUND come
 # from adapters/aoti/aoti.mk). A torch extension runs only with the torch it was compiled
 # against, so the build writes that torch's version beside it; the Python package loads the
-# extension only when the version matches and otherwise keeps its cffi path.
+# extension only when the version matches and otherwise keeps its cffi path. `make` builds it
+# where that Python has torch and its C headers (python3-dev); without them the package still
+# works, on the cffi path.
 
 TORCH_EXT_SUFFIX = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 TORCH_EXTENSION = $(BUILD)/_metaltopk_torch$(TORCH_EXT_SUFFIX)
 TORCH_EXTENSION_STAMP := $(BUILD)/_metaltopk_torch.torch_version
 TORCH_EXT_SRC := adapters/torch/metaltopk_torch.cpp
-PYTHON_INCLUDE = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+PYTHON_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
 TORCH_CXX11_ABI = $(shell $(PYTHON) -c "import torch; print(int(torch.compiled_with_cxx11_abi()))")
 TORCH_EXT_CXXFLAGS = -std=c++17 -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Iinclude \
   -isystem $(TORCH_DIR)/include -isystem $(TORCH_DIR)/include/torch/csrc/api/include \
@@ -20,7 +22,8 @@ else
 TORCH_EXT_LINK = -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(TORCH_DIR)/lib
 endif
 
-ifneq ($(TORCH_FOUND),)
+TORCH_EXTENSION_BUILT := $(and $(TORCH_FOUND),$(wildcard $(PYTHON_INCLUDE)/Python.h))
+ifneq ($(TORCH_EXTENSION_BUILT),)
 all: $(TORCH_EXTENSION_STAMP)
 endif
 
