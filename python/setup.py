@@ -42,8 +42,9 @@ class BuildWithLibrary(build_py):
         super().run()
         build_dir = Path(self.get_finalized_command("build").build_temp).resolve() / "metaltopk"
         jobs = str(os.cpu_count() or 1)
-        subprocess.run(["make", "-C", str(REPO), f"BUILD={build_dir}", f"-j{jobs}", "all"],
-                       check=True)
+        # PYTHON: the torch parts are built against this interpreter's torch, where it has one.
+        subprocess.run(["make", "-C", str(REPO), f"BUILD={build_dir}", f"PYTHON={sys.executable}",
+                        f"-j{jobs}", "all"], check=True)
         package_dir = Path(self.build_lib) / "metaltopk"
         package_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / LIBRARY, package_dir / LIBRARY)
