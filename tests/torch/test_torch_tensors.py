@@ -185,6 +185,8 @@ def test_moe_route_on_torch_tensors():
     np.testing.assert_array_equal(got[0].numpy(), want_numpy[0])
     with pytest.raises(ValueError, match="scoring"):
         metaltopk.moe_route(logits, 8, scoring="tanh")
+    with pytest.raises(ValueError, match="bias must be a tensor"):
+        metaltopk.moe_route(logits, 8, bias=to_numpy(bias))
     with pytest.raises(TypeError, match="index_dtype"):
         metaltopk.moe_route(logits, 8, index_dtype=torch.int16)
 

@@ -243,6 +243,10 @@ class TorchArrays:
     def moe_route(logits, k, *, scoring, bias, n_group, topk_group, renormalize, scale,
                   index_dtype, backend):
         _check_backend(logits, backend, "moe_route")
+        if bias is not None and not isinstance(bias, _Tensor):
+            # The op's schema would reject it with torch's own error, not the contract's.
+            raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
+                             f"({logits.device}), not {type(bias).__name__}")
         if not isinstance(index_dtype, torch.dtype):  # numpy's int32 / int64
             index_dtype = getattr(torch, _core.np.dtype(index_dtype).name)
         return torch.ops.metaltopk.mtk_moe_route(
