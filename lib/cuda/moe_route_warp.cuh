@@ -618,11 +618,17 @@ MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool own
   const Chunk chunk = chunk_of<kItems>(p, lanes);
   const Storage* row = logits_row<Logit>(p, token);
   float s[kItems];  // the scores s of router_semantics.md, then c = s + bias
+  // The bias is read together with the logits, before any score needs them: read after the
+  // scores, its load would wait for the logits' load and the scoring to finish.
+  alignas(16) float bias[kItems];
   {
     alignas(16) Storage raw[kItems];
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) raw[i] = Storage{0};
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) bias[i] = 0.0f;
     load_chunk(row, chunk, p.logits_expert_stride, plan.logit_vectors, raw);
+    if (p.bias != nullptr) load_chunk(p.bias, chunk, p.bias_stride, plan.bias_vectors, bias);
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) s[i] = to_float(raw[i], Logit{});
   }
@@ -647,10 +653,6 @@ MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) s[i] = sigmoid(s[i]);
   }
   if (p.bias != nullptr) {
-    alignas(16) float bias[kItems];
-MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) bias[i] = 0.0f;
-    load_chunk(p.bias, chunk, p.bias_stride, plan.bias_vectors, bias);
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) s[i] += bias[i];
   }
