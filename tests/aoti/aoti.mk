@@ -4,15 +4,18 @@
 # Both need torch's headers, so they run where torch is installed (make test installs it).
 
 AOTI_TEST_OUT := $(BUILD)/tests/aoti
-AOTI_TEST_SHIM := $(AOTI_TEST_OUT)/libmetaltopk_aoti.$(LIB_EXT)
+# Its own name: with the shim's, a build folder on LD_LIBRARY_PATH (a runner sets one for other
+# programs) would hand the test the production shim, which lacks the MPS entry.
+AOTI_TEST_SHIM_NAME := metaltopk_aoti_runtime_test
+AOTI_TEST_SHIM := $(AOTI_TEST_OUT)/lib$(AOTI_TEST_SHIM_NAME).$(LIB_EXT)
 AOTI_RUNNER := $(AOTI_TEST_OUT)/aoti_runner
 
 ifeq ($(UNAME),Darwin)
 AOTI_TEST_EXPORTS :=
-AOTI_TEST_SHIM_LINK := -undefined dynamic_lookup
+AOTI_TEST_SHIM_LINK := -undefined dynamic_lookup -install_name @rpath/lib$(AOTI_TEST_SHIM_NAME).$(LIB_EXT)
 else
 AOTI_TEST_EXPORTS := -rdynamic
-AOTI_TEST_SHIM_LINK :=
+AOTI_TEST_SHIM_LINK := -Wl,-soname,lib$(AOTI_TEST_SHIM_NAME).$(LIB_EXT)
 endif
 
 # The shim as an ExecuTorch runtime would take it: no torch library linked, so its runtime
@@ -20,13 +23,13 @@ endif
 # runtime lacks. The origin's MPS entry is compiled in, so its error path runs here too.
 $(AOTI_TEST_SHIM): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) tests/aoti/aoti.mk
 	@mkdir -p $(dir $@)
-	$(CXX) $(AOTI_CXXFLAGS) -DMETALTOPK_AOTI_MPS -shared $(AOTI_SONAME) $(AOTI_SRC) -o $@ \
+	$(CXX) $(AOTI_CXXFLAGS) -DMETALTOPK_AOTI_MPS -shared $(AOTI_SRC) -o $@ \
 	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) $(AOTI_TEST_SHIM_LINK)
 
 $(AOTI_TEST_OUT)/shim_runtime_test: tests/aoti/shim_runtime_test.cpp $(AOTI_TEST_SHIM) \
     include/metaltopk_testing.h
 	$(CXX) $(AOTI_CXXFLAGS) -DMETALTOPK_AOTI_MPS $(AOTI_TEST_EXPORTS) $< -o $@ \
-	  -L$(AOTI_TEST_OUT) -lmetaltopk_aoti -L$(BUILD) -lmetaltopk \
+	  -L$(AOTI_TEST_OUT) -l$(AOTI_TEST_SHIM_NAME) -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(AOTI_TEST_OUT)) -Wl,-rpath,$(abspath $(BUILD))
 
 # A CUDA torch's device support lives in libtorch_cuda, which the runner uses no symbol of.
