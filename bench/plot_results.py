@@ -265,6 +265,16 @@ def markdown_host_cost(doc):
               f"{us['metaltopk.topk, Python path']:.1f} | {r['python_path_over_torch']:.2f} | "
               f"{us['torch.ops.metaltopk.mtk_topk']:.1f} | {r['op_over_torch']:.2f} |")
     print()
+    print("| router | T | E | k | torch composite µs | metaltopk.moe_route µs | x | Python path µs "
+          "| torch op µs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in doc.get("router_rows", []):
+        us = r["us_per_call"]
+        print(f"| {r['router']} | {r['tokens']} | {r['experts']} | {r['k']} | "
+              f"{us['torch composite']:.1f} | {us['metaltopk.moe_route']:.1f} | "
+              f"{r['moe_route_over_torch']:.2f} | {us['metaltopk.moe_route, Python path']:.1f} | "
+              f"{us['torch.ops.metaltopk.mtk_moe_route']:.1f} |")
+    print()
 
 
 def main():

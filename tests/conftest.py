@@ -27,6 +27,7 @@ def torch_path(request, monkeypatch):
 
     if request.param == "python":
         monkeypatch.setattr(_tensors, "_fast_topk", None)
+        monkeypatch.setattr(_tensors, "_fast_moe_route", None)
     elif _tensors._fast_topk is None:
         pytest.skip("the torch fast path was not built beside the library")
     return request.param

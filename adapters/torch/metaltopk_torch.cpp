@@ -1,14 +1,19 @@
-// The host-cost fast path of torch tensors (python/metaltopk/torch/_tensors.py loads it): one
-// C function, topk(x, k, dim, largest, sorted, context), that reads a plain CPU or CUDA tensor in
-// place, allocates the outputs and scratch through torch's allocator on the input's device and
-// runs mtk_topk_with_workspace on torch's current stream. Python's own path does the same through
-// cffi, but at MoE sizes its allocations and argument handling cost more host time than the call
-// (BENCHMARKS.md: half of torch.topk's per-call time at 1x256).
+// The host-cost fast path of torch tensors (python/metaltopk/torch/_tensors.py loads it): C
+// functions that read plain CPU or CUDA tensors in place, allocate the outputs (and scratch)
+// through torch's allocator on the input's device and call the library on torch's current
+// stream. Python's own path does the same through cffi, but at MoE sizes its allocations and
+// argument handling cost more host time than the call (BENCHMARKS.md: half of torch.topk's
+// per-call time at 1x256).
 //
-// It never raises. It returns (values, indices) on success, the library's status (an int) when
+//   topk(x, k, dim, largest, sorted, context address)
+//   moe_route(logits, k, scoring code, bias or None, n_group, topk_group, renormalize, scale,
+//             int64 ids?, context address)
+//
+// They never raise. Each returns its two tensors on success, the library's status (an int) when
 // the library refused the call (its message is in mtk_last_error_message, on this thread), and
-// None where it cannot make the call at all (an unsupported dtype or rank, a torch allocation
-// failure): the Python path then runs the call and raises the contract's exception.
+// None where it cannot make the call at all (an unsupported dtype or rank, a bias that is not a
+// tensor on the logits' device, a torch allocation failure): the Python path then runs the call
+// and raises the contract's exception.
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
@@ -50,12 +55,34 @@ mtk_tensor describe(const at::Tensor& tensor, mtk_dtype dtype) {
   return described;
 }
 
+// Where the library runs a call on these tensors: torch's current stream of their device.
+void* current_stream(const at::Tensor& tensor) {
+  if (!tensor.is_cuda()) return nullptr;
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+      ->getStream(tensor.device())
+      .native_handle();
+}
+
 // The call's outcome as the Python caller reads it (see the top of this file).
+PyObject* outcome(mtk_status status, const at::Tensor& first, const at::Tensor& second) {
+  if (status != MTK_SUCCESS) return PyLong_FromLong(status);
+  PyObject* wrapped_first = THPVariable_Wrap(first);
+  if (wrapped_first == nullptr) return nullptr;
+  PyObject* wrapped_second = THPVariable_Wrap(second);
+  if (wrapped_second == nullptr) {
+    Py_DECREF(wrapped_first);
+    return nullptr;
+  }
+  PyObject* result = PyTuple_Pack(2, wrapped_first, wrapped_second);
+  Py_DECREF(wrapped_first);
+  Py_DECREF(wrapped_second);
+  return result;
+}
+
 PyObject* topk(const at::Tensor& x, int64_t k, int64_t dim, int largest, int sorted,
                mtk_context ctx) {
   const std::optional<mtk_dtype> dtype = library_dtype(x.scalar_type());
-  const bool on_cuda = x.is_cuda();
-  if (!dtype || x.dim() > MTK_MAX_NDIM || !(on_cuda || x.is_cpu())) Py_RETURN_NONE;
+  if (!dtype || x.dim() > MTK_MAX_NDIM || !(x.is_cuda() || x.is_cpu())) Py_RETURN_NONE;
   const mtk_tensor input = describe(x, *dtype);
   size_t workspace_bytes = 0;
   // Validates k and dim before anything is allocated.
@@ -72,10 +99,7 @@ PyObject* topk(const at::Tensor& x, int64_t k, int64_t dim, int largest, int sor
   if (workspace_bytes > 0) {
     scratch = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
   }
-  void* stream = on_cuda ? c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
-                               ->getStream(x.device())
-                               .native_handle()
-                         : nullptr;
+  void* stream = current_stream(x);
   const mtk_tensor values_out = describe(values, *dtype);
   const mtk_tensor indices_out = describe(indices, MTK_INT64);
   void* workspace = scratch.defined() ? scratch.data_ptr() : nullptr;
@@ -83,18 +107,47 @@ PyObject* topk(const at::Tensor& x, int64_t k, int64_t dim, int largest, int sor
   status = mtk_topk_with_workspace(ctx, &input, k, dim, largest, sorted, &values_out,
                                    &indices_out, workspace, workspace_bytes, stream);
   Py_END_ALLOW_THREADS
-  if (status != MTK_SUCCESS) return PyLong_FromLong(status);
-  PyObject* wrapped_values = THPVariable_Wrap(values);
-  if (wrapped_values == nullptr) return nullptr;
-  PyObject* wrapped_indices = THPVariable_Wrap(indices);
-  if (wrapped_indices == nullptr) {
-    Py_DECREF(wrapped_values);
-    return nullptr;
+  return outcome(status, values, indices);
+}
+
+PyObject* moe_route(const at::Tensor& logits, int64_t k, mtk_scoring scoring, PyObject* bias,
+                    int64_t n_group, int64_t topk_group, int renormalize, double scale,
+                    bool ids_int64, mtk_context ctx) {
+  const std::optional<mtk_dtype> dtype = library_dtype(logits.scalar_type());
+  if (!dtype || logits.dim() != 2 || !(logits.is_cuda() || logits.is_cpu())) Py_RETURN_NONE;
+  mtk_tensor bias_described{};
+  mtk_router_params params{};
+  if (bias != Py_None) {
+    if (!THPVariable_Check(bias)) Py_RETURN_NONE;
+    const at::Tensor& bias_tensor = THPVariable_Unpack(bias);
+    const std::optional<mtk_dtype> bias_dtype = library_dtype(bias_tensor.scalar_type());
+    if (!bias_dtype || bias_tensor.device() != logits.device() ||
+        bias_tensor.dim() > MTK_MAX_NDIM) {
+      Py_RETURN_NONE;
+    }
+    bias_described = describe(bias_tensor, *bias_dtype);
+    params.bias = &bias_described;
   }
-  PyObject* result = PyTuple_Pack(2, wrapped_values, wrapped_indices);
-  Py_DECREF(wrapped_values);
-  Py_DECREF(wrapped_indices);
-  return result;
+  params.k = k;
+  params.scoring = scoring;
+  params.n_group = n_group;
+  params.topk_group = topk_group;
+  params.renormalize = renormalize;
+  params.scale = static_cast<float>(scale);
+  // A negative k still reaches the library, which names it in its error.
+  const int64_t out_sizes[2] = {logits.size(0), k > 0 ? k : 0};
+  const at::Tensor weights = at::empty(out_sizes, logits.options().dtype(at::kFloat));
+  const at::Tensor ids =
+      at::empty(out_sizes, logits.options().dtype(ids_int64 ? at::kLong : at::kInt));
+  const mtk_tensor logits_in = describe(logits, *dtype);
+  const mtk_tensor weights_out = describe(weights, MTK_FLOAT32);
+  const mtk_tensor ids_out = describe(ids, ids_int64 ? MTK_INT64 : MTK_INT32);
+  void* stream = current_stream(logits);
+  mtk_status status;
+  Py_BEGIN_ALLOW_THREADS
+  status = mtk_moe_route(ctx, &logits_in, &params, &weights_out, &ids_out, stream);
+  Py_END_ALLOW_THREADS
+  return outcome(status, weights, ids);
 }
 
 PyObject* topk_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -117,9 +170,36 @@ PyObject* topk_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
+PyObject* moe_route_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 10 || !THPVariable_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "moe_route(logits: torch.Tensor, k, scoring code, bias or None, n_group, "
+                    "topk_group, renormalize, scale, int64 ids, context address)");
+    return nullptr;
+  }
+  const int64_t k = PyLong_AsLongLong(args[1]);
+  const long scoring = PyLong_AsLong(args[2]);
+  const int64_t n_group = PyLong_AsLongLong(args[4]);
+  const int64_t topk_group = PyLong_AsLongLong(args[5]);
+  const int renormalize = PyObject_IsTrue(args[6]);
+  const double scale = PyFloat_AsDouble(args[7]);
+  const int ids_int64 = PyObject_IsTrue(args[8]);
+  void* ctx = PyLong_AsVoidPtr(args[9]);
+  if (PyErr_Occurred()) return nullptr;
+  try {
+    return moe_route(THPVariable_Unpack(args[0]), k, static_cast<mtk_scoring>(scoring), args[3],
+                     n_group, topk_group, renormalize, scale, ids_int64 != 0,
+                     static_cast<mtk_context>(ctx));
+  } catch (...) {  // torch's allocator failed: the Python path reports it
+    Py_RETURN_NONE;
+  }
+}
+
 PyMethodDef methods[] = {
     {"topk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(topk_entry)),
      METH_FASTCALL, "metaltopk's top-k of a plain CPU or CUDA tensor; see metaltopk_torch.cpp"},
+    {"moe_route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(moe_route_entry)),
+     METH_FASTCALL, "metaltopk's MoE router on plain CPU or CUDA tensors; see metaltopk_torch.cpp"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_metaltopk_torch", nullptr, -1, methods,

@@ -40,7 +40,8 @@ def test_a_fast_path_built_for_another_torch_is_not_loaded(tmp_path):
     for file in built.glob(_tensors.EXTENSION_NAME + "*"):
         (tmp_path / file.name).write_bytes(file.read_bytes())
     if _tensors._fast_topk is not None:
-        assert callable(_tensors._load_fast_path(tmp_path))
+        loaded = _tensors._load_fast_path(tmp_path)
+        assert callable(loaded.topk) and callable(loaded.moe_route)
     (tmp_path / (_tensors.EXTENSION_NAME + ".torch_version")).write_text("1.0.0\n")
     assert _tensors._load_fast_path(tmp_path) is None
 
@@ -166,7 +167,7 @@ def test_meta_tensors_give_shapes():
         assert values.device.type == "meta"
 
 
-def test_moe_route_on_torch_tensors():
+def test_moe_route_on_torch_tensors(torch_path):
     rng = np.random.default_rng(9)
     logits = from_numpy(ref.distinct_values(rng, 33, 128, ref.BFLOAT16))
     bias = torch.from_numpy(rng.standard_normal(128).astype(np.float32))
@@ -189,6 +190,24 @@ def test_moe_route_on_torch_tensors():
         metaltopk.moe_route(logits, 8, bias=to_numpy(bias))
     with pytest.raises(TypeError, match="index_dtype"):
         metaltopk.moe_route(logits, 8, index_dtype=torch.int16)
+
+
+def test_router_errors_are_the_contracts_exceptions(torch_path):
+    logits = torch.randn(5, 128).to(torch.bfloat16)
+    for k in (129, 0, -1):
+        with pytest.raises(ValueError, match="k"):
+            metaltopk.moe_route(logits, k)
+    with pytest.raises(ValueError, match="ndim"):
+        metaltopk.moe_route(logits[None], 8)
+    with pytest.raises(TypeError, match="bias"):
+        metaltopk.moe_route(logits, 8, bias=torch.zeros(128, dtype=torch.float64))
+    with pytest.raises(ValueError, match="bias"):
+        metaltopk.moe_route(logits, 8, bias=torch.zeros(127))
+    with pytest.raises(ValueError, match="n_group"):
+        metaltopk.moe_route(logits, 8, n_group=3, topk_group=1)
+    for dtype in (torch.int8, torch.bool):
+        with pytest.raises(TypeError, match="dtype"):
+            metaltopk.moe_route(torch.zeros(5, 128, dtype=dtype), 8)
 
 
 class ForeignArray:

@@ -24,7 +24,7 @@ import torch
 
 from .. import _core
 from .._ffi import ffi, lib, library_path
-from ..router import _route_device_tensors, route_params
+from ..router import SCORINGS, _route_device_tensors, route_params
 
 # Contract dtype names; torch calls these dtypes the same.
 DTYPE_NAMES = {getattr(torch, name): name for name in _core.DTYPE_CODES}
@@ -51,9 +51,9 @@ EXTENSION_NAME = "_metaltopk_torch"
 
 
 def _load_fast_path(directory=Path(library_path).parent):
-    """The compiled fast path's topk, or None where it was not built beside the library or was
-    built against another torch (a torch extension runs only with the torch it was compiled
-    against)."""
+    """The compiled fast path (its topk and moe_route), or None where it was not built beside
+    the library or was built against another torch (a torch extension runs only with the torch
+    it was compiled against)."""
     path = directory / (EXTENSION_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = directory / (EXTENSION_NAME + ".torch_version")
     if not (path.is_file() and stamp.is_file()
@@ -63,16 +63,21 @@ def _load_fast_path(directory=Path(library_path).parent):
     spec = importlib.util.spec_from_loader(EXTENSION_NAME, loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    return module.topk
+    return module
 
 
-_fast_topk = _load_fast_path()
+_fast_path = _load_fast_path()
+_fast_topk = _fast_path.topk if _fast_path is not None else None
+_fast_moe_route = _fast_path.moe_route if _fast_path is not None else None
 _fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
 
 
 def _fast_context(device_index):
-    ctx = _core.context("cpu" if device_index < 0 else "cuda", max(device_index, 0))
-    entry = _fast_contexts[device_index] = (ctx, int(ffi.cast("uintptr_t", ctx.handle)))
+    """The context of a CPU (-1) or CUDA device and its handle's address, for the fast path."""
+    entry = _fast_contexts.get(device_index)
+    if entry is None:
+        ctx = _core.context("cpu" if device_index < 0 else "cuda", max(device_index, 0))
+        entry = _fast_contexts[device_index] = (ctx, int(ffi.cast("uintptr_t", ctx.handle)))
     return entry
 
 
@@ -130,7 +135,7 @@ def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
         values, indices = topk_kernel(x.cpu(), k, dim, largest, sorted)
         return values.to(x.device), indices.to(x.device)
     if _fast_topk is not None:
-        ctx, address = _fast_contexts.get(device_index) or _fast_context(device_index)
+        ctx, address = _fast_context(device_index)
         result = _fast_topk(x, k, dim, largest, sorted, address)
         if result.__class__ is tuple:
             return result
@@ -199,6 +204,17 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
     if index_dtype not in INDEX_DTYPES:
         raise TypeError(f"metaltopk.moe_route: index_dtype = {index_dtype} must be torch.int32 "
                         "or torch.int64")
+    scoring_code = SCORINGS.get(scoring)
+    device_index = logits.get_device()
+    if _fast_moe_route is not None and scoring_code is not None and (
+            device_index < 0 or logits.is_cuda):
+        ctx, address = _fast_context(device_index)
+        result = _fast_moe_route(logits, k, scoring_code, bias, n_group, topk_group, renormalize,
+                                 scale, index_dtype is _int64, address)
+        if result.__class__ is tuple:
+            return result
+        if result is not None:
+            _core.check(result, ctx.backend)
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
     return _route_device_tensors(tensor_view(logits), bias, k, DTYPE_NAMES[index_dtype],
                                  make_params, None, view_of=tensor_view)
@@ -249,7 +265,10 @@ class TorchArrays:
                              f"({logits.device}), not {type(bias).__name__}")
         if not isinstance(index_dtype, torch.dtype):  # numpy's int32 / int64
             index_dtype = getattr(torch, _core.np.dtype(index_dtype).name)
-        return torch.ops.metaltopk.mtk_moe_route(
-            logits, k, scoring, bias, 0 if n_group is None else n_group,
-            0 if topk_group is None else topk_group, bool(renormalize), float(scale),
-            index_dtype)
+        args = (logits, _index(k), scoring, bias, 0 if n_group is None else _index(n_group),
+                0 if topk_group is None else _index(topk_group), bool(renormalize),
+                float(scale), index_dtype)
+        # As topk: the router has no gradient, so only tracing needs the op.
+        if type(logits) is _Tensor and not logits.is_meta and not _is_compiling():
+            return moe_route_kernel(*args)
+        return torch.ops.metaltopk.mtk_moe_route(*args)
