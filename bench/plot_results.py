@@ -265,10 +265,12 @@ def markdown_host_cost(doc):
               f"{us['metaltopk.topk, Python path']:.1f} | {r['python_path_over_torch']:.2f} | "
               f"{us['torch.ops.metaltopk.mtk_topk']:.1f} | {r['op_over_torch']:.2f} |")
     print()
+    if not doc.get("router_rows"):
+        return
     print("| router | T | E | k | torch composite µs | metaltopk.moe_route µs | x | Python path µs "
           "| torch op µs |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for r in doc.get("router_rows", []):
+    for r in doc["router_rows"]:
         us = r["us_per_call"]
         print(f"| {r['router']} | {r['tokens']} | {r['experts']} | {r['k']} | "
               f"{us['torch composite']:.1f} | {us['metaltopk.moe_route']:.1f} | "
