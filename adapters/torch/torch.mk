@@ -17,7 +17,7 @@ TORCH_EXT_CXXFLAGS = -std=c++17 -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Wer
   -isystem $(PYTHON_INCLUDE) -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_CXX11_ABI)
 
 ifeq ($(UNAME),Darwin)
-TORCH_EXT_LINK = -undefined dynamic_lookup -Wl,-rpath,@loader_path
+TORCH_EXT_LINK = -undefined dynamic_lookup -Wl,-rpath,@loader_path -Wl,-rpath,$(TORCH_DIR)/lib
 else
 TORCH_EXT_LINK = -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(TORCH_DIR)/lib
 endif
