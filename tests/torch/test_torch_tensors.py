@@ -36,14 +36,15 @@ def test_make_test_runs_on_the_fast_path():
 
 def test_a_fast_path_built_for_another_torch_is_not_loaded(tmp_path):
     assert _tensors._load_fast_path(tmp_path) is None  # nothing built there
-    built = Path(library_path).parent
-    for file in built.glob(_tensors.EXTENSION_NAME + "*"):
+    if _tensors._fast_topk is None:
+        pytest.skip("the torch fast path was not built beside the library")
+    for file in Path(library_path).parent.glob(_tensors.EXTENSION_NAME + "*"):
         (tmp_path / file.name).write_bytes(file.read_bytes())
-    if _tensors._fast_topk is not None:
-        loaded = _tensors._load_fast_path(tmp_path)
-        assert callable(loaded.topk) and callable(loaded.moe_route)
+    loaded = _tensors._load_fast_path(tmp_path)
+    assert callable(loaded.topk) and callable(loaded.moe_route)
     (tmp_path / (_tensors.EXTENSION_NAME + ".torch_version")).write_text("1.0.0\n")
-    assert _tensors._load_fast_path(tmp_path) is None
+    with pytest.warns(RuntimeWarning, match="built for torch 1.0.0"):
+        assert _tensors._load_fast_path(tmp_path) is None
 
 
 def to_numpy(t):

@@ -18,6 +18,7 @@ import importlib.machinery
 import importlib.util
 import operator
 import sysconfig
+import warnings
 from pathlib import Path
 
 import torch
@@ -56,8 +57,14 @@ def _load_fast_path(directory=Path(library_path).parent):
     it was compiled against)."""
     path = directory / (EXTENSION_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = directory / (EXTENSION_NAME + ".torch_version")
-    if not (path.is_file() and stamp.is_file()
-            and stamp.read_text().strip() == torch.__version__):
+    if not (path.is_file() and stamp.is_file()):
+        return None
+    built_for = stamp.read_text().strip()
+    if built_for != torch.__version__:
+        warnings.warn(f"metaltopk: {path.name} was built for torch {built_for}, not for this "
+                      f"torch {torch.__version__}; calls on torch tensors take the slower cffi "
+                      "path until it is rebuilt (`make`, or reinstall the package)",
+                      RuntimeWarning, stacklevel=2)
         return None
     loader = importlib.machinery.ExtensionFileLoader(EXTENSION_NAME, str(path))
     spec = importlib.util.spec_from_loader(EXTENSION_NAME, loader)
