@@ -138,6 +138,12 @@ def _device_view(x) -> Optional[DeviceTensor]:
     return None
 
 
+def bias_not_on_logits_device(device, got=None) -> ValueError:
+    """The contract's error for a bias that is no tensor on the logits' device."""
+    return ValueError(f"metaltopk.moe_route: bias must be a tensor on the logits' device "
+                      f"({device})" + (f", not {got}" if got else ""))
+
+
 def _route_device_tensors(view, bias, k, index_dtype, make_params, backend,
                           view_of=_device_view):
     """Logits that an array adapter described (and a bias that `view_of` describes); the adapter
@@ -154,8 +160,7 @@ def _route_device_tensors(view, bias, k, index_dtype, make_params, backend,
         bias_view = view_of(bias)
         if (bias_view is None or bias_view.backend != view.backend
                 or bias_view.device_index != view.device_index):
-            raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
-                             f"({view.backend}:{view.device_index})")
+            raise bias_not_on_logits_device(f"{view.backend}:{view.device_index}")
         bias_t = _describe(bias_view.data, bias_view.dtype, bias_view.shape, bias_view.strides)
     shape = _output_shape(view.shape, k)
     weights = view.new_empty(shape, "float32")

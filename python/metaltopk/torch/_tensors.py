@@ -25,7 +25,8 @@ import torch
 
 from .. import _core
 from .._ffi import ffi, lib, library_path
-from ..router import SCORINGS, _route_device_tensors, route_params
+from ..router import (SCORINGS, _route_device_tensors, bias_not_on_logits_device,
+                      route_params)
 
 # Contract dtype names; torch calls these dtypes the same.
 DTYPE_NAMES = {getattr(torch, name): name for name in _core.DTYPE_CODES}
@@ -79,13 +80,20 @@ _fast_moe_route = _fast_path.moe_route if _fast_path is not None else None
 _fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
 
 
-def _fast_context(device_index):
-    """The context of a CPU (-1) or CUDA device and its handle's address, for the fast path."""
+def _fast_call(function, device_index, *args):
+    """function(*args, context address) on a CPU (-1) or CUDA device: its two tensors, or None
+    where the fast path could not make the call (the caller's Python path then makes it and
+    raises the contract's exception); a status the library returned is raised here."""
     entry = _fast_contexts.get(device_index)
     if entry is None:
         ctx = _core.context("cpu" if device_index < 0 else "cuda", max(device_index, 0))
         entry = _fast_contexts[device_index] = (ctx, int(ffi.cast("uintptr_t", ctx.handle)))
-    return entry
+    result = function(*args, entry[1])
+    if result.__class__ is tuple:
+        return result
+    if result is not None:
+        _core.check(result, entry[0].backend)
+    return None
 
 
 class _Plan:
@@ -142,12 +150,9 @@ def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
         values, indices = topk_kernel(x.cpu(), k, dim, largest, sorted)
         return values.to(x.device), indices.to(x.device)
     if _fast_topk is not None:
-        ctx, address = _fast_context(device_index)
-        result = _fast_topk(x, k, dim, largest, sorted, address)
-        if result.__class__ is tuple:
-            return result
+        result = _fast_call(_fast_topk, device_index, x, k, dim, largest, sorted)
         if result is not None:
-            _core.check(result, ctx.backend)
+            return result
     key = (x.shape, x.stride(), x.dtype, device_index, k, dim, largest, sorted)
     plan = _plans.get(key)
     if plan is None:
@@ -217,13 +222,10 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
     # keep the cffi path, which the H200 runs checked, until a GPU run of tests/router and
     # tests/gpu checks it (then: `device_index < 0 or logits.is_cuda`, as in topk_kernel).
     if _fast_moe_route is not None and scoring_code is not None and device_index < 0:
-        ctx, address = _fast_context(device_index)
-        result = _fast_moe_route(logits, k, scoring_code, bias, n_group, topk_group, renormalize,
-                                 scale, index_dtype is _int64, address)
-        if result.__class__ is tuple:
-            return result
+        result = _fast_call(_fast_moe_route, device_index, logits, k, scoring_code, bias,
+                            n_group, topk_group, renormalize, scale, index_dtype is _int64)
         if result is not None:
-            _core.check(result, ctx.backend)
+            return result
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
     return _route_device_tensors(tensor_view(logits), bias, k, DTYPE_NAMES[index_dtype],
                                  make_params, None, view_of=tensor_view)
@@ -270,8 +272,7 @@ class TorchArrays:
         _check_backend(logits, backend, "moe_route")
         if bias is not None and not isinstance(bias, _Tensor):
             # The op's schema would reject it with torch's own error, not the contract's.
-            raise ValueError("metaltopk.moe_route: bias must be a tensor on the logits' device "
-                             f"({logits.device}), not {type(bias).__name__}")
+            raise bias_not_on_logits_device(logits.device, type(bias).__name__)
         if not isinstance(index_dtype, torch.dtype):  # numpy's int32 / int64
             index_dtype = getattr(torch, _core.np.dtype(index_dtype).name)
         args = (logits, _index(k), scoring, bias, 0 if n_group is None else _index(n_group),
