@@ -6,7 +6,7 @@
 # where that Python has torch and its C headers (python3-dev); without them the package still
 # works, on the cffi path.
 
-TORCH_EXT_SUFFIX = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+TORCH_EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 TORCH_EXTENSION = $(BUILD)/_metaltopk_torch$(TORCH_EXT_SUFFIX)
 TORCH_EXTENSION_STAMP := $(BUILD)/_metaltopk_torch.torch_version
 TORCH_EXT_SRC := adapters/torch/metaltopk_torch.cpp
