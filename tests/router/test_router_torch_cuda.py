@@ -1,5 +1,5 @@
-"""The CUDA router on torch CUDA tensors: results as the reference and the CPU backend give them,
-on the caller's stream, inside CUDA graphs. Skips without a GPU (test_router.py covers numpy
+"""The CUDA router on torch CUDA tensors, on the compiled fast path and on the Python path: results
+as the reference and the CPU backend give them, on the caller's stream, inside CUDA graphs. Skips without a GPU (test_router.py covers numpy
 inputs on every available backend, the CUDA one included)."""
 
 import numpy as np
@@ -27,7 +27,7 @@ def _host(t):
                                        (100, 6), (1000, 8)])
 @pytest.mark.parametrize("config", ["plain", "sigmoid-bias", "grouped", "none-unnormalised"])
 @pytest.mark.parametrize("strided", [False, True])
-def test_torch_tensors_match_reference(dtype, experts, k, config, strided):
+def test_torch_tensors_match_reference(dtype, experts, k, config, strided, torch_path):
     gen = torch.Generator(device="cuda").manual_seed(experts * 31 + k)
     wide = torch.randn(200, 2 * experts, generator=gen, device="cuda").to(TORCH_DTYPES[dtype])
     logits = wide[::2, ::2] if strided else wide[:100, :experts].contiguous()
@@ -50,7 +50,7 @@ def test_torch_tensors_match_reference(dtype, experts, k, config, strided):
         np.testing.assert_array_equal(ids.cpu().numpy(), cpu_ids)
 
 
-def test_special_values_ids_are_the_topk_contracts():
+def test_special_values_ids_are_the_topk_contracts(torch_path):
     specials = torch.tensor([float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.0])
     gen = torch.Generator().manual_seed(1)
     for experts in (8, 64, 256, 512, 700):
@@ -65,7 +65,7 @@ def test_special_values_ids_are_the_topk_contracts():
                            scoring=scoring)
 
 
-def test_runs_on_the_current_stream_and_in_graphs():
+def test_runs_on_the_current_stream_and_in_graphs(torch_path):
     logits = torch.randn(4096, 256, device="cuda").to(torch.bfloat16)
     expected_w, expected_ids = metaltopk.moe_route(logits, 8)
     side = torch.cuda.Stream()
@@ -86,7 +86,7 @@ def test_runs_on_the_current_stream_and_in_graphs():
     torch.testing.assert_close(graph_ids, expected_ids, rtol=0, atol=0)
 
 
-def test_bias_must_live_on_the_logits_device():
+def test_bias_must_live_on_the_logits_device(torch_path):
     logits = torch.randn(4, 16, device="cuda")
     with pytest.raises(ValueError, match="bias"):
         metaltopk.moe_route(logits, 2, bias=np.zeros(16, np.float32))

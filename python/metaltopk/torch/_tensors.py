@@ -208,6 +208,9 @@ def tensor_view(tensor, function="moe_route") -> _core.DeviceTensor:
 
 
 INDEX_DTYPES = (torch.int32, torch.int64)
+_TORCH_INDEX_DTYPE_OF = {
+    torch.int32: torch.int32, _core.np.int32: torch.int32, _core.np.dtype("int32"): torch.int32,
+    torch.int64: torch.int64, _core.np.int64: torch.int64, _core.np.dtype("int64"): torch.int64}
 
 
 def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_group=0,
@@ -218,10 +221,8 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
                         "or torch.int64")
     scoring_code = SCORINGS.get(scoring)
     device_index = logits.get_device()
-    # CPU tensors only, for now: the compiled router has not yet run on a GPU, so CUDA tensors
-    # keep the cffi path, which the H200 runs checked, until a GPU run of tests/router and
-    # tests/gpu checks it (then: `device_index < 0 or logits.is_cuda`, as in topk_kernel).
-    if _fast_moe_route is not None and scoring_code is not None and device_index < 0:
+    if _fast_moe_route is not None and scoring_code is not None and (
+            device_index < 0 or logits.is_cuda):
         result = _fast_call(_fast_moe_route, device_index, logits, k, scoring_code, bias,
                             n_group, topk_group, renormalize, scale, index_dtype is _int64)
         if result is not None:
@@ -273,7 +274,10 @@ class TorchArrays:
         if bias is not None and not isinstance(bias, _Tensor):
             # The op's schema would reject it with torch's own error, not the contract's.
             raise bias_not_on_logits_device(logits.device, type(bias).__name__)
-        if not isinstance(index_dtype, torch.dtype):  # numpy's int32 / int64
+        # numpy's int32 / int64 (the default) by a lookup: np.dtype(...).name costs more than
+        # the fast path's whole call.
+        index_dtype = _TORCH_INDEX_DTYPE_OF.get(index_dtype, index_dtype)
+        if not isinstance(index_dtype, torch.dtype):
             index_dtype = getattr(torch, _core.np.dtype(index_dtype).name)
         args = (logits, _index(k), scoring, bias, 0 if n_group is None else _index(n_group),
                 0 if topk_group is None else _index(topk_group), bool(renormalize),
