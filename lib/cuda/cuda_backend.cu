@@ -112,6 +112,8 @@ class CudaBackend final : public Backend {
                "reading the multiprocessor count");
     check_cuda(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, device),
                "reading the L2 cache size");
+    DeviceGuard guard(device_);
+    cluster_rows_ = max_active_select_clusters();
   }
 
   mtk_backend kind() const override { return MTK_BACKEND_CUDA; }
@@ -187,7 +189,7 @@ class CudaBackend final : public Backend {
     const PlanKey key{problem.dtype, g.rows, g.n, g.k};
     return plans_.get_or_create(key, [&] {
       DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
-      return make_topk_plan(key, sm_count_, l2_bytes_);
+      return make_topk_plan(key, DeviceLimits{sm_count_, l2_bytes_, cluster_rows_});
     });
   }
 
@@ -206,6 +208,7 @@ class CudaBackend final : public Backend {
   int device_;
   int sm_count_ = 0;
   int l2_bytes_ = 0;
+  int cluster_rows_ = 0;
   LruCache<PlanKey, TopkPlan, PlanKeyHash> plans_{kPlanCacheCapacity};
   ScratchCache scratch_;
 };

@@ -4,6 +4,8 @@
 #include <cuda.h>  // the driver's types only: libcuda is reached through the runtime, not linked
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "cuda/cuda_check.hpp"
@@ -73,6 +75,20 @@ CUresult launch_on_driver(const DriverEntryPoints& entry_points, void (*)(Params
   }(args...);
 }
 
+// Sets Kernel's attribute that allows clusters over the portable size, once per device (the
+// runtime keeps function attributes per device).
+template <auto Kernel>
+void allow_non_portable_clusters() {
+  static std::atomic<uint64_t> devices_done{0};
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "reading the current device");
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
+  check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+             "allowing non-portable cluster sizes");
+  devices_done.fetch_or(bit, std::memory_order_relaxed);
+}
+
 // Launches Kernel with programmatic stream serialization: the GPU may schedule it while the
 // kernel before it on the stream (the caller's or the library's own) still runs, so its launch
 // latency hides behind that kernel's tail, and the host's enqueue is also cheaper than a plain
@@ -117,6 +133,30 @@ void launch_overlapped(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t 
   config.stream = stream;
   config.attrs = &overlap;
   config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, Kernel, std::forward<Args>(args)...), what);
+}
+
+// launch_overlapped for a kernel whose blocks run in clusters of cluster_blocks (grid.x a
+// multiple of it). Through the runtime only, which the non-portable attribute was set through.
+template <auto Kernel, class... Args>
+void launch_overlapped_in_clusters(unsigned cluster_blocks, dim3 grid, dim3 block,
+                                   size_t shared_bytes, cudaStream_t stream, const char* what,
+                                   Args&&... args) {
+  if (cluster_blocks > 8) allow_non_portable_clusters<Kernel>();
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_blocks;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = 2;
   check_cuda(cudaLaunchKernelEx(&config, Kernel, std::forward<Args>(args)...), what);
 }
 

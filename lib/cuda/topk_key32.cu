@@ -14,5 +14,29 @@ void launch_topk_key32(const TopkProblem& problem, const TopkPlan& plan, void* s
   }
 }
 
+// Asks the occupancy of the largest cluster kernel, which the others match closely enough for the
+// plan (the same block, cluster and static shared memory).
+int max_active_select_clusters() {
+  constexpr auto kernel = cluster_select_kernel<float, kClusterMaxItems>;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kClusterBlocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(kClusterBlocks);
+  config.blockDim = dim3(kBlockThreads);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
+
 }  // namespace cuda
 }  // namespace mtk

@@ -89,6 +89,22 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                                                 kLaunching, g, input, p.values, p.indices,
                                                 index64, p.largest);
       break;
+    case TopkPath::Cluster:
+      if constexpr (sizeof(Key) <= 4) {
+        const unsigned grid = unsigned(g.rows * kClusterBlocks);
+        if (plan.cluster_items == kClusterSmallItems) {
+          launch_overlapped_in_clusters<cluster_select_kernel<T, kClusterSmallItems>>(
+              kClusterBlocks, grid, kBlockThreads, 0, stream, kLaunching, g, input, p.values,
+              p.indices, index64, p.largest);
+        } else {
+          launch_overlapped_in_clusters<cluster_select_kernel<T, kClusterMaxItems>>(
+              kClusterBlocks, grid, kBlockThreads, 0, stream, kLaunching, g, input, p.values,
+              p.indices, index64, p.largest);
+        }
+      } else {
+        fail(MTK_ERROR_INTERNAL, "cluster plan for a ", sizeof(Key), "-byte key");
+      }
+      break;
     case TopkPath::Multi: {
       const uintptr_t address = reinterpret_cast<uintptr_t>(scratch);
       char* base = static_cast<char*>(scratch) +

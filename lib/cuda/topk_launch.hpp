@@ -20,6 +20,10 @@ void launch_topk_key32(const TopkProblem& problem, const TopkPlan& plan, void* s
 void launch_topk_key64(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
                        cudaStream_t stream);
 
+// How many rows' select clusters (cluster_select_kernel) the current device runs at once; 0
+// where it runs none (before sm_90, or where it cannot say).
+int max_active_select_clusters();
+
 // sizeof of the per-row pipeline state and of a composite, and CUB's merge-sort scratch for
 // `k` composites, for each key width in bytes (1, 2, 4, 8).
 size_t row_state_bytes(int key_bytes);

@@ -128,8 +128,9 @@ size_t merge_sort_temp_bytes(int key_bytes, int64_t k) {
                         : merge_sort_temp_bytes_for<Composite<uint32_t>>(k);
 }
 
-TopkPlan make_topk_plan(const PlanKey& key, int sm_count, int64_t l2_bytes) {
+TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device) {
   const int64_t rows = key.rows, n = key.n, k = key.k;
+  const int sm_count = device.sm_count;
   if (n > kMaxRowLength) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "rows of ", n, " elements exceed the CUDA backend's limit of ",
          kMaxRowLength, " elements per row");
@@ -149,13 +150,21 @@ TopkPlan make_topk_plan(const PlanKey& key, int sm_count, int64_t l2_bytes) {
     plan.path = TopkPath::Block;
     return plan;
   }
+  const int key_bytes = int(dtype_info(key.dtype)->size);
+  const int64_t cluster_slots = int64_t(kClusterBlocks) * kBlockThreads;
+  if (rows <= device.cluster_rows && key_bytes <= 4 && k <= kSortCapacity &&
+      n <= cluster_slots * kClusterMaxItems) {
+    plan.path = TopkPath::Cluster;
+    plan.cluster_items = n <= cluster_slots * kClusterSmallItems ? kClusterSmallItems
+                                                                   : kClusterMaxItems;
+    return plan;
+  }
   plan.path = TopkPath::Multi;
   plan.blocks_per_row = int(blocks_per_row);
   plan.capacity = std::min(n, std::max(kMinCapacity, n / kCapacityDivisor));
   plan.sort_in_block = k <= kSortCapacity;
 
-  const int key_bytes = int(dtype_info(key.dtype)->size);
-  choose_sampling(plan, rows, n, k, key_bytes, sm_count, l2_bytes);
+  choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes);
   const size_t comp = composite_bytes(key_bytes);
   size_t offset = 0;
   plan.states_offset = offset;

@@ -7,6 +7,10 @@
 //    MoE routing (128..1024 experts, top-1..32), any row count.
 //  - Block: otherwise, when one block per row already gives the GPU enough blocks (rows >=
 //    kTargetBlocksPerSm * SMs, or rows too short to split) and k <= kSortCapacity. No scratch.
+//  - Cluster: rows that would take Multi but are few (one wave of clusters: cluster_rows, what
+//    the device co-schedules), no longer than a cluster holds in registers (kClusterMaxItems
+//    slots a thread), with keys of at most 32 bits and k <= kSortCapacity. One launch, no
+//    scratch, where Multi takes a memset and four dependent launches.
 //  - Multi: everything else (long rows, few rows, or large k). Each row is split over
 //    blocks_per_row blocks so that rows * blocks_per_row ~ kTargetBlocksPerSm * SMs, with at
 //    least kMinElementsPerBlock elements each. Scratch: per-row state, the k winners, and two
@@ -24,7 +28,7 @@
 namespace mtk {
 namespace cuda {
 
-enum class TopkPath { Warp, Block, Multi };
+enum class TopkPath { Warp, Block, Cluster, Multi };
 
 // What the threshold pass of a sampled plan histograms of its candidates (topk_plan.cu says
 // when which).
@@ -41,6 +45,7 @@ constexpr size_t kScratchAlignment = 256;
 struct TopkPlan {
   TopkPath path = TopkPath::Warp;
   int warp_items = 0;           // Warp: elements per lane (a power of two, 1..32)
+  int cluster_items = 0;        // Cluster: key slots a thread (kClusterSmallItems or ...MaxItems)
   int blocks_per_row = 1;       // Multi
   int64_t capacity = 0;         // Multi: candidate slots per row and buffer
   bool sort_in_block = true;    // Multi: k fits the finish kernel's shared-memory sort
@@ -72,8 +77,16 @@ struct PlanKeyHash {
   }
 };
 
+// What the device offers the plan: its SMs, its L2, and how many select clusters it runs at
+// once (0: none, before sm_90).
+struct DeviceLimits {
+  int sm_count;
+  int64_t l2_bytes;
+  int cluster_rows;
+};
+
 // Throws MTK_ERROR_INVALID_ARGUMENT for rows longer than the backend handles (2^32 - 2).
-TopkPlan make_topk_plan(const PlanKey& key, int sm_count, int64_t l2_bytes);
+TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device);
 
 }  // namespace cuda
 }  // namespace mtk

@@ -1,6 +1,6 @@
 // Exhaustive CUDA-backend conformance through the C ABI: every dtype, both directions, sorted
 // and unsorted, int64/int32 indices, strided/negative/zero-stride inputs, strided outputs, and
-// shapes straddling every switch point of the CUDA plan (warp / block / multi-block, the
+// shapes straddling every switch point of the CUDA plan (warp / block / cluster / multi-block, the
 // shared-memory sort limit, candidate-buffer overflow). Each result is compared bit for bit
 // with an independent host reference (a stable sort under the contract's order, written here
 // without the library's key mapping) and with the CPU backend.
@@ -704,13 +704,15 @@ int main(int argc, char** argv) {
     return report(ctx);
   }
   // (rows, n, k) straddling: warp (n <= 1024, k <= 32), block (one block per row, k <= 2048),
-  // multi-block (few long rows), the shared sort limit (k 2048/2049), candidate capacity (16384).
+  // cluster (few rows up to 2^16 and 2^18 elements, keys up to 32 bits, k <= 2048), multi-block
+  // (few long rows), the shared sort limit (k 2048/2049), candidate capacity (16384).
   struct Shape { int64_t rows, n, k; };
   const Shape shapes[] = {
       {1, 1, 1}, {3, 2, 2}, {5, 31, 7}, {4, 32, 32}, {7, 33, 1}, {64, 256, 8}, {9, 257, 31},
       {3, 1000, 32}, {2, 1024, 17}, {2, 1025, 8}, {600, 300, 33}, {700, 5000, 100},
-      {2, 4095, 4095}, {3, 8193, 50}, {1, 20000, 2048}, {2, 20000, 2049}, {1, 70000, 1},
-      {2, 150000, 1024}, {1, 300000, 5000},
+      {2, 4095, 4095}, {3, 8193, 50}, {1, 20000, 2048}, {2, 20000, 2049}, {2, 65536, 300},
+      {1, 65537, 64}, {1, 70000, 1}, {2, 150000, 1024}, {4, 262144, 2000}, {1, 262145, 9},
+      {1, 300000, 5000},
   };
   const Data datas[] = {Data::Random, Data::Special, Data::FewDistinct, Data::AllEqual, Data::Ascending};
 
