@@ -310,10 +310,18 @@ constexpr int kClusterMaxItems = 32;
 
 template <class Comp>
 struct ClusterShared {
+  // Block 0's winners list is where every block appends its winners.
   BlockShared<Comp> block;
-  // Each block's histogram of the round's digit, alternating between two so that a block may
-  // clear the next round's while others still read this round's (they have all read it once
-  // they reach the next round's barrier), and the cluster's sum.
+  // The round's counts in kHistogramCopies copies, a lane adding to copy lane % copies: the top
+  // digit of real data falls in a few bins (a float's sign and exponent), and lanes of one
+  // atomic that hit one address are serialised. Rows are padded by a word so that one bin's
+  // copies lie in different banks.
+  static constexpr int kHistogramCopies = 8;
+  static constexpr int kCopyStride = kBlockBins + 1;
+  uint32_t copies[kHistogramCopies * kCopyStride];
+  // The block's summed counts, alternating between two so that a block may write the next
+  // round's while others still read this round's (they have all read it once they reach the
+  // next round's barrier), and the cluster's sum.
   uint32_t hist[2][kBlockBins];
   uint32_t cluster_hist[kBlockBins];
 };
@@ -323,8 +331,9 @@ struct ClusterShared {
 // `rank` of a row's cluster holds a contiguous slice of it, one key per slot of each thread,
 // where element i of the slice is slot i / kBlockThreads of thread i % kBlockThreads (coalesced
 // loads); composites are rebuilt from slot and thread. Every block computes the same selection
-// from the same summed histograms, so all take the same number of cluster barriers. The
-// winners (exactly k: composites are unique) are gathered into block 0, which sorts and writes.
+// from the same summed histograms, so all take the same number of cluster barriers. Each block
+// appends its winners (exactly k in all: composites are unique) to block 0's shared memory,
+// which sorts and writes them.
 template <class T, int Items>
 __global__ void __launch_bounds__(kBlockThreads)
     cluster_select_kernel(RowGeometry g, const T* input, void* values, void* indices,
@@ -362,21 +371,36 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   const Selection<Comp> start{Comp(0), 0, uint32_t(g.k), uint32_t(g.n)};
   Selection<Comp> sel = start;
+  using Shared = ClusterShared<Comp>;
+  uint32_t* my_copy = sh.copies + (threadIdx.x % Shared::kHistogramCopies) * Shared::kCopyStride;
   // As block_refine, with the histogram summed over the cluster.
-  for (int round = 0; sel.in_bucket != sel.needed && sel.resolved < kBits; ++round) {
+  int round = 0;
+  for (; sel.in_bucket != sel.needed && sel.resolved < kBits; ++round) {
     const int width = min(kBlockDigitBits, kBits - sel.resolved);
     const int shift = kBits - sel.resolved - width;
-    uint32_t* hist = sh.hist[round & 1];
-    if (threadIdx.x < kBlockBins) hist[threadIdx.x] = 0;
+    for (int b = threadIdx.x; b < Shared::kHistogramCopies * Shared::kCopyStride;
+         b += kBlockThreads) {
+      sh.copies[b] = 0;
+    }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < Items; ++i) {
       if (i < slots) {
         const Comp c = composite(i);
         if (has_prefix<kBits>(c, sel.prefix, sel.resolved)) {
-          atomicAdd(&hist[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+          atomicAdd(&my_copy[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
         }
       }
+    }
+    __syncthreads();
+    uint32_t* hist = sh.hist[round & 1];
+    if (threadIdx.x < kBlockBins) {
+      uint32_t sum = 0;
+#pragma unroll
+      for (int copy = 0; copy < Shared::kHistogramCopies; ++copy) {
+        sum += sh.copies[copy * Shared::kCopyStride + threadIdx.x];
+      }
+      hist[threadIdx.x] = sum;
     }
     cluster.sync();
     if (threadIdx.x < kBlockBins) {
@@ -395,29 +419,17 @@ __global__ void __launch_bounds__(kBlockThreads)
     sel.needed -= choice.above;
     sel.in_bucket = choice.count;
   }
-  __syncthreads();
+  // Winners go straight into block 0's list, whose count it cleared before the first cluster
+  // barrier (there is one here where no round ran).
+  if (round == 0) cluster.sync();
+  BlockShared<Comp>* const gathered = cluster.map_shared_rank(&sh.block, 0);
 #pragma unroll
   for (int i = 0; i < Items; ++i) {
-    if (i < slots) {
-      const Comp c = composite(i);
-      if (is_winner<kBits>(c, start, sel)) {
-        sh.block.winners[atomicAdd(&sh.block.winner_count, 1u)] = c;
-      }
-    }
+    const Comp c = composite(i);
+    warp_append(i < slots && is_winner<kBits>(c, start, sel), c, gathered->winners,
+                &gathered->winner_count);
   }
-  cluster.sync();  // every block's winners are in its shared memory
-  if (rank == 0) {
-    uint32_t offset = sh.block.winner_count;
-    for (int r = 1; r < kClusterBlocks; ++r) {
-      BlockShared<Comp>* other = cluster.map_shared_rank(&sh.block, r);
-      const uint32_t count = other->winner_count;
-      for (uint32_t j = threadIdx.x; j < count; j += kBlockThreads) {
-        sh.block.winners[offset + j] = other->winners[j];
-      }
-      offset += count;
-    }
-  }
-  cluster.sync();  // the other blocks' shared memory stays until block 0 has read it
+  cluster.sync();  // all k winners are in block 0
   if (rank == 0) sort_and_write(sh.block, int(g.k), g, input, values, indices, index64, largest, o);
 }
 
