@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernel_launch.cuh"
+#include "cuda/topk_cluster_kernel.cuh"
 #include "cuda/topk_kernels.cuh"
 #include "cuda/topk_launch.hpp"
 
