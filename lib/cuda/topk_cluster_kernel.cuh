@@ -1,9 +1,11 @@
-// The cluster select kernel (see topk_kernels.cuh for the other shape classes). Apart from the
-// block kernels because the host emulation of those (tests/cuda/emulation) runs one block at a
-// time and has no cooperative_groups: a cluster's blocks must run together.
+// The cluster select kernel (see topk_kernels.cuh for the other shape classes). Its work is a
+// template over the cluster's operations (cluster_select_block), so that the host emulation
+// (tests/cuda/emulation), which has no cooperative_groups, runs it with blocks of its own.
 #pragma once
 
+#if defined(__CUDACC__)
 #include <cooperative_groups.h>
+#endif
 
 #include "cuda/topk_kernels.cuh"
 
@@ -47,17 +49,19 @@ struct ClusterShared {
 // from the same summed histograms, so all take the same number of cluster barriers. Each block
 // appends its winners (exactly k in all: composites are unique) to block 0's shared memory,
 // which sorts and writes them.
-template <class T, int Items>
-__global__ void __launch_bounds__(kBlockThreads)
-    cluster_select_kernel(RowGeometry g, const T* input, void* values, void* indices,
-                          bool index64, bool largest) {
+//
+// `Cluster` gives what cooperative_groups' cluster_group gives on the GPU: block_rank(), sync()
+// and map_shared_rank(address in this block's shared memory, rank); `sh` is this block's shared
+// memory.
+template <class T, int Items, class Cluster>
+__device__ void cluster_select_block(const Cluster& cluster,
+                                     ClusterShared<Composite<typename KeyTraits<T>::Key>>& sh,
+                                     const RowGeometry& g, const T* input, void* values,
+                                     void* indices, bool index64, bool largest) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   static_assert(sizeof(Key) <= 4, "one 32-bit register a slot");
   constexpr int kBits = kCompositeBits<Key>;
-  namespace cg = cooperative_groups;
-  __shared__ ClusterShared<Comp> sh;
-  const cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank();
   const int64_t row = blockIdx.x / kClusterBlocks;
   const RowOffsets o = device_row_offsets(g, row);
@@ -145,6 +149,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   cluster.sync();  // all k winners are in block 0
   if (rank == 0) sort_and_write(sh.block, int(g.k), g, input, values, indices, index64, largest, o);
 }
+
+#if defined(__CUDACC__)
+template <class T, int Items>
+__global__ void __launch_bounds__(kBlockThreads)
+    cluster_select_kernel(RowGeometry g, const T* input, void* values, void* indices,
+                          bool index64, bool largest) {
+  __shared__ ClusterShared<Composite<typename KeyTraits<T>::Key>> sh;
+  cluster_select_block<T, Items>(cooperative_groups::this_cluster(), sh, g, input, values,
+                                 indices, index64, largest);
+}
+#endif
 
 }  // namespace cuda
 }  // namespace mtk

@@ -34,7 +34,7 @@ $(WARP_EMULATION): tests/cuda/emulation/test_warp_kernels.cpp $(EMULATION_HEADER
 	$(CXX) $(EMULATION_FLAGS) $< -o $@
 
 $(BLOCK_EMULATION): tests/cuda/emulation/test_block_kernels.cpp $(EMULATION_HEADERS) \
-    lib/cuda/topk_kernels.cuh lib/core/key_threshold.hpp
+    lib/cuda/topk_kernels.cuh lib/cuda/topk_cluster_kernel.cuh lib/core/key_threshold.hpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMULATION_FLAGS) $< -o $@
 

@@ -1,7 +1,8 @@
-// Host emulation of the CUDA subset the warp top-k kernels (lib/cuda/topk_warp_kernels.cuh) and
-// the block kernel (block_select_kernel in lib/cuda/topk_kernels.cuh) use:
-// one block at a time, each thread a ucontext fiber, warp collectives and __syncthreads as
-// cooperative rendezvous. Divergent collectives (lanes of one warp in different ops), partial
+// Host emulation of the CUDA subset the warp top-k kernels (lib/cuda/topk_warp_kernels.cuh), the
+// block kernels (lib/cuda/topk_kernels.cuh) and the cluster kernel's work
+// (lib/cuda/topk_cluster_kernel.cuh) use: one block at a time (run_block), or the blocks of one
+// cluster together (run_cluster), each thread a ucontext fiber, warp collectives, __syncthreads
+// and the cluster barrier as cooperative rendezvous. Divergent collectives (lanes of one warp in different ops), partial
 // warp masks and deadlocks abort. Results only: no timing, no memory model (racecheck on the GPU
 // covers that). `__shared__` expands to nothing, so only dynamic shared memory (an `extern`
 // array the test defines at namespace scope) is shared between the fibers: enough for the warp
@@ -43,6 +44,7 @@ using Combine = void (*)(const Word* in, Word* out, unsigned members, int param)
 
 constexpr int kRunning = -1;  // Fiber::wait: not waiting
 constexpr int kBarrier = -2;  // waiting in __syncthreads
+constexpr int kClusterBarrier = -3;  // waiting in cluster_sync (run_cluster)
 constexpr int kActiveMask = 0;  // the op of __activemask(), resolved last (see resolve_block)
 
 struct Fiber {
@@ -128,42 +130,100 @@ inline bool resolve_block(Block& b) {
   return true;
 }
 
-// Runs `body` for every thread of one block.
-inline void run_block(unsigned threads, const std::function<void()>& body) {
-  Block b;
-  b.body = body;
-  b.fibers.resize(threads);
+// Makes b's `threads` fibers, running b.body on the stacks from `first_stack` on.
+inline void start_fibers(Block& b, unsigned threads, size_t first_stack) {
+  static std::vector<std::vector<char>> stacks;
   if (threads % 32 != 0) fail("blocks of whole warps only");
-  block = &b;
-  block_dim.x = threads;
+  b.fibers.resize(threads);
   for (unsigned t = 0; t < threads; ++t) {
     Fiber& f = b.fibers[t];
     f.thread_idx.x = t;
     f.lane = int(t % 32);
     f.warp = int(t / 32);
-    static std::vector<std::vector<char>> stacks;
-    if (stacks.size() <= t) stacks.emplace_back(64 * 1024);
+    while (stacks.size() <= first_stack + t) stacks.emplace_back(64 * 1024);
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = stacks[t].data();
-    f.context.uc_stack.ss_size = stacks[t].size();
+    f.context.uc_stack.ss_sp = stacks[first_stack + t].data();
+    f.context.uc_stack.ss_size = stacks[first_stack + t].size();
     f.context.uc_link = nullptr;
     makecontext(&f.context, trampoline, 0);
   }
+}
+
+// Runs every fiber of b that can move until it waits or exits; false when none could.
+inline bool run_fibers(Block& b) {
+  bool moved = false;
+  for (size_t t = 0; t < b.fibers.size(); ++t) {
+    Fiber& f = b.fibers[t];
+    if (f.done || (f.wait != kRunning && !f.released)) continue;
+    b.current = int(t);
+    swapcontext(&b.scheduler, &f.context);
+    moved = true;
+  }
+  return moved;
+}
+
+inline bool all_done(const Block& b) {
+  return std::all_of(b.fibers.begin(), b.fibers.end(), [](const Fiber& f) { return f.done; });
+}
+
+// Runs `body` for every thread of one block.
+inline void run_block(unsigned threads, const std::function<void()>& body) {
+  Block b;
+  b.body = body;
+  block = &b;
+  block_dim.x = threads;
+  start_fibers(b, threads, 0);
   // Each pass runs every thread that can move until it waits or exits; a pass in which all of
   // them wait resolves what it can.
+  while (!all_done(b)) {
+    if (!run_fibers(b) && !resolve_block(b)) fail("deadlock: no collective or barrier can complete");
+  }
+  block = nullptr;
+}
+
+// The block of run_cluster's cluster that runs now (its rank), and the cluster's size.
+inline unsigned cluster_rank = 0, cluster_blocks = 1;
+
+// Runs `body` for every thread of `blocks` blocks of `threads` that run together, as a thread
+// block cluster's do (blockIdx.x from first_block on): each block has its own warps and
+// barrier, and cluster_sync releases once every live thread of every block waits in it.
+inline void run_cluster(unsigned blocks, unsigned threads, unsigned first_block,
+                        const std::function<void()>& body) {
+  std::vector<Block> cluster(blocks);
+  block_dim.x = threads;
+  cluster_blocks = blocks;
+  for (unsigned r = 0; r < blocks; ++r) {
+    cluster[r].body = body;
+    start_fibers(cluster[r], threads, size_t(r) * threads);
+  }
+  auto enter = [&](unsigned r) {
+    block = &cluster[r];
+    block_idx.x = first_block + r;
+    cluster_rank = r;
+  };
   for (;;) {
-    bool all_done = true, moved = false;
-    for (unsigned t = 0; t < threads; ++t) {
-      Fiber& f = b.fibers[t];
-      if (f.done) continue;
-      all_done = false;
-      if (f.wait != kRunning && !f.released) continue;
-      b.current = int(t);
-      swapcontext(&b.scheduler, &f.context);
-      moved = true;
+    bool moved = false, done = true;
+    for (unsigned r = 0; r < blocks; ++r) {
+      enter(r);
+      moved |= run_fibers(cluster[r]);
+      done = done && all_done(cluster[r]);
     }
-    if (all_done) break;
-    if (!moved && !resolve_block(b)) fail("deadlock: no collective or barrier can complete");
+    if (done) break;
+    if (moved) continue;
+    bool resolved = false;
+    for (unsigned r = 0; r < blocks; ++r) {
+      enter(r);
+      if (!all_done(cluster[r])) resolved |= resolve_block(cluster[r]);
+    }
+    if (resolved) continue;
+    for (Block& b : cluster) {
+      for (Fiber& f : b.fibers) {
+        if (!f.done && f.wait != kClusterBarrier) fail("deadlock in a cluster");
+      }
+    }
+    for (Block& b : cluster) {
+      for (Fiber& f : b.fibers) f.released = !f.done;
+    }
   }
   block = nullptr;
 }
@@ -275,6 +335,11 @@ inline uint32_t __shfl_sync(unsigned mask, uint32_t v, int source) {
 inline void __syncthreads() {
   emu::wait_in(emu::kBarrier, 0, 0u, 0, nullptr);
 }
+
+namespace emu {
+// barrier.cluster of run_cluster's blocks.
+inline void cluster_sync() { wait_in(kClusterBarrier, 0, 0u, 0, nullptr); }
+}  // namespace emu
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __ffs(unsigned v) { return __builtin_ffs(int(v)); }

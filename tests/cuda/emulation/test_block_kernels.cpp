@@ -28,6 +28,7 @@
 // statics they are one object for all the fibers of the (one at a time) emulated block.
 #undef __shared__
 #define __shared__ static
+#include "cuda/topk_cluster_kernel.cuh"
 #include "cuda/topk_kernels.cuh"
 
 namespace mtk {
@@ -194,9 +195,44 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
   }
 }
 
+// What cluster_select_block needs of a cluster, over run_cluster's blocks: each block's shared
+// memory is its element of `shared`, and another block's copy of an address is found at the
+// same offset in that block's element.
+template <class Shared>
+struct EmulatedCluster {
+  Shared* shared;
+  unsigned block_rank() const { return emu::cluster_rank; }
+  void sync() const { emu::cluster_sync(); }
+  template <class X>
+  X* map_shared_rank(X* address, unsigned rank) const {
+    const auto* own = reinterpret_cast<const char*>(&shared[emu::cluster_rank]);
+    const std::ptrdiff_t offset = reinterpret_cast<const char*>(address) - own;
+    if (offset < 0 || offset + std::ptrdiff_t(sizeof(X)) > std::ptrdiff_t(sizeof(Shared)) ||
+        rank >= emu::cluster_blocks) {
+      emu::fail("map_shared_rank outside the block's shared memory or the cluster");
+    }
+    return reinterpret_cast<X*>(reinterpret_cast<char*>(&shared[rank]) + offset);
+  }
+};
+
+// The cluster path as launch_topk runs it: a cluster of kClusterBlocks blocks per row.
+template <class T, int Items>
+void run_cluster_rows(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* indices,
+                      bool largest) {
+  using Shared = ClusterShared<Composite<typename KeyTraits<T>::Key>>;
+  for (int64_t row = 0; row < g.rows; ++row) {
+    std::vector<Shared> shared(kClusterBlocks);
+    const EmulatedCluster<Shared> cluster{shared.data()};
+    emu::run_cluster(kClusterBlocks, kBlockThreads, unsigned(row * kClusterBlocks), [&] {
+      cluster_select_block<T, Items>(cluster, shared[emu::cluster_rank], g, input, values,
+                                     indices, true, largest);
+    });
+  }
+}
+
 template <class T>
 void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const char* name,
-              const MultiChoice* multi) {
+              const MultiChoice* multi, bool cluster = false) {
   std::vector<std::vector<T>> input_rows;
   std::vector<T> input;
   for (int64_t r = 0; r < rows; ++r) {
@@ -215,6 +251,16 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
   std::vector<int64_t> indices(size_t(rows * k), -1);
   if (multi != nullptr) {
     run_multi<T>(g, input.data(), values.data(), indices.data(), largest, *multi);
+  } else if (cluster) {
+    if constexpr (sizeof(typename KeyTraits<T>::Key) <= 4) {
+      if (n <= int64_t(kClusterBlocks) * kBlockThreads * kClusterSmallItems) {
+        run_cluster_rows<T, kClusterSmallItems>(g, input.data(), values.data(), indices.data(),
+                                                largest);
+      } else {
+        run_cluster_rows<T, kClusterMaxItems>(g, input.data(), values.data(), indices.data(),
+                                              largest);
+      }
+    }
   } else {
     launch(rows, kBlockThreads, [&] {
       block_select_kernel<T>(g, input.data(), values.data(), indices.data(), true, largest);
@@ -236,7 +282,7 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
         std::fprintf(stderr,
                      "FAIL %s %s rows=%lld n=%lld k=%lld data=%d largest=%d: row %lld rank %lld "
                      "index %lld, expected %lld\n",
-                     multi != nullptr ? "multi" : "block", name, (long long)rows, (long long)n,
+                     multi != nullptr ? "multi" : cluster ? "cluster" : "block", name, (long long)rows, (long long)n,
                      (long long)k, int(data), int(largest), (long long)r, (long long)j,
                      (long long)got, (long long)order[size_t(j)]);
         ++failures;
@@ -257,6 +303,23 @@ void run_type(const char* name, bool quick) {
       for (bool largest : {true, false}) {
         if (quick && !largest && data != Data::FewDistinct) continue;
         run_case<T>(2, s.n, s.k, data, largest, name, nullptr);
+      }
+    }
+  }
+  // The cluster path: rows shorter than a cluster (most blocks, or all but the first thread of
+  // a block, hold nothing), each block's slice full (2^16 with 8 slots a thread), the large
+  // kernel, k = n and the sort's limit.
+  struct ClusterShape { int64_t rows, n, k; };
+  const ClusterShape cluster_shapes[] = {{1, 1, 1}, {2, 700, 64}, {1, 1500, 1500},
+                                         {1, 20000, 2048}, {1, 65536, 300}, {1, 70000, 50}};
+  if constexpr (sizeof(typename KeyTraits<T>::Key) <= 4) {  // the plan's limit
+    for (const ClusterShape& c : cluster_shapes) {
+      for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
+        if (std::is_integral_v<T> && data == Data::Special) continue;
+        for (bool largest : {true, false}) {
+          if (quick && largest != (data != Data::Random)) continue;
+          run_case<T>(c.rows, c.n, c.k, data, largest, name, nullptr, true);
+        }
       }
     }
   }
