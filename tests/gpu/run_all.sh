@@ -68,7 +68,7 @@ for s in $STEPS; do
     sanitize)
       step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick
-      step racecheck 180 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      step racecheck 420 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;;
     router)
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
