@@ -6,13 +6,17 @@
 //               for its predecessor first thing;
 //   driver      the same launch through the driver's cuLaunchKernelEx with a kernel handle
 //               found once, after asking the driver for the thread's current context: how the
-//               library launches every kernel (lib/cuda/kernel_launch.cuh).
-// Prints one JSON line with, for each kind (prefix plain_ / overlapped_ / driver_):
+//               library launches every kernel (lib/cuda/kernel_launch.cuh);
+//   cluster     overlapped, one cluster of 16 blocks of 512 threads (the non-portable size)
+//               that pass one cluster barrier: the floor under cluster_select_kernel, launched
+//               as the library launches it (launch_overlapped_in_clusters).
+// Prints one JSON line with, for each kind (prefix plain_ / overlapped_ / driver_ / cluster_):
 //   eager_us  median over 7 bursts of 100 launches of (burst time by CUDA events) / 100;
 //   host_us   the same bursts' enqueue time on the host clock, per launch;
 //   graph_us  the 100 launches captured in a CUDA graph and replayed, per launch.
 // bench_c_abi's eager_us for the MoE shapes is read against the driver kind: what is left
 // above it is the library's own host and device time. Exits 2 when no CUDA device is available.
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +41,16 @@ __global__ void empty_overlapped_kernel(Parameters) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+__global__ void empty_cluster_kernel(Parameters) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  cooperative_groups::this_cluster().sync();
+#endif
+}
+
+constexpr unsigned kClusterBlocks = 16, kClusterThreads = 512;
 
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
@@ -171,13 +185,33 @@ int main() {
     }
   });
 
+  check(cudaFuncSetAttribute(empty_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                             1),
+        "non-portable cluster size");
+  cudaLaunchAttribute cluster_attributes[2] = {overlap, {}};
+  cluster_attributes[1].id = cudaLaunchAttributeClusterDimension;
+  cluster_attributes[1].val.clusterDim.x = kClusterBlocks;
+  cluster_attributes[1].val.clusterDim.y = cluster_attributes[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cluster_config = config;
+  cluster_config.gridDim = dim3(kClusterBlocks);
+  cluster_config.blockDim = dim3(kClusterThreads);
+  cluster_config.attrs = cluster_attributes;
+  cluster_config.numAttrs = 2;
+  const Floor cluster = measure(stream, [&] {
+    for (int i = 0; i < kCalls; ++i) {
+      check(cudaLaunchKernelEx(&cluster_config, empty_cluster_kernel, p), "cluster launch");
+    }
+  });
+
   std::printf("{\"empty_kernel\": true, \"plain_eager_us\": %.3f, \"plain_host_us\": %.3f, "
               "\"plain_graph_us\": %.3f, \"overlapped_eager_us\": %.3f, "
               "\"overlapped_host_us\": %.3f, \"overlapped_graph_us\": %.3f, "
-              "\"driver_eager_us\": %.3f, \"driver_host_us\": %.3f, \"driver_graph_us\": %.3f}\n",
+              "\"driver_eager_us\": %.3f, \"driver_host_us\": %.3f, \"driver_graph_us\": %.3f, "
+              "\"cluster_eager_us\": %.3f, \"cluster_host_us\": %.3f, "
+              "\"cluster_graph_us\": %.3f}\n",
               plain.eager_us, plain.host_us, plain.graph_us, overlapped.eager_us,
               overlapped.host_us, overlapped.graph_us, driver.eager_us, driver.host_us,
-              driver.graph_us);
+              driver.graph_us, cluster.eager_us, cluster.host_us, cluster.graph_us);
   check(cudaStreamDestroy(stream), "stream");
   return 0;
 }
