@@ -383,6 +383,7 @@ int main(int argc, char** argv) {
   run_type<double>("f64", quick);
   run_type<bf16_bits>("bf16", quick);
   run_type<int8_t>("i8", quick);
-  std::printf("block and multi-block kernel emulation: %d cases, %d failures\n", cases, failures);
+  std::printf("block, cluster and multi-block kernel emulation: %d cases, %d failures\n", cases,
+              failures);
   return failures == 0 ? 0 : 1;
 }
