@@ -166,21 +166,6 @@ inline bool all_done(const Block& b) {
   return std::all_of(b.fibers.begin(), b.fibers.end(), [](const Fiber& f) { return f.done; });
 }
 
-// Runs `body` for every thread of one block.
-inline void run_block(unsigned threads, const std::function<void()>& body) {
-  Block b;
-  b.body = body;
-  block = &b;
-  block_dim.x = threads;
-  start_fibers(b, threads, 0);
-  // Each pass runs every thread that can move until it waits or exits; a pass in which all of
-  // them wait resolves what it can.
-  while (!all_done(b)) {
-    if (!run_fibers(b) && !resolve_block(b)) fail("deadlock: no collective or barrier can complete");
-  }
-  block = nullptr;
-}
-
 // The block of run_cluster's cluster that runs now (its rank), and the cluster's size.
 inline unsigned cluster_rank = 0, cluster_blocks = 1;
 
@@ -201,6 +186,9 @@ inline void run_cluster(unsigned blocks, unsigned threads, unsigned first_block,
     block_idx.x = first_block + r;
     cluster_rank = r;
   };
+  // Each pass runs every thread that can move until it waits or exits; a pass in which all of
+  // them wait resolves what it can: warp collectives and block barriers first, then the
+  // cluster barrier.
   for (;;) {
     bool moved = false, done = true;
     for (unsigned r = 0; r < blocks; ++r) {
@@ -218,7 +206,9 @@ inline void run_cluster(unsigned blocks, unsigned threads, unsigned first_block,
     if (resolved) continue;
     for (Block& b : cluster) {
       for (Fiber& f : b.fibers) {
-        if (!f.done && f.wait != kClusterBarrier) fail("deadlock in a cluster");
+        if (!f.done && f.wait != kClusterBarrier) {
+          fail("deadlock: no collective or barrier can complete");
+        }
       }
     }
     for (Block& b : cluster) {
@@ -226,6 +216,11 @@ inline void run_cluster(unsigned blocks, unsigned threads, unsigned first_block,
     }
   }
   block = nullptr;
+}
+
+// Runs `body` for every thread of one block (blockIdx.x as set): a cluster of one.
+inline void run_block(unsigned threads, const std::function<void()>& body) {
+  run_cluster(1, threads, block_idx.x, body);
 }
 
 // Waits in a collective: `op` and `param` identify it, `mask` is the warp mask the call named
