@@ -131,10 +131,7 @@ __device__ void cluster_select_block(const Cluster& cluster,
     __syncthreads();
     const BucketChoice choice = choose_bucket<kBlockBins, kBlockThreads>(
         sh.cluster_hist, sel.needed, sh.block.scan, &sh.block.choice);
-    sel.prefix = (sel.prefix << width) | Comp(choice.digit);
-    sel.resolved += width;
-    sel.needed -= choice.above;
-    sel.in_bucket = choice.count;
+    sel.narrow(choice, width);
   }
   // Winners go straight into block 0's list, whose count it cleared before the first cluster
   // barrier (there is one here where no round ran).

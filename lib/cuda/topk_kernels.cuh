@@ -62,6 +62,14 @@ struct Selection {
   int resolved;
   uint32_t needed;
   uint32_t in_bucket;
+
+  // Keeps the bucket that `choice` names among the next `width` bits' digits.
+  __device__ __forceinline__ void narrow(const BucketChoice& choice, int width) {
+    prefix = (prefix << width) | Comp(choice.digit);
+    resolved += width;
+    needed -= choice.above;
+    in_bucket = choice.count;
+  }
 };
 
 template <int Bits, class Comp>
@@ -162,10 +170,7 @@ __device__ Selection<Comp> block_refine(const Source& source, Selection<Comp> se
     __syncthreads();
     const BucketChoice choice =
         choose_bucket<kBlockBins, kBlockThreads>(sh.hist, sel.needed, sh.scan, &sh.choice);
-    sel.prefix = (sel.prefix << width) | Comp(choice.digit);
-    sel.resolved += width;
-    sel.needed -= choice.above;
-    sel.in_bucket = choice.count;
+    sel.narrow(choice, width);
   }
   return sel;
 }
