@@ -75,6 +75,16 @@ CUresult launch_on_driver(const DriverEntryPoints& entry_points, void (*)(Params
   }(args...);
 }
 
+// The launch attribute that groups a grid's blocks into clusters of `blocks` along x.
+inline cudaLaunchAttribute cluster_dimension(unsigned blocks) {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = blocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  return cluster;
+}
+
 // Sets Kernel's attribute that allows clusters over the portable size, once per device (the
 // runtime keeps function attributes per device).
 template <auto Kernel>
@@ -143,13 +153,9 @@ void launch_overlapped_in_clusters(unsigned cluster_blocks, dim3 grid, dim3 bloc
                                    size_t shared_bytes, cudaStream_t stream, const char* what,
                                    Args&&... args) {
   if (cluster_blocks > 8) allow_non_portable_clusters<Kernel>();
-  cudaLaunchAttribute attributes[2] = {};
+  cudaLaunchAttribute attributes[2] = {{}, cluster_dimension(cluster_blocks)};
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = cluster_blocks;
-  attributes[1].val.clusterDim.y = 1;
-  attributes[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

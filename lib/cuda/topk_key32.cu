@@ -18,11 +18,7 @@ void launch_topk_key32(const TopkProblem& problem, const TopkPlan& plan, void* s
 // plan (the same block, cluster and static shared memory).
 int max_active_select_clusters() {
   constexpr auto kernel = cluster_select_kernel<float, kClusterMaxItems>;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kClusterBlocks;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+  cudaLaunchAttribute cluster = cluster_dimension(kClusterBlocks);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(kClusterBlocks);
   config.blockDim = dim3(kBlockThreads);
