@@ -1,6 +1,7 @@
-"""The CUDA router on torch CUDA tensors, on the compiled fast path and on the Python path: results
-as the reference and the CPU backend give them, on the caller's stream, inside CUDA graphs. Skips without a GPU (test_router.py covers numpy
-inputs on every available backend, the CUDA one included)."""
+"""The CUDA router on torch CUDA tensors, on the compiled fast path and on the Python path:
+results as the reference and the CPU backend give them, on the caller's stream, inside CUDA
+graphs. Skips without a GPU (test_router.py covers numpy inputs on every available backend, the
+CUDA one included)."""
 
 import numpy as np
 import pytest
