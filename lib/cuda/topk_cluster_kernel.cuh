@@ -23,9 +23,18 @@ constexpr int kClusterBlocks = 16;
 constexpr int kClusterSmallItems = 8;
 constexpr int kClusterMaxItems = 32;
 
+// Each block owns kClusterBlocks-th of the bins: every block adds its counts of those bins into
+// the owner's shared memory, and reads the cluster's counts back from the owners. Per round a
+// block sends and receives one word a bin (the cluster's network, not its latency, was what
+// every block reading every other block's whole histogram cost).
+constexpr int kBinsPerOwner = kBlockBins / kClusterBlocks;
+static_assert(kBinsPerOwner * kClusterBlocks == kBlockBins, "whole bins per block");
+// Radix rounds of a composite of a key of at most 32 bits and its 32-bit index, at most.
+constexpr int kClusterMaxRounds = (32 + 32 + kBlockDigitBits - 1) / kBlockDigitBits;
+
 template <class Comp>
 struct ClusterShared {
-  // Block 0's winners list is where every block appends its winners.
+  // Block 0's winners list is where every block puts its winners.
   BlockShared<Comp> block;
   // The round's counts in kHistogramCopies copies, a lane adding to copy lane % copies: the top
   // digit of real data falls in a few bins (a float's sign and exponent), and lanes of one
@@ -34,11 +43,13 @@ struct ClusterShared {
   static constexpr int kHistogramCopies = 8;
   static constexpr int kCopyStride = kBlockBins + 1;
   uint32_t copies[kHistogramCopies * kCopyStride];
-  // The block's summed counts, alternating between two so that a block may write the next
-  // round's while others still read this round's (they have all read it once they reach the
-  // next round's barrier), and the cluster's sum.
-  uint32_t hist[2][kBlockBins];
+  // The cluster's counts of the bins this block owns, a set per round, so that no set is
+  // cleared while another block may still add to or read it: all are cleared before the first
+  // cluster barrier.
+  uint32_t owned[kClusterMaxRounds][kBinsPerOwner];
   uint32_t cluster_hist[kBlockBins];
+  // This block's winners: how many, and where they start in block 0's list.
+  uint32_t winners_here, winners_base;
 };
 
 // Rows of n <= kClusterBlocks * kBlockThreads * Items elements whose keys are at most 32 bits
@@ -46,22 +57,27 @@ struct ClusterShared {
 // `rank` of a row's cluster holds a contiguous slice of it, one key per slot of each thread,
 // where element i of the slice is slot i / kBlockThreads of thread i % kBlockThreads (coalesced
 // loads); composites are rebuilt from slot and thread. Every block computes the same selection
-// from the same summed histograms, so all take the same number of cluster barriers. Each block
-// appends its winners (exactly k in all: composites are unique) to block 0's shared memory,
-// which sorts and writes them.
+// from the same summed histograms, so all take the same number of cluster barriers. The
+// winners (exactly k in all: composites are unique) are written by their own blocks when the
+// output is unsorted; sorted, they are gathered in block 0, which sorts and writes them.
 //
-// `Cluster` gives what cooperative_groups' cluster_group gives on the GPU: block_rank(), sync()
-// and map_shared_rank(address in this block's shared memory, rank); `sh` is this block's shared
-// memory.
+// `Cluster` gives what cooperative_groups' cluster_group gives on the GPU: block_rank(),
+// sync(), barrier_arrive() and barrier_wait() (its two halves), and map_shared_rank(address in
+// this block's shared memory, rank); `sh` is this block's shared memory.
 template <class T, int Items, class Cluster>
 __device__ void cluster_select_block(const Cluster& cluster,
                                      ClusterShared<Composite<typename KeyTraits<T>::Key>>& sh,
                                      const RowGeometry& g, const T* input, void* values,
-                                     void* indices, bool index64, bool largest) {
+                                     void* indices, bool index64, bool largest, bool sorted) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   static_assert(sizeof(Key) <= 4, "one 32-bit register a slot");
+  static_assert(Items <= 32, "a bit a slot in a word");
   constexpr int kBits = kCompositeBits<Key>;
+  constexpr int kKeyBits = int(sizeof(Key)) * 8;
+  constexpr uint64_t kKeyMask = (uint64_t{1} << kKeyBits) - 1;
+  static_assert((kBits + kBlockDigitBits - 1) / kBlockDigitBits <= kClusterMaxRounds,
+                "a set of owned counts a round");
   const unsigned rank = cluster.block_rank();
   const int64_t row = blockIdx.x / kClusterBlocks;
   const RowOffsets o = device_row_offsets(g, row);
@@ -72,15 +88,28 @@ __device__ void cluster_select_block(const Cluster& cluster,
   const int64_t end = min(g.n, begin + slice);
   const int64_t first = begin + threadIdx.x;
   const int slots = end > first ? int((end - first + kBlockThreads - 1) / kBlockThreads) : 0;
-  if (threadIdx.x == 0) sh.block.winner_count = 0;
+  for (int i = threadIdx.x; i < kClusterMaxRounds * kBinsPerOwner; i += kBlockThreads) {
+    sh.owned[i / kBinsPerOwner][i % kBinsPerOwner] = 0;
+  }
+  if (threadIdx.x == 0) {
+    sh.block.winner_count = 0;
+    sh.winners_here = sh.winners_base = 0;
+  }
+  // Waited for before the first count leaves the block: the loads run under the barrier.
+  cluster.barrier_arrive();
   wait_for_previous_kernel();
   allow_next_kernel();
+  // All loads first: a key's conversion branches (NaN, zero), and a load behind a branch is
+  // not issued before it, which made the slice's loads one latency each.
+  T raw[Items];
+#pragma unroll
+  for (int i = 0; i < Items; ++i) {
+    if (i < slots) raw[i] = base[(first + int64_t(i) * kBlockThreads) * g.input_stride];
+  }
   uint32_t keys[Items];
 #pragma unroll
   for (int i = 0; i < Items; ++i) {
-    keys[i] = i < slots ? uint32_t(selection_key(
-                              base[(first + int64_t(i) * kBlockThreads) * g.input_stride], largest))
-                        : 0u;
+    keys[i] = i < slots ? uint32_t(selection_key(raw[i], largest)) : 0u;
   }
   auto composite = [&](int i) {
     return make_composite(Key(keys[i]), uint32_t(first + int64_t(i) * kBlockThreads));
@@ -90,6 +119,9 @@ __device__ void cluster_select_block(const Cluster& cluster,
   Selection<Comp> sel = start;
   using Shared = ClusterShared<Comp>;
   uint32_t* my_copy = sh.copies + (threadIdx.x % Shared::kHistogramCopies) * Shared::kCopyStride;
+  // The owner of bin threadIdx.x, and where in its shared memory the bin is.
+  const unsigned owner = threadIdx.x / kBinsPerOwner;
+  const int owned_bin = int(threadIdx.x % kBinsPerOwner);
   // As block_refine, with the histogram summed over the cluster.
   int round = 0;
   for (; sel.in_bucket != sel.needed && sel.resolved < kBits; ++round) {
@@ -100,49 +132,110 @@ __device__ void cluster_select_block(const Cluster& cluster,
       sh.copies[b] = 0;
     }
     __syncthreads();
+    if (sel.resolved + width <= kKeyBits) {
+      // The digit and the prefix lie in the key: 32-bit work, a few instructions a slot.
+      const int low = kKeyBits - sel.resolved;  // bits of the key below the prefix
+      const uint32_t prefix_mask = sel.resolved == 0 ? 0u : uint32_t(kKeyMask >> low << low);
+      const uint32_t prefix = uint32_t(uint64_t(sel.prefix) << low);
+      const int digit_shift = low - width;
 #pragma unroll
-    for (int i = 0; i < Items; ++i) {
-      if (i < slots) {
-        const Comp c = composite(i);
-        if (has_prefix<kBits>(c, sel.prefix, sel.resolved)) {
-          atomicAdd(&my_copy[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+      for (int i = 0; i < Items; ++i) {
+        if (i < slots && (keys[i] & prefix_mask) == prefix) {
+          atomicAdd(&my_copy[(keys[i] >> digit_shift) & ((1u << width) - 1)], 1u);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < Items; ++i) {
+        if (i < slots) {
+          const Comp c = composite(i);
+          if (has_prefix<kBits>(c, sel.prefix, sel.resolved)) {
+            atomicAdd(&my_copy[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+          }
         }
       }
     }
     __syncthreads();
-    uint32_t* hist = sh.hist[round & 1];
+    if (round == 0) cluster.barrier_wait();  // every block's owned counts are cleared
     if (threadIdx.x < kBlockBins) {
       uint32_t sum = 0;
 #pragma unroll
       for (int copy = 0; copy < Shared::kHistogramCopies; ++copy) {
         sum += sh.copies[copy * Shared::kCopyStride + threadIdx.x];
       }
-      hist[threadIdx.x] = sum;
+      if (sum != 0) atomicAdd(cluster.map_shared_rank(&sh.owned[round][owned_bin], owner), sum);
     }
     cluster.sync();
     if (threadIdx.x < kBlockBins) {
-      uint32_t sum = 0;
-#pragma unroll
-      for (int r = 0; r < kClusterBlocks; ++r) {
-        sum += cluster.map_shared_rank(hist, r)[threadIdx.x];
-      }
-      sh.cluster_hist[threadIdx.x] = sum;
+      sh.cluster_hist[threadIdx.x] = *cluster.map_shared_rank(&sh.owned[round][owned_bin], owner);
     }
     __syncthreads();
     const BucketChoice choice = choose_bucket<kBlockBins, kBlockThreads>(
         sh.cluster_hist, sel.needed, sh.block.scan, &sh.block.choice);
     sel.narrow(choice, width);
   }
-  // Winners go straight into block 0's list, whose count it cleared before the first cluster
-  // barrier (there is one here where no round ran).
-  if (round == 0) cluster.sync();
-  BlockShared<Comp>* const gathered = cluster.map_shared_rank(&sh.block, 0);
+  if (round == 0) cluster.barrier_wait();  // block 0's count is cleared
+  // A bit a winning slot. Rounds rarely reach the index bits (ties): the keys decide.
+  uint32_t won = 0;
+  if (sel.resolved <= kKeyBits) {
+    const int low = kKeyBits - sel.resolved;
+    const uint32_t floor = uint32_t(uint64_t(sel.prefix) << low);  // the lowest winning key
 #pragma unroll
-  for (int i = 0; i < Items; ++i) {
-    const Comp c = composite(i);
-    warp_append(i < slots && is_winner<kBits>(c, start, sel), c, gathered->winners,
-                &gathered->winner_count);
+    for (int i = 0; i < Items; ++i) won |= uint32_t(i < slots && keys[i] >= floor) << i;
+  } else {
+#pragma unroll
+    for (int i = 0; i < Items; ++i) {
+      won |= uint32_t(i < slots && is_winner<kBits>(composite(i), start, sel)) << i;
+    }
   }
+  // The winning slots' composites, one at a time; rolled, the slot picked by comparison: code
+  // unrolled over slots is run once by each warp, and such a copy of this loop (a warp vote a
+  // slot) made instruction fetch the kernel's largest stall on the H200 (30% of its samples).
+  auto for_each_winner = [&](auto&& visit) {
+    for (uint32_t rest = won; rest != 0; rest &= rest - 1) {
+      const int slot = __ffs(int(rest)) - 1;
+      uint32_t key = 0;
+#pragma unroll
+      for (int i = 0; i < Items; ++i) key = i == slot ? keys[i] : key;
+      visit(make_composite(Key(key), uint32_t(first + int64_t(slot) * kBlockThreads)));
+    }
+  };
+  const uint32_t mine = uint32_t(__popc(won));
+  if (!sorted) {
+    // Each block writes its own winners where those of the lower ranks end, in thread and then
+    // slot order: the same places on every call, and no gathering.
+    uint32_t block_total;
+    const uint32_t higher = block_suffix_sum<kBlockThreads>(mine, sh.block.scan, block_total);
+    if (threadIdx.x == 0) sh.winners_here = block_total;
+    cluster.sync();  // every block's count is in its shared memory
+    if (threadIdx.x == 0) {
+      uint32_t lower_ranks = 0;
+#pragma unroll
+      for (unsigned r = 0; r < unsigned(kClusterBlocks); ++r) {
+        if (r < rank) lower_ranks += *cluster.map_shared_rank(&sh.winners_here, r);
+      }
+      sh.winners_base = lower_ranks;
+    }
+    cluster.barrier_arrive();  // this block has read the others' counts
+    __syncthreads();
+    int64_t place = int64_t(sh.winners_base) + (block_total - higher - mine);
+    for_each_winner([&](Comp c) {
+      write_winner(g, input, values, indices, index64, largest, o, place++, c);
+    });
+    cluster.barrier_wait();  // no block leaves while another may still read its count
+    return;
+  }
+  // Sorted: all winners go to block 0, which sorts them. Each block reserves its range there
+  // with one atomic; each thread's winners take consecutive places of it.
+  const uint32_t offset = mine != 0 ? atomicAdd(&sh.winners_here, mine) : 0u;
+  __syncthreads();
+  BlockShared<Comp>* const gathered = cluster.map_shared_rank(&sh.block, 0);
+  if (threadIdx.x == 0 && sh.winners_here != 0) {
+    sh.winners_base = atomicAdd(&gathered->winner_count, sh.winners_here);
+  }
+  __syncthreads();
+  Comp* out = gathered->winners + sh.winners_base + offset;
+  for_each_winner([&](Comp c) { *out++ = c; });
   cluster.sync();  // all k winners are in block 0
   if (rank == 0) sort_and_write(sh.block, int(g.k), g, input, values, indices, index64, largest, o);
 }
@@ -151,10 +244,10 @@ __device__ void cluster_select_block(const Cluster& cluster,
 template <class T, int Items>
 __global__ void __launch_bounds__(kBlockThreads)
     cluster_select_kernel(RowGeometry g, const T* input, void* values, void* indices,
-                          bool index64, bool largest) {
+                          bool index64, bool largest, bool sorted) {
   __shared__ ClusterShared<Composite<typename KeyTraits<T>::Key>> sh;
   cluster_select_block<T, Items>(cooperative_groups::this_cluster(), sh, g, input, values,
-                                 indices, index64, largest);
+                                 indices, index64, largest, sorted);
 }
 #endif
 

@@ -96,11 +96,11 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         if (plan.cluster_items == kClusterSmallItems) {
           launch_overlapped_in_clusters<cluster_select_kernel<T, kClusterSmallItems>>(
               kClusterBlocks, grid, kBlockThreads, 0, stream, kLaunching, g, input, p.values,
-              p.indices, index64, p.largest);
+              p.indices, index64, p.largest, p.sorted);
         } else {
           launch_overlapped_in_clusters<cluster_select_kernel<T, kClusterMaxItems>>(
               kClusterBlocks, grid, kBlockThreads, 0, stream, kLaunching, g, input, p.values,
-              p.indices, index64, p.largest);
+              p.indices, index64, p.largest, p.sorted);
         }
       } else {
         fail(MTK_ERROR_INTERNAL, "cluster plan for a ", sizeof(Key), "-byte key");

@@ -5,8 +5,10 @@
 // with an independent host reference (a stable sort under the contract's order, written here
 // without the library's key mapping) and with the CPU backend.
 //
-// Usage: cuda_conformance [--quick | --sampled] (--quick: rows*n <= 50000 and fewer data kinds,
-// for the sanitizers; --sampled: only the sampled-threshold plans). Exits 0 when every case
+// Usage: cuda_conformance [--quick | --cluster | --sampled] (--quick: rows*n <= 50000 and fewer
+// data kinds, for the sanitizers; --cluster: the same few data kinds on the cluster kernel's
+// shapes and three of its dtypes, for racecheck, which the quick set's sizes keep off that
+// kernel; --sampled: only the sampled-threshold plans). Exits 0 when every case
 // passes, 1 on the first mismatch class (all mismatches are listed), 2 when no CUDA device is
 // available.
 #include <algorithm>
@@ -677,6 +679,7 @@ int report(Contexts& ctx) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool sampled_only = argc > 1 && std::strcmp(argv[1], "--sampled") == 0;
+  const bool cluster_only = argc > 1 && std::strcmp(argv[1], "--cluster") == 0;
   int compiled = 0, available = 0;
   CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
   if (!compiled || !available) {
@@ -716,11 +719,14 @@ int main(int argc, char** argv) {
   };
   const Data datas[] = {Data::Random, Data::Special, Data::FewDistinct, Data::AllEqual, Data::Ascending};
 
+  const bool few_data = quick || cluster_only;
   for (const Shape& s : shapes) {
     if (quick && s.rows * s.n > 50000) continue;  // quick: the small set for the sanitizers
+    if (cluster_only && (s.n < 65536 || s.n > 262144)) continue;
     for (mtk_dtype d : dtypes) {
+      if (cluster_only && d != MTK_FLOAT32 && d != MTK_BFLOAT16 && d != MTK_INT8) continue;
       for (Data data : datas) {
-        if (quick && data != Data::Special && data != Data::FewDistinct) continue;
+        if (few_data && data != Data::Special && data != Data::FewDistinct) continue;
         const uint64_t pick = rng();
         Case c{d, s.rows, s.n, s.k, data, contiguous, (pick & 1) != 0, (pick & 2) != 0, (pick & 4) != 0};
         if (!c.index32 || s.n < (int64_t(1) << 31)) check_case(ctx, c, rng, false);
@@ -732,11 +738,12 @@ int main(int argc, char** argv) {
         for (int largest = 0; largest < 2; ++largest) {
           Case c{d, s.rows, s.n, s.k, Data::Special, layout, largest != 0, true, false};
           check_case(ctx, c, rng, false);
-          if (quick) break;
+          if (few_data) break;
         }
       }
     }
   }
+  if (cluster_only) return report(ctx);
   // Candidate-buffer overflow with one long row of ties (the bucket exceeds capacity twice).
   for (mtk_dtype d : {MTK_FLOAT32, MTK_INT8, MTK_INT64}) {
     Case c{d, 1, quick ? 40000 : 200000, 777, Data::FewDistinct, contiguous, true, true, false};

@@ -9,8 +9,14 @@
 //               library launches every kernel (lib/cuda/kernel_launch.cuh);
 //   cluster     overlapped, one cluster of 16 blocks of 512 threads (the non-portable size)
 //               that pass one cluster barrier: the floor under cluster_select_kernel, launched
-//               as the library launches it (launch_overlapped_in_clusters).
-// Prints one JSON line with, for each kind (prefix plain_ / overlapped_ / driver_ / cluster_):
+//               as the library launches it (launch_overlapped_in_clusters);
+//   rounds      the same cluster passing cluster_select_kernel's skeleton without its data:
+//               four rounds of what each radix round synchronises (a block barrier, each
+//               block adding 256 counts into their owners' shared memory, the cluster
+//               barrier, each block reading the 256 sums back, four block barriers): what the
+//               rounds cost before any key is counted.
+// Prints one JSON line with, for each kind (prefix plain_ / overlapped_ / driver_ / cluster_ /
+// rounds_):
 //   eager_us  median over 7 bursts of 100 launches of (burst time by CUDA events) / 100;
 //   host_us   the same bursts' enqueue time on the host clock, per launch;
 //   graph_us  the 100 launches captured in a CUDA graph and replayed, per launch.
@@ -50,7 +56,30 @@ __global__ void empty_cluster_kernel(Parameters) {
 #endif
 }
 
-constexpr unsigned kClusterBlocks = 16, kClusterThreads = 512;
+constexpr unsigned kClusterBlocks = 16, kClusterThreads = 512, kBins = 256, kRounds = 4;
+
+__global__ void cluster_rounds_kernel(Parameters, unsigned* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  constexpr unsigned kOwned = kBins / kClusterBlocks;
+  __shared__ unsigned owned[kRounds][kOwned];
+  auto cluster = cooperative_groups::this_cluster();
+  if (threadIdx.x < kRounds * kOwned) owned[threadIdx.x / kOwned][threadIdx.x % kOwned] = 0;
+  cluster.sync();
+  const unsigned owner = threadIdx.x / kOwned, bin = threadIdx.x % kOwned;
+  unsigned total = 0;
+  for (unsigned round = 0; round < kRounds; ++round) {
+    __syncthreads();
+    if (threadIdx.x < kBins) atomicAdd(cluster.map_shared_rank(&owned[round][bin], owner), 1u);
+    cluster.sync();
+    if (threadIdx.x < kBins) total += *cluster.map_shared_rank(&owned[round][bin], owner);
+    for (int barrier = 0; barrier < 4; ++barrier) __syncthreads();
+  }
+  cluster.sync();  // no block leaves while another may still read its counts
+  if (threadIdx.x < kBins && total == 0) *sink = total;  // keeps the reads; never true
+#endif
+}
 
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
@@ -203,15 +232,29 @@ int main() {
     }
   });
 
+  check(cudaFuncSetAttribute(cluster_rounds_kernel,
+                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+        "non-portable cluster size");
+  unsigned* sink = nullptr;
+  check(cudaMalloc(&sink, sizeof(unsigned)), "sink");
+  const Floor rounds = measure(stream, [&] {
+    for (int i = 0; i < kCalls; ++i) {
+      check(cudaLaunchKernelEx(&cluster_config, cluster_rounds_kernel, p, sink), "rounds launch");
+    }
+  });
+  check(cudaFree(sink), "sink");
+
   std::printf("{\"empty_kernel\": true, \"plain_eager_us\": %.3f, \"plain_host_us\": %.3f, "
               "\"plain_graph_us\": %.3f, \"overlapped_eager_us\": %.3f, "
               "\"overlapped_host_us\": %.3f, \"overlapped_graph_us\": %.3f, "
               "\"driver_eager_us\": %.3f, \"driver_host_us\": %.3f, \"driver_graph_us\": %.3f, "
               "\"cluster_eager_us\": %.3f, \"cluster_host_us\": %.3f, "
-              "\"cluster_graph_us\": %.3f}\n",
+              "\"cluster_graph_us\": %.3f, \"rounds_eager_us\": %.3f, \"rounds_host_us\": %.3f, "
+              "\"rounds_graph_us\": %.3f}\n",
               plain.eager_us, plain.host_us, plain.graph_us, overlapped.eager_us,
               overlapped.host_us, overlapped.graph_us, driver.eager_us, driver.host_us,
-              driver.graph_us, cluster.eager_us, cluster.host_us, cluster.graph_us);
+              driver.graph_us, cluster.eager_us, cluster.host_us, cluster.graph_us,
+              rounds.eager_us, rounds.host_us, rounds.graph_us);
   check(cudaStreamDestroy(stream), "stream");
   return 0;
 }

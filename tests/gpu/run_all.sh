@@ -6,8 +6,9 @@
 #   the torch integration (ops, capture, AOTInductor on CUDA) and its host-cost benchmark ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest torch host-cost sanitize faults (default: all), distributed-smoke (one-GPU NCCL
-#        world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
+#        pytest torch host-cost sanitize faults (default: all), sanitize-cluster (the sanitizers
+#        on the cluster kernel's shapes alone, also part of sanitize), distributed-smoke (one-GPU
+#        NCCL world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
 #        tests/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
 #        shapes). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
@@ -69,7 +70,13 @@ for s in $STEPS; do
       step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick
       step racecheck 420 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$BUILD/tests/cuda_conformance" --quick ;;
+        "$BUILD/tests/cuda_conformance" --quick ;&
+    sanitize-cluster)
+      # The quick set's rows are too short for the cluster kernel: its shapes on their own.
+      step memcheck-cluster 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_conformance" --cluster
+      step racecheck-cluster 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_conformance" --cluster ;;
     router)
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/router/test_router.py tests/router/test_router_torch_cuda.py -k cuda ;;

@@ -44,7 +44,7 @@ using Combine = void (*)(const Word* in, Word* out, unsigned members, int param)
 
 constexpr int kRunning = -1;  // Fiber::wait: not waiting
 constexpr int kBarrier = -2;  // waiting in __syncthreads
-constexpr int kClusterBarrier = -3;  // waiting in cluster_sync (run_cluster)
+constexpr int kClusterBarrier = -3;  // waiting in cluster_wait (run_cluster)
 constexpr int kActiveMask = 0;  // the op of __activemask(), resolved last (see resolve_block)
 
 struct Fiber {
@@ -60,6 +60,8 @@ struct Fiber {
   Combine combine = nullptr;
   Word in = 0, out = 0;
   bool released = false;
+  // Phases of the cluster barrier this thread has arrived at and waited for (run_cluster).
+  unsigned cluster_arrivals = 0, cluster_waits = 0;
 };
 
 struct Block {
@@ -171,7 +173,8 @@ inline unsigned cluster_rank = 0, cluster_blocks = 1;
 
 // Runs `body` for every thread of `blocks` blocks of `threads` that run together, as a thread
 // block cluster's do (blockIdx.x from first_block on): each block has its own warps and
-// barrier, and cluster_sync releases once every live thread of every block waits in it.
+// barrier, and a thread in cluster_wait goes on once every live thread of every block has
+// arrived at its phase.
 inline void run_cluster(unsigned blocks, unsigned threads, unsigned first_block,
                         const std::function<void()>& body) {
   std::vector<Block> cluster(blocks);
@@ -204,16 +207,23 @@ inline void run_cluster(unsigned blocks, unsigned threads, unsigned first_block,
       if (!all_done(cluster[r])) resolved |= resolve_block(cluster[r]);
     }
     if (resolved) continue;
+    // A thread waiting for phase p goes on once every live thread of the cluster has arrived
+    // at p (an exited thread has left the barrier).
+    unsigned arrived = ~0u;
+    for (const Block& b : cluster) {
+      for (const Fiber& f : b.fibers) {
+        if (!f.done) arrived = std::min(arrived, f.cluster_arrivals);
+      }
+    }
+    bool released = false;
     for (Block& b : cluster) {
       for (Fiber& f : b.fibers) {
-        if (!f.done && f.wait != kClusterBarrier) {
-          fail("deadlock: no collective or barrier can complete");
+        if (!f.done && f.wait == kClusterBarrier && !f.released && f.cluster_waits <= arrived) {
+          f.released = released = true;
         }
       }
     }
-    for (Block& b : cluster) {
-      for (Fiber& f : b.fibers) f.released = !f.done;
-    }
+    if (!released) fail("deadlock: no collective or barrier can complete");
   }
   block = nullptr;
 }
@@ -332,8 +342,23 @@ inline void __syncthreads() {
 }
 
 namespace emu {
-// barrier.cluster of run_cluster's blocks.
-inline void cluster_sync() { wait_in(kClusterBarrier, 0, 0u, 0, nullptr); }
+// barrier.cluster.arrive and barrier.cluster.wait of run_cluster's blocks: a thread arrives
+// without waiting, and waits for the phase it arrived at last, as the hardware requires.
+inline void cluster_arrive() {
+  Fiber& f = me();
+  if (f.cluster_arrivals != f.cluster_waits) fail("barrier.cluster.arrive twice without a wait");
+  ++f.cluster_arrivals;
+}
+inline void cluster_wait() {
+  Fiber& f = me();
+  if (f.cluster_waits + 1 != f.cluster_arrivals) fail("barrier.cluster.wait without an arrive");
+  ++f.cluster_waits;
+  wait_in(kClusterBarrier, 0, 0u, 0, nullptr);
+}
+inline void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
 }  // namespace emu
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }

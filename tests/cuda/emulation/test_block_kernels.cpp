@@ -203,6 +203,8 @@ struct EmulatedCluster {
   Shared* shared;
   unsigned block_rank() const { return emu::cluster_rank; }
   void sync() const { emu::cluster_sync(); }
+  void barrier_arrive() const { emu::cluster_arrive(); }
+  void barrier_wait() const { emu::cluster_wait(); }
   template <class X>
   X* map_shared_rank(X* address, unsigned rank) const {
     const auto* own = reinterpret_cast<const char*>(&shared[emu::cluster_rank]);
@@ -218,21 +220,21 @@ struct EmulatedCluster {
 // The cluster path as launch_topk runs it: a cluster of kClusterBlocks blocks per row.
 template <class T, int Items>
 void run_cluster_rows(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* indices,
-                      bool largest) {
+                      bool largest, bool sorted) {
   using Shared = ClusterShared<Composite<typename KeyTraits<T>::Key>>;
   for (int64_t row = 0; row < g.rows; ++row) {
     std::vector<Shared> shared(kClusterBlocks);
     const EmulatedCluster<Shared> cluster{shared.data()};
     emu::run_cluster(kClusterBlocks, kBlockThreads, unsigned(row * kClusterBlocks), [&] {
       cluster_select_block<T, Items>(cluster, shared[emu::cluster_rank], g, input, values,
-                                     indices, true, largest);
+                                     indices, true, largest, sorted);
     });
   }
 }
 
 template <class T>
 void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const char* name,
-              const MultiChoice* multi, bool cluster = false) {
+              const MultiChoice* multi, bool cluster = false, bool sorted = true) {
   std::vector<std::vector<T>> input_rows;
   std::vector<T> input;
   for (int64_t r = 0; r < rows; ++r) {
@@ -255,10 +257,10 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
     if constexpr (sizeof(typename KeyTraits<T>::Key) <= 4) {
       if (n <= int64_t(kClusterBlocks) * kBlockThreads * kClusterSmallItems) {
         run_cluster_rows<T, kClusterSmallItems>(g, input.data(), values.data(), indices.data(),
-                                                largest);
+                                                largest, sorted);
       } else {
         run_cluster_rows<T, kClusterMaxItems>(g, input.data(), values.data(), indices.data(),
-                                              largest);
+                                              largest, sorted);
       }
     }
   } else {
@@ -274,16 +276,34 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       return selection_key(row[size_t(a)], largest) > selection_key(row[size_t(b)], largest);
     });
+    if (!sorted) {
+      // Any order: put the row's results in the reference's order first (an index that is not
+      // among the winners sorts last and fails below).
+      std::vector<int64_t> rank_of(size_t(n), n);
+      for (int64_t j = 0; j < n; ++j) rank_of[size_t(order[size_t(j)])] = j;
+      std::vector<std::pair<int64_t, Bits<T>>> got(static_cast<size_t>(k));
+      for (int64_t j = 0; j < k; ++j) {
+        got[size_t(j)] = {indices[size_t(r * k + j)], values[size_t(r * k + j)]};
+      }
+      std::sort(got.begin(), got.end(), [&](const auto& a, const auto& b) {
+        const auto rank = [&](int64_t i) { return i < 0 || i >= n ? n : rank_of[size_t(i)]; };
+        return rank(a.first) < rank(b.first);
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        indices[size_t(r * k + j)] = got[size_t(j)].first;
+        values[size_t(r * k + j)] = got[size_t(j)].second;
+      }
+    }
     for (int64_t j = 0; j < k; ++j) {
       const int64_t got = indices[size_t(r * k + j)];
       Bits<T> expected_bits;
       std::memcpy(&expected_bits, &row[size_t(order[size_t(j)])], sizeof(T));
       if (got != order[size_t(j)] || values[size_t(r * k + j)] != expected_bits) {
         std::fprintf(stderr,
-                     "FAIL %s %s rows=%lld n=%lld k=%lld data=%d largest=%d: row %lld rank %lld "
-                     "index %lld, expected %lld\n",
+                     "FAIL %s %s rows=%lld n=%lld k=%lld data=%d largest=%d sorted=%d: row %lld "
+                     "rank %lld index %lld, expected %lld\n",
                      multi != nullptr ? "multi" : cluster ? "cluster" : "block", name, (long long)rows, (long long)n,
-                     (long long)k, int(data), int(largest), (long long)r, (long long)j,
+                     (long long)k, int(data), int(largest), int(sorted), (long long)r, (long long)j,
                      (long long)got, (long long)order[size_t(j)]);
         ++failures;
         return;
@@ -306,9 +326,10 @@ void run_type(const char* name, bool quick) {
       }
     }
   }
-  // The cluster path: rows shorter than a cluster (most blocks, or all but the first thread of
-  // a block, hold nothing), each block's slice full (2^16 with 8 slots a thread), the large
-  // kernel, k = n and the sort's limit.
+  // The cluster path, sorted (gathered in block 0) and unsorted (written by each block): rows
+  // shorter than a cluster (most blocks, or all but the first thread of a block, hold nothing),
+  // each block's slice full (2^16 with 8 slots a thread), the large kernel, k = n and the
+  // sort's limit.
   struct ClusterShape { int64_t rows, n, k; };
   const ClusterShape cluster_shapes[] = {{1, 1, 1}, {2, 700, 64}, {1, 1500, 1500},
                                          {1, 20000, 2048}, {1, 65536, 300}, {1, 70000, 50}};
@@ -318,7 +339,9 @@ void run_type(const char* name, bool quick) {
         if (std::is_integral_v<T> && data == Data::Special) continue;
         for (bool largest : {true, false}) {
           if (quick && largest != (data != Data::Random)) continue;
-          run_case<T>(c.rows, c.n, c.k, data, largest, name, nullptr, true);
+          for (bool sorted : {true, false}) {
+            run_case<T>(c.rows, c.n, c.k, data, largest, name, nullptr, true, sorted);
+          }
         }
       }
     }
