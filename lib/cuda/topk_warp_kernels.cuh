@@ -89,8 +89,8 @@ __device__ __forceinline__ SlotFor<T, Truncated> pack_exact(Bits<T> bits, uint32
 
 // Float types by their bit layout. For every value but NaN and +-0 the selection key is the bits
 // with the sign bit flipped, and all bits flipped for negative values (float_bits_to_key in
-// core/ordered_key.hpp): a few branch-free instructions, where selection_key also has to test for
-// the two special cases and compiles to branches. The loaders compute these plain keys first and
+// core/ordered_key.hpp): a few instructions, where selection_key also has to test for the two
+// special cases. The loaders compute these plain keys first and
 // load a row again with selection_key when it holds NaN or +-0. Other types have no special
 // values: selection_key is branch-free for them already.
 template <class T> struct FloatLayout { static constexpr bool kFloat = false; };
