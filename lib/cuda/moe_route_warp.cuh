@@ -455,11 +455,6 @@ MTK_ROUTER_HD float sum_in_selection_order(Lanes& lanes, int k, const float (&u)
 MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) {
     if (slot * kLanes >= k) break;
-    // Rolled, as every loop whose trip count is k or topk_group: unrolled by four, eight and
-    // sixteen with their remainders, such loops spread a token's path over code that a
-    // one-token launch fetches cold, and the H200 sampled more instruction-fetch stalls in them
-    // than any other stall.
-MTK_ROUTER_NO_UNROLL
     for (int owner = 0; owner < kLanes && slot * kLanes + owner < k; ++owner) {
       total += group_broadcast(lanes, u[slot], owner);
     }
@@ -553,7 +548,6 @@ MTK_ROUTER_UNROLL
   const uint64_t group_rank =
       chunk.valid > 0 ? rank_of(group_score_key(top, plan.group_size), group) : 0;
   uint64_t threshold = ~uint64_t{0};
-MTK_ROUTER_NO_UNROLL
   for (int round = 0; round < int(p.topk_group); ++round) {
     threshold = group_max(lanes, group_rank < threshold ? group_rank : uint64_t{0});
   }
@@ -581,7 +575,6 @@ MTK_ROUTER_UNROLL
 MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) {
     if (slot * kLanes >= n_group) break;
-MTK_ROUTER_NO_UNROLL
     for (int owner = 0; owner < kLanes && slot * kLanes + owner < n_group; ++owner) {
       const int g = slot * kLanes + owner;
       TopTwo top;
@@ -600,7 +593,6 @@ MTK_ROUTER_UNROLL
   }
   // The last kept group's rank: topk_group rounds of "best below the previous winner".
   uint64_t threshold = ~uint64_t{0};
-MTK_ROUTER_NO_UNROLL
   for (int round = 0; round < int(p.topk_group); ++round) {
     uint64_t local = 0;
 MTK_ROUTER_UNROLL
