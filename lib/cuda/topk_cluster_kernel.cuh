@@ -213,7 +213,7 @@ __device__ void cluster_select_block(const Cluster& cluster,
     cluster.sync();  // every block's count is in its shared memory
     if (threadIdx.x == 0) {
       // Every count is read, so that the loads go out together (a load behind a branch waited
-      // for the one before: 15 remote latencies for the last block, 2 us on the H200).
+      // for the one before: 15 remote latencies for the last block).
       uint32_t lower_ranks = 0;
 #pragma unroll
       for (unsigned r = 0; r < unsigned(kClusterBlocks); ++r) {
