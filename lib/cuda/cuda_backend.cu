@@ -172,7 +172,7 @@ class CudaBackend final : public Backend {
   void moe_route(const RouterProblem& problem, void* stream) override {
     DeviceGuard guard(device_);
     fault_point(FaultSite::DeviceCall);  // the router's launch
-    cuda_moe_route(problem, static_cast<cudaStream_t>(stream));
+    cuda_moe_route(problem, sm_count_, static_cast<cudaStream_t>(stream));
   }
 
   CacheCounters cache_counters() const override { return plans_.counters(); }

@@ -19,36 +19,6 @@ using namespace cuda_router;
 // Small blocks spread few tokens over many SMs.
 constexpr int kThreadsPerBlock = 128;
 
-// The collectives of moe_route_warp.cuh over the aligned group of kLanes lanes that routes this
-// thread's token. Every lane of a warp runs every collective (route_token keeps groups past the
-// last token in step), so the full mask is always right; it is also what keeps them cheap: a
-// redux.sync whose mask differs between the groups of a warp is serialised per distinct mask, so
-// groups narrower than a warp take their maximum by a butterfly, which never leaves the group.
-template <int kLanes>
-struct GroupLanes {
-  static constexpr int kSize = kLanes;
-  static constexpr unsigned kWholeWarp = 0xffffffffu;
-
-  __device__ __forceinline__ int lane() const { return int(threadIdx.x) % kLanes; }
-  __device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) const {
-    return __shfl_xor_sync(kWholeWarp, value, lane_mask, kLanes);
-  }
-  __device__ __forceinline__ uint32_t shuffle(uint32_t value, int source_lane) const {
-    return __shfl_sync(kWholeWarp, value, source_lane, kLanes);
-  }
-  __device__ __forceinline__ uint32_t reduce_max(uint32_t value) const {
-    if constexpr (kLanes == kWarpSize) {
-      return __reduce_max_sync(kWholeWarp, value);
-    } else {
-#pragma unroll
-      for (int mask = kLanes / 2; mask > 0; mask >>= 1) {
-        value = max(value, shuffle_xor(value, mask));
-      }
-      return value;
-    }
-  }
-};
-
 __device__ __forceinline__ int64_t global_thread() {
   return int64_t(blockIdx.x) * kThreadsPerBlock + threadIdx.x;
 }
@@ -88,12 +58,12 @@ dim3 grid_for(const RouterProblem& p, int tokens_per_block) {
 constexpr const char* kLaunching = "launching the MoE router";
 
 template <class Logit>
-void launch(const RouterProblem& p, cudaStream_t stream) {
+void launch(const RouterProblem& p, int sm_count, cudaStream_t stream) {
   const dim3 block(kThreadsPerBlock);
   const bool in_registers = visit_register_layout(p.experts, [&](auto layout) {
     using L = decltype(layout);
     const RegisterPlan plan =
-        plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage));
+        plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage), sm_count);
     const dim3 grid = grid_for(p, kThreadsPerBlock / L::kLanes);
     if (is_plain(p)) {
       cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, true>>(
@@ -111,11 +81,11 @@ void launch(const RouterProblem& p, cudaStream_t stream) {
 
 }  // namespace
 
-void cuda_moe_route(const RouterProblem& problem, cudaStream_t stream) {
+void cuda_moe_route(const RouterProblem& problem, int sm_count, cudaStream_t stream) {
   switch (problem.dtype) {
-    case MTK_FLOAT32: return launch<F32>(problem, stream);
-    case MTK_FLOAT16: return launch<F16>(problem, stream);
-    case MTK_BFLOAT16: return launch<BF16>(problem, stream);
+    case MTK_FLOAT32: return launch<F32>(problem, sm_count, stream);
+    case MTK_FLOAT16: return launch<F16>(problem, sm_count, stream);
+    case MTK_BFLOAT16: return launch<BF16>(problem, sm_count, stream);
     default:
       fail(MTK_ERROR_INTERNAL, "moe_route: logits dtype ", int(problem.dtype), " reached CUDA");
   }

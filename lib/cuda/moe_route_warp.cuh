@@ -4,14 +4,16 @@
 // whole warp for E > 128, a power-of-two part of one below that, so that short rows share a warp
 // and the k selection rounds are paid once per warp, not once per token. Lane l of a group holds
 // experts [l * kItems, (l + 1) * kItems), so a contiguous row is one coalesced, vectorised read.
-// Each lane packs (key, expert) into one unsigned rank, sorts its ranks once, and each of the k
-// rounds is one group-wide maximum after which only the winner's lane drops its best. Weights are
-// derived at the end from the selected logits, re-read from the row (L1-resident by then), so the
-// rounds carry no values. Past 512 experts, route_streaming re-reads the row for each step, one
-// warp per token.
+// Each lane packs (key, expert) into one unsigned rank and sorts its ranks once. A whole warp then
+// takes k rounds of one group-wide maximum, after which only the winner's lane drops its best; a
+// narrower group merges its lanes' sorted lists in one butterfly instead (select_best says why).
+// Weights are derived at the end from the selected logits, re-read from the row (L1-resident by
+// then), except on the biased or grouped path of small launches, which has every numerator
+// already and fetches each selection's from the lane that holds it (RegisterPlan says why).
+// Past 512 experts, route_streaming re-reads the row for each step, one warp per token.
 //
 // The routines are __host__ __device__ templates over `Lanes`, the group's collective operations:
-// on the GPU they are shuffles and redux (GroupLanes in moe_route.cu); the host tests run the very
+// on the GPU they are shuffles and redux (GroupLanes, below); the host tests run the very
 // same code with 32 fibers playing the lanes (tests/router/warp_emulation.cpp), so the selection
 // logic is checked on machines without a GPU.
 //
@@ -198,6 +200,34 @@ MTK_ROUTER_HD float group_broadcast(Lanes& lanes, float value, int source_lane) 
   return float_from_bits(lanes.shuffle(bits_from_float(value), source_lane));
 }
 
+// A compile-time index that converts to int on host and device.
+template <int I>
+struct Index {
+  static constexpr int value = I;
+  MTK_ROUTER_HD constexpr operator int() const { return I; }
+};
+
+// Calls f(Index<i>{}) for i = 0 .. N - 1: indices stay compile-time constants whatever the
+// unroller decides, so arrays stay in registers.
+template <int N, int I = 0, class F>
+MTK_ROUTER_HD void for_each_index(F&& f) {
+  if constexpr (I < N) {
+    f(Index<I>{});
+    for_each_index<N, I + 1>(f);
+  }
+}
+
+// v[i], or 0 for i outside the array: a lane's item picked by a run-time index without sending
+// the array to local memory.
+template <int N>
+MTK_ROUTER_HD float item_at(const float (&v)[N], int i) {
+  float picked = 0.0f;
+  for_each_index<N>([&](auto j) {
+    if (j == i) picked = v[j];
+  });
+  return picked;
+}
+
 MTK_ROUTER_HD uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 MTK_ROUTER_HD uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
@@ -233,6 +263,38 @@ MTK_ROUTER_HD uint32_t group_score_key(const TopTwo& top, int64_t group_size) {
   const float best = float_from_key(top.first);
   return key_of(group_size == 1 ? best : best + float_from_key(top.second));
 }
+
+#if defined(__CUDACC__)
+// The GPU's Lanes: the collectives over the aligned group of kLanes lanes that routes this
+// thread's token. Every lane of a warp runs every collective (route_token keeps groups past the
+// last token in step), so the full mask is always right; it is also what keeps them cheap: a
+// redux.sync whose mask differs between the groups of a warp is serialised per distinct mask, so
+// groups narrower than a warp take their maximum by a butterfly, which never leaves the group.
+template <int kLanes>
+struct GroupLanes {
+  static constexpr int kSize = kLanes;
+  static constexpr unsigned kWholeWarp = 0xffffffffu;
+
+  __device__ __forceinline__ int lane() const { return int(threadIdx.x) % kLanes; }
+  __device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) const {
+    return __shfl_xor_sync(kWholeWarp, value, lane_mask, kLanes);
+  }
+  __device__ __forceinline__ uint32_t shuffle(uint32_t value, int source_lane) const {
+    return __shfl_sync(kWholeWarp, value, source_lane, kLanes);
+  }
+  __device__ __forceinline__ uint32_t reduce_max(uint32_t value) const {
+    if constexpr (kLanes == kWarpSize) {
+      return __reduce_max_sync(kWholeWarp, value);
+    } else {
+#pragma unroll
+      for (int mask = kLanes / 2; mask > 0; mask >>= 1) {
+        value = max(value, shuffle_xor(value, mask));
+      }
+      return value;
+    }
+  }
+};
+#endif
 
 // ---- Register layout, chosen on the host for the launch and the emulation alike -------------
 
@@ -276,15 +338,24 @@ struct RegisterPlan {
   // one, and take the general per-group loop.
   int group_lane_shift;
   int group_size;  // experts per group (E / n_group, at most 512)
+  // The biased or grouped path takes each selection's numerator from the lane that holds it,
+  // during the rounds: the shorter path while the launch's warps leave schedulers idle (its
+  // latency is the call's). With more warps than schedulers the instructions decide, and the
+  // selections are re-read and re-scored after the rounds instead, which issues fewer.
+  bool numerators_in_rounds;
 };
+
+constexpr int64_t kSchedulersPerSm = 4;
 
 // Vector loads are 16-byte words: every layout's chunk (8 or 16 items of 2 or 4 bytes) is a
 // whole number of them.
 constexpr int64_t kVectorBytes = 16;
 
 inline RegisterPlan plan_registers(const RouterProblem& p, int items, int lanes,
-                                   size_t logit_bytes) {
+                                   size_t logit_bytes, int sm_count) {
   RegisterPlan plan{};
+  const int64_t warps = (p.tokens * lanes + kWarpSize - 1) / kWarpSize;
+  plan.numerators_in_rounds = warps <= int64_t(sm_count) * kSchedulersPerSm;
   const int64_t row_bytes = p.logits_token_stride * int64_t(logit_bytes);
   plan.logit_vectors = p.logits_expert_stride == 1 &&
                        reinterpret_cast<uintptr_t>(p.logits) % kVectorBytes == 0 &&
@@ -378,23 +449,20 @@ MTK_ROUTER_HD void sort_descending(T (&v)[N]) {
 }
 
 // k rounds of a group maximum over the lanes' best ranks, each lane's ranks sorted descending
-// (rank 0 never wins: k never exceeds the real candidates). Selection r's expert lands in lane
-// r % kSize, slot r / kSize; the winner's lane shifts its ranks down by one. The owner loop stays
-// rolled: unrolled, the shifts become register renaming that costs more moves than the shifts.
-template <int kItems, class Rank, class Lanes>
-MTK_ROUTER_HD void select_sorted(Lanes& lanes, int k, Rank (&rank)[kItems],
-                                 int (&chosen)[kItems]) {
+// (rank 0 never wins: k never exceeds the real candidates). Selection r = slot * kSize + owner is
+// handed to take(slot, owner, rank) on every lane, in order; the winner's lane shifts its ranks
+// down by one. The owner loop stays rolled: unrolled, the shifts become register renaming that
+// costs more moves than the shifts.
+template <int kItems, class Rank, class Lanes, class Take>
+MTK_ROUTER_HD void select_sorted(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
   constexpr int kLanes = Lanes::kSize;
-  const int lane = lanes.lane();
-MTK_ROUTER_UNROLL
-  for (int slot = 0; slot < kItems; ++slot) chosen[slot] = 0;
 MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) {
     if (slot * kLanes >= k) break;
 MTK_ROUTER_NO_UNROLL
     for (int owner = 0; owner < kLanes && slot * kLanes + owner < k; ++owner) {
       const Rank winner = group_max(lanes, rank[0]);
-      if (lane == owner) chosen[slot] = int(rank_index(winner));
+      take(slot, owner, winner);
       if (rank[0] == winner) {
 MTK_ROUTER_UNROLL
         for (int i = 0; i + 1 < kItems; ++i) rank[i] = rank[i + 1];
@@ -403,6 +471,98 @@ MTK_ROUTER_UNROLL
     }
   }
 }
+
+template <class Lanes>
+MTK_ROUTER_HD uint32_t shuffle_xor_rank(Lanes& lanes, uint32_t rank, int lane_mask) {
+  return lanes.shuffle_xor(rank, lane_mask);
+}
+template <class Lanes>
+MTK_ROUTER_HD uint64_t shuffle_xor_rank(Lanes& lanes, uint64_t rank, int lane_mask) {
+  return uint64_t{lanes.shuffle_xor(uint32_t(rank >> 32), lane_mask)} << 32 |
+         lanes.shuffle_xor(uint32_t(rank), lane_mask);
+}
+
+// Sorts a bitonic sequence into descending order: half-cleaners of span N/2, N/4, ..., 1.
+template <int N, int J, int A, class T>
+MTK_ROUTER_HD void half_clean_from(T (&v)[N]) {
+  if constexpr (A < N) {
+    if constexpr ((A & J) == 0) {
+      const T high = v[A] > v[A + J] ? v[A] : v[A + J];
+      const T low = v[A] > v[A + J] ? v[A + J] : v[A];
+      v[A] = high;
+      v[A + J] = low;
+    }
+    half_clean_from<N, J, A + 1>(v);
+  }
+}
+
+template <int N, int J = N / 2, class T>
+MTK_ROUTER_HD void sort_bitonic_descending(T (&v)[N]) {
+  if constexpr (J > 0) {
+    half_clean_from<N, J, 0>(v);
+    sort_bitonic_descending<N, J / 2>(v);
+  }
+}
+
+// Leaves the group's kItems best ranks, sorted descending, on every lane; each lane's ranks must
+// be sorted descending. At each butterfly step partners merge their lists: the larger of a[i]
+// and b[kItems - 1 - i], for every i, is a bitonic sequence holding the best kItems of both, which
+// half-cleaners sort. Ranks are distinct (each carries its expert), so all lanes agree. Its
+// log2(kSize) steps are independent shuffles and compare-exchanges, where select_sorted pays one
+// dependent group maximum per selection.
+template <int kLaneMask, int kItems, class Rank, class Lanes>
+MTK_ROUTER_HD void merge_best_from(Lanes& lanes, Rank (&rank)[kItems]) {
+  if constexpr (kLaneMask < Lanes::kSize) {
+    Rank other[kItems];
+    for_each_index<kItems>([&](auto i) { other[i] = shuffle_xor_rank(lanes, rank[i], kLaneMask); });
+    for_each_index<kItems>([&](auto i) {
+      constexpr int kMirror = kItems - 1 - decltype(i)::value;
+      rank[i] = rank[i] > other[kMirror] ? rank[i] : other[kMirror];
+    });
+    sort_bitonic_descending(rank);
+    merge_best_from<2 * kLaneMask>(lanes, rank);
+  }
+}
+
+template <int kItems, class Rank, class Lanes>
+MTK_ROUTER_HD void merge_best_over(Lanes& lanes, Rank (&rank)[kItems]) {
+  merge_best_from<1>(lanes, rank);
+}
+
+// select_sorted's hand-over for k <= kItems, from the merged list: selection r is its rank r.
+template <int kItems, class Rank, class Lanes, class Take>
+MTK_ROUTER_HD void select_merged(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
+  constexpr int kLanes = Lanes::kSize;
+  merge_best_over(lanes, rank);
+  for_each_index<kItems>([&](auto r) {
+    if (r < k) take(r / kLanes, r % kLanes, rank[r]);
+  });
+}
+
+// The take that keeps only the experts: selection r's lands in lane r % kSize, slot r / kSize.
+template <int kItems, class Lanes>
+MTK_ROUTER_HD auto keep_experts(Lanes& lanes, int (&chosen)[kItems]) {
+  return [&lanes, &chosen](int slot, int owner, auto winner) {
+    if (lanes.lane() == owner) chosen[slot] = int(rank_index(winner));
+  };
+}
+
+// Selections in select_sorted's layout, by whichever way is shorter. A whole warp takes a group
+// maximum with redux.sync, and its k rounds beat the merge for every k <= 8. A narrower group
+// takes each maximum by a butterfly of shuffles, and the merge's one butterfly wins from
+// kMergeFromK selections on: tests/gpu/warp_collectives.cu times both (bench/CUDA_NOTES.md).
+template <class Rank>
+constexpr int kMergeFromK = sizeof(Rank) == 4 ? 3 : 7;
+
+template <int kItems, class Rank, class Lanes, class Take>
+MTK_ROUTER_HD void select_best(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
+  if (Lanes::kSize < kWarpSize && k >= kMergeFromK<Rank> && k <= kItems) {
+    select_merged(lanes, k, rank, take);
+  } else {
+    select_sorted(lanes, k, rank, take);
+  }
+}
+
 
 // u of a logit: the weight numerator (m: softmax's largest logit).
 MTK_ROUTER_HD float numerator(mtk_scoring scoring, float x, float m) {
@@ -505,7 +665,9 @@ MTK_ROUTER_UNROLL
   }
   sort_descending(rank);
   int chosen[kItems];
-  select_sorted(lanes, k, rank, chosen);
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) chosen[slot] = 0;
+  select_best(lanes, k, rank, keep_experts(lanes, chosen));
 
   float x[kItems];
   chosen_logits<Logit>(p, row, lanes, k, chosen, x);
@@ -618,6 +780,7 @@ MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool own
   const Chunk chunk = chunk_of<kItems>(p, lanes);
   const Storage* row = logits_row<Logit>(p, token);
   float s[kItems];  // the scores s of router_semantics.md, then c = s + bias
+  float u[kItems];  // the weight numerators u
   // The bias is read together with the logits, before any score needs them: read after the
   // scores, its load would wait for the logits' load and the scoring to finish.
   alignas(16) float bias[kItems];
@@ -643,14 +806,18 @@ MTK_ROUTER_UNROLL
     float local = 0.0f;
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
-      if (i < chunk.valid) local += s[i] = exp_f32(s[i] - m);
+      u[i] = i < chunk.valid ? exp_f32(s[i] - m) : 0.0f;
+      local += u[i];
     }
     total = group_sum(lanes, local);
 MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) s[i] = s[i] / total;
-  } else if (p.scoring == MTK_SCORING_SIGMOID) {
+    for (int i = 0; i < kItems; ++i) s[i] = u[i] / total;
+  } else {
 MTK_ROUTER_UNROLL
-    for (int i = 0; i < kItems; ++i) s[i] = sigmoid(s[i]);
+    for (int i = 0; i < kItems; ++i) {
+      if (p.scoring == MTK_SCORING_SIGMOID) s[i] = sigmoid(s[i]);
+      u[i] = s[i];
+    }
   }
   if (p.bias != nullptr) {
 MTK_ROUTER_UNROLL
@@ -674,14 +841,37 @@ MTK_ROUTER_UNROLL
   }
   sort_descending(rank);
   int chosen[kItems];
-  select_sorted(lanes, k, rank, chosen);
-
-  float x[kItems];
-  chosen_logits<Logit>(p, row, lanes, k, chosen, x);
-  float u[kItems];
-  chosen_numerators(p.scoring, lanes, k, x, m, u);
-  const float denominator = p.renormalize ? sum_in_selection_order(lanes, k, u) : total;
-  if (owns_token) write_selections(p, token, lanes, k, chosen, u, denominator);
+  float chosen_u[kItems];
+MTK_ROUTER_UNROLL
+  for (int slot = 0; slot < kItems; ++slot) {
+    chosen[slot] = 0;
+    chosen_u[slot] = 0.0f;
+  }
+  float denominator = total;
+  if (plan.numerators_in_rounds) {
+    // Each selection's numerator comes from the lane that holds its expert, a shuffle that runs
+    // beside the next round, and U is summed in selection order as the selections come.
+    float selected_total = 0.0f;
+    const int lane = lanes.lane();
+    select_best(lanes, k, rank, [&](int slot, int owner, uint64_t winner) {
+      const int expert = int(rank_index(winner));
+      const float numerator = group_broadcast(lanes, item_at(u, expert - chunk.first),
+                                              expert / kItems);
+      selected_total += numerator;
+      if (lane == owner) {
+        chosen[slot] = expert;
+        chosen_u[slot] = numerator;
+      }
+    });
+    if (p.renormalize) denominator = selected_total;
+  } else {
+    select_best(lanes, k, rank, keep_experts(lanes, chosen));
+    float x[kItems];
+    chosen_logits<Logit>(p, row, lanes, k, chosen, x);
+    chosen_numerators(p.scoring, lanes, k, x, m, chosen_u);
+    if (p.renormalize) denominator = sum_in_selection_order(lanes, k, chosen_u);
+  }
+  if (owns_token) write_selections(p, token, lanes, k, chosen, chosen_u, denominator);
 }
 
 // Routes `token` with the group of lanes that `lanes` describes. Groups past the last token (in

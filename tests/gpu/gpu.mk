@@ -20,12 +20,20 @@ $(LAUNCH_FLOOR): tests/gpu/launch_floor.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH_FLAGS) $< -o $@
 
-# In `make test`: both harnesses build, and each runs one small shape (exit 2, no device, counts
+# The router's selection steps in SM cycles (tests/gpu/warp_collectives.cu).
+WARP_COLLECTIVES := $(BUILD)/tests/warp_collectives
+
+$(WARP_COLLECTIVES): tests/gpu/warp_collectives.cu lib/cuda/moe_route_warp.cuh lib/core/problem.hpp
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Iinclude -Ilib $< -o $@
+
+# In `make test`: the harnesses build, and each runs one small shape (exit 2, no device, counts
 # as skipped), so CI keeps them compiling although only the GPU machine times anything.
 .PHONY: test-gpu-harnesses
-test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI) $(LAUNCH_FLOOR)
+test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI) $(LAUNCH_FLOOR) $(WARP_COLLECTIVES)
 	@for run in "$(BENCH_C_ABI) moe:4:256:8:bfloat16:-1" \
-	    "$(BENCH_ROUTER_C_ABI) softmax:4:64:8:softmax:0:0:1:0" "$(LAUNCH_FLOOR)"; do \
+	    "$(BENCH_ROUTER_C_ABI) softmax:4:64:8:softmax:0:0:1:0" "$(LAUNCH_FLOOR)" \
+	    "$(WARP_COLLECTIVES)"; do \
 	  $$run; status=$$?; \
 	  if [ $$status -eq 2 ]; then echo "test-gpu-harnesses: $${run%% *} skipped (no CUDA device)"; \
 	  elif [ $$status -ne 0 ]; then exit $$status; fi; \

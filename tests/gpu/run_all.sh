@@ -49,7 +49,7 @@ for s in $STEPS; do
     build)
       step build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" all \
         "$BUILD/tests/cuda_conformance" "$BUILD/tests/bench_c_abi" \
-        "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
+        "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" "$BUILD/tests/warp_collectives" \
         "$BUILD/tests/reliability/fault_sweep" "$BUILD/tests/aoti/aoti_runner" \
         "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
@@ -81,6 +81,7 @@ for s in $STEPS; do
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/router/test_router.py tests/router/test_router_torch_cuda.py -k cuda ;;
     router-bench)
+      step warp-collectives 30 "$BUILD/tests/warp_collectives"
       step router-bench 260 python3 tests/gpu/bench_router_cuda.py \
         --json "$OUT/bench_router_cuda.json" --c-abi-bench "$BUILD/tests/bench_router_c_abi" ;;
     bench)

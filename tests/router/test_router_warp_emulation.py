@@ -34,7 +34,7 @@ def emulator(tmp_path_factory):
     ffi = cffi.FFI()
     ffi.cdef(package_ffi.cdef_from_header(package_ffi.header_text))
     ffi.cdef("int emulate_moe_route(const mtk_tensor*, const mtk_router_params*, "
-             "const mtk_tensor*, const mtk_tensor*);")
+             "const mtk_tensor*, const mtk_tensor*, int);")
     ffi.cdef("int64_t count_float_key_mismatches(void);")
     return ffi, ffi.dlopen(str(library))
 
@@ -55,7 +55,10 @@ def _tensor(ffi, array):
 
 
 def emulate(emulator, logits, k, *, scoring="softmax", bias=None, n_group=None,
-            topk_group=None, renormalize=True, scale=1.0, index_dtype=np.int32):
+            topk_group=None, renormalize=True, scale=1.0, index_dtype=np.int32,
+            numerators_in_rounds=True):
+    """numerators_in_rounds picks the biased or grouped path's way to the weights (the GPU's
+    plan picks it by launch size)."""
     ffi, lib = emulator
     tokens = logits.shape[0]
     weights = np.full((tokens, k), np.float32(-7.0))
@@ -66,7 +69,7 @@ def emulate(emulator, logits, k, *, scoring="softmax", bias=None, n_group=None,
         "n_group": n_group or 0, "topk_group": topk_group or 0,
         "renormalize": int(renormalize), "scale": scale})
     assert lib.emulate_moe_route(_tensor(ffi, logits), params, _tensor(ffi, weights),
-                                 _tensor(ffi, ids)) == 0
+                                 _tensor(ffi, ids), int(numerators_in_rounds)) == 0
     return weights, ids
 
 
@@ -98,14 +101,17 @@ def test_emulated_kernel_matches_reference(emulator, experts, k, grouping, scori
     rng = np.random.default_rng([experts, k, len(scoring), with_bias])
     n_group, topk_group = grouping if grouping is not None else (None, None)
     first = (experts + k + len(scoring) + with_bias) % len(INPUTS)
-    for dtype, kind, layout in (INPUTS[first], INPUTS[(first + 1) % len(INPUTS)]):
+    # The two inputs take the two ways to the weights of the biased or grouped path.
+    for (dtype, kind, layout), in_rounds in zip(
+            (INPUTS[first], INPUTS[(first + 1) % len(INPUTS)]), (True, False)):
         logits = rc.make_logits(rng, 3, experts, np.dtype(dtype), kind, layout)
         bias = rc.make_bias(rng, experts, kind) if with_bias else None
         renormalize = bool(rng.integers(2))
         scale = 1.0 if renormalize else 2.5
         weights, ids = emulate(emulator, logits, k, scoring=scoring, bias=bias,
                                n_group=n_group, topk_group=topk_group,
-                               renormalize=renormalize, scale=scale)
+                               renormalize=renormalize, scale=scale,
+                               numerators_in_rounds=in_rounds)
         rc.check_route(weights, ids, logits, k, scoring=scoring, bias=bias, n_group=n_group,
                        topk_group=topk_group, renormalize=renormalize, scale=scale)
 

@@ -101,13 +101,15 @@ struct EmulatedLanes {
 };
 
 // Warp w routes tokens [w * 32 / kLanes, (w + 1) * 32 / kLanes), as the kernels' grid does.
+// The plan's choice of numerator path is the caller's, so that both are checked.
 template <class Logit>
-void route_all(const mtk::RouterProblem& p) {
+void route_all(const mtk::RouterProblem& p, bool numerators_in_rounds) {
   Warp warp;
   const bool in_registers = visit_register_layout(p.experts, [&](auto layout) {
     using L = decltype(layout);
-    const RegisterPlan plan =
-        plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage));
+    RegisterPlan plan =
+        plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage), 1);
+    plan.numerators_in_rounds = numerators_in_rounds;
     auto body = [&](int lane) {
       EmulatedLanes<L::kLanes> lanes{&warp, lane};
       for (int64_t first = 0; first < p.tokens; first += kWarpSize / L::kLanes) {
@@ -133,7 +135,7 @@ void route_all(const mtk::RouterProblem& p) {
 
 extern "C" __attribute__((visibility("default"))) int emulate_moe_route(
     const mtk_tensor* logits, const mtk_router_params* params, const mtk_tensor* weights,
-    const mtk_tensor* ids) {
+    const mtk_tensor* ids, int numerators_in_rounds) {
   mtk::RouterProblem p{};
   try {
     // The core's own validation and canonical form, exactly what the library hands a backend.
@@ -142,9 +144,9 @@ extern "C" __attribute__((visibility("default"))) int emulate_moe_route(
     return 2;
   }
   switch (p.dtype) {
-    case MTK_FLOAT32: route_all<F32>(p); return 0;
-    case MTK_FLOAT16: route_all<F16>(p); return 0;
-    case MTK_BFLOAT16: route_all<BF16>(p); return 0;
+    case MTK_FLOAT32: route_all<F32>(p, numerators_in_rounds != 0); return 0;
+    case MTK_FLOAT16: route_all<F16>(p, numerators_in_rounds != 0); return 0;
+    case MTK_BFLOAT16: route_all<BF16>(p, numerators_in_rounds != 0); return 0;
     default: return 1;
   }
 }

@@ -209,8 +209,8 @@ def tensor_view(tensor, function="moe_route") -> _core.DeviceTensor:
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 _TORCH_INDEX_DTYPE_OF = {
-    torch.int32: torch.int32, _core.np.int32: torch.int32, _core.np.dtype("int32"): torch.int32,
-    torch.int64: torch.int64, _core.np.int64: torch.int64, _core.np.dtype("int64"): torch.int64}
+    _core.np.int32: torch.int32, _core.np.dtype("int32"): torch.int32,
+    _core.np.int64: torch.int64, _core.np.dtype("int64"): torch.int64}
 
 
 def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_group=0,
@@ -274,11 +274,12 @@ class TorchArrays:
         if bias is not None and not isinstance(bias, _Tensor):
             # The op's schema would reject it with torch's own error, not the contract's.
             raise bias_not_on_logits_device(logits.device, type(bias).__name__)
-        # numpy's int32 / int64 (the default) by a lookup: np.dtype(...).name costs more than
-        # the fast path's whole call.
-        index_dtype = _TORCH_INDEX_DTYPE_OF.get(index_dtype, index_dtype)
         if not isinstance(index_dtype, torch.dtype):
-            index_dtype = getattr(torch, _core.np.dtype(index_dtype).name)
+            # numpy's int32 / int64 (the default) by a lookup: np.dtype(...).name costs more
+            # than the fast path's whole call. Tracing takes the long way: Dynamo (torch 2.11)
+            # cannot hash a numpy dtype.
+            known = None if _is_compiling() else _TORCH_INDEX_DTYPE_OF.get(index_dtype)
+            index_dtype = known or getattr(torch, _core.np.dtype(index_dtype).name)
         args = (logits, _index(k), scoring, bias, 0 if n_group is None else _index(n_group),
                 0 if topk_group is None else _index(topk_group), bool(renormalize),
                 float(scale), index_dtype)
