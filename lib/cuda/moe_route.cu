@@ -25,7 +25,7 @@ __device__ __forceinline__ int64_t global_thread() {
 
 // Whole warps past the last token leave together; inside the last warp, route_token keeps the
 // surplus groups in step without writing.
-template <class Logit, int kItems, int kLanes, bool kPlain>
+template <class Logit, int kItems, int kLanes, RegisterPath kPath>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     route_in_registers(const RouterProblem p, const RegisterPlan plan) {
   cuda::wait_for_previous_kernel();
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t thread = global_thread();
   if ((thread - thread % kWarpSize) / kLanes >= p.tokens) return;
   GroupLanes<kLanes> lanes;
-  route_token<Logit, kItems, kPlain>(p, thread / kLanes, plan, lanes);
+  route_token<Logit, kItems, kPath>(p, thread / kLanes, plan, lanes);
 }
 
 template <class Logit>
@@ -65,13 +65,10 @@ void launch(const RouterProblem& p, int sm_count, cudaStream_t stream) {
     const RegisterPlan plan =
         plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage), sm_count);
     const dim3 grid = grid_for(p, kThreadsPerBlock / L::kLanes);
-    if (is_plain(p)) {
-      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, true>>(
+    visit_register_path(p, plan, [&](auto path) {
+      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, decltype(path)::value>>(
           grid, block, 0, stream, kLaunching, p, plan);
-    } else {
-      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, false>>(
-          grid, block, 0, stream, kLaunching, p, plan);
-    }
+    });
   });
   if (!in_registers) {
     cuda::launch_overlapped<route_streamed<Logit>>(grid_for(p, kThreadsPerBlock / kWarpSize),

@@ -341,7 +341,8 @@ struct RegisterPlan {
   // The biased or grouped path takes each selection's numerator from the lane that holds it,
   // during the rounds: the shorter path while the launch's warps leave schedulers idle (its
   // latency is the call's). With more warps than schedulers the instructions decide, and the
-  // selections are re-read and re-scored after the rounds instead, which issues fewer.
+  // selections are re-read and re-scored after the rounds instead, which issues fewer. Chosen
+  // at compile time (visit_register_path).
   bool numerators_in_rounds;
 };
 
@@ -547,10 +548,11 @@ MTK_ROUTER_HD auto keep_experts(Lanes& lanes, int (&chosen)[kItems]) {
   };
 }
 
-// Selections in select_sorted's layout, by whichever way is shorter. A whole warp takes a group
-// maximum with redux.sync, and its k rounds beat the merge for every k <= 8. A narrower group
-// takes each maximum by a butterfly of shuffles, and the merge's one butterfly wins from
-// kMergeFromK selections on: tests/gpu/warp_collectives.cu times both (bench/CUDA_NOTES.md).
+// Selections in select_sorted's layout. A group narrower than a warp takes each maximum by a
+// butterfly of shuffles, and the merge's one butterfly is shorter from kMergeFromK selections on.
+// A whole warp takes a maximum with redux.sync and keeps the rounds: shorter for 64-bit ranks at
+// every k <= 8; for 32-bit ranks the merge is shorter from 6 selections but issues more
+// instructions, untried in a kernel. tests/gpu/warp_collectives.cu times both ways.
 template <class Rank>
 constexpr int kMergeFromK = sizeof(Rank) == 4 ? 3 : 7;
 
@@ -772,7 +774,7 @@ MTK_ROUTER_UNROLL
 }
 
 // The general path: bias and/or groups. Selection runs on c = s + bias, inside the kept groups.
-template <class Logit, int kItems, class Lanes>
+template <class Logit, int kItems, bool kNumeratorsInRounds, class Lanes>
 MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool owns_token,
                                  const RegisterPlan& plan, Lanes& lanes) {
   using Storage = typename Logit::Storage;
@@ -848,7 +850,7 @@ MTK_ROUTER_UNROLL
     chosen_u[slot] = 0.0f;
   }
   float denominator = total;
-  if (plan.numerators_in_rounds) {
+  if constexpr (kNumeratorsInRounds) {
     // Each selection's numerator comes from the lane that holds its expert, a shuffle that runs
     // beside the next round, and U is summed in selection order as the selections come.
     float selected_total = 0.0f;
@@ -874,17 +876,41 @@ MTK_ROUTER_UNROLL
   if (owns_token) write_selections(p, token, lanes, k, chosen, chosen_u, denominator);
 }
 
+// The register routine a kernel runs: the plain path, or the general one with its numerators
+// re-read after the rounds or fetched during them (RegisterPlan::numerators_in_rounds). A
+// compile-time choice: one kernel holding both general ways needs more registers (72 against
+// 63 for bf16 E = 256), which costs the large launches occupancy.
+enum class RegisterPath { kPlain, kRescored, kNumeratorsInRounds };
+
+template <RegisterPath kPath>
+struct PathConstant {
+  static constexpr RegisterPath value = kPath;
+};
+
+// Calls visit(PathConstant<path>{}) with the path for this problem and plan.
+template <class Visit>
+void visit_register_path(const RouterProblem& p, const RegisterPlan& plan, Visit&& visit) {
+  if (is_plain(p)) {
+    visit(PathConstant<RegisterPath::kPlain>{});
+  } else if (plan.numerators_in_rounds) {
+    visit(PathConstant<RegisterPath::kNumeratorsInRounds>{});
+  } else {
+    visit(PathConstant<RegisterPath::kRescored>{});
+  }
+}
+
 // Routes `token` with the group of lanes that `lanes` describes. Groups past the last token (in
 // the last warp) run the steps on the last token, for the collectives, and write nothing.
-template <class Logit, int kItems, bool kPlain, class Lanes>
+template <class Logit, int kItems, RegisterPath kPath, class Lanes>
 MTK_ROUTER_HD void route_token(const RouterProblem& p, int64_t token, const RegisterPlan& plan,
                                Lanes& lanes) {
   const bool owns_token = token < p.tokens;
   if (!owns_token) token = p.tokens - 1;
-  if constexpr (kPlain) {
+  if constexpr (kPath == RegisterPath::kPlain) {
     route_plain<Logit, kItems>(p, token, owns_token, plan, lanes);
   } else {
-    route_general<Logit, kItems>(p, token, owns_token, plan, lanes);
+    route_general<Logit, kItems, kPath == RegisterPath::kNumeratorsInRounds>(
+        p, token, owns_token, plan, lanes);
   }
 }
 

@@ -114,11 +114,9 @@ void route_all(const mtk::RouterProblem& p, bool numerators_in_rounds) {
       EmulatedLanes<L::kLanes> lanes{&warp, lane};
       for (int64_t first = 0; first < p.tokens; first += kWarpSize / L::kLanes) {
         const int64_t token = first + lane / L::kLanes;
-        if (is_plain(p)) {
-          route_token<Logit, L::kItems, true>(p, token, plan, lanes);
-        } else {
-          route_token<Logit, L::kItems, false>(p, token, plan, lanes);
-        }
+        visit_register_path(p, plan, [&](auto path) {
+          route_token<Logit, L::kItems, decltype(path)::value>(p, token, plan, lanes);
+        });
       }
     };
     warp.run(body);
