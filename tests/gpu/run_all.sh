@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
 #   build for sm_90 -> exhaustive CUDA conformance -> benchmark (Python, torch and the C-ABI
-#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark (with its C-ABI
+#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark (warp_collectives
+#   timing its selection steps in cycles, then bench_router_cuda.py with its C-ABI
 #   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
 #   the torch integration (ops, capture, AOTInductor on CUDA) and its host-cost benchmark ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
