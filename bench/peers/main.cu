@@ -443,6 +443,8 @@ bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t
   bool ok = true;
 
   auto run_peer = [&](Row r, bool sorted_mode, const Call& call) {
+    // One line a peer, so that a run cut by its time limit shows which peer it was in.
+    std::fprintf(stderr, "[peers]   %s\n", r.peer.c_str());
     r.peer_sorted = sorted_mode;
     r.metaltopk_us = mtk_graph[sorted_mode ? 1 : 0];
     r.metaltopk_loop_us = mtk_loop[sorted_mode ? 1 : 0];
