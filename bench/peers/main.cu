@@ -475,8 +475,30 @@ bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t
   // FlashInfer radix top-k, unsorted (its default) and sorted on the device (deterministic).
   DeviceBuffer row_states(peers::flashinfer_row_states_bytes());
   checked(cudaMemset(row_states.get(), 0, peers::flashinfer_row_states_bytes()), "memset");
+  // Its multi-CTA path keeps a row in the shared memory of the CTAs that meet at its group
+  // barrier, one CTA a SM: a longer row needs more CTAs than can be resident at once, and the
+  // barrier then waits forever (the bf16 2^26 select ran past every time limit).
+  int device = 0, sms = 0, smem_per_block = 0;
+  checked(cudaGetDevice(&device), "cudaGetDevice");
+  checked(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  checked(cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "shared memory per block");
+  const double row_bytes = double(s.n) * double(s.itemsize());
+  const double resident_bytes = double(sms) * double(smem_per_block);
   for (bool sorted : {false, true}) {
     Row r = base_row(peer_names[sorted ? 1 : 0]);
+    if (row_bytes > resident_bytes) {
+      r.status = "unsupported";
+      r.peer_sorted = sorted;
+      r.metaltopk_us = mtk_graph[sorted ? 1 : 0];
+      r.metaltopk_loop_us = mtk_loop[sorted ? 1 : 0];
+      r.note = "not run: a row of " + std::to_string(int64_t(row_bytes) >> 20) +
+               " MiB exceeds the shared memory of one CTA a SM (" +
+               std::to_string(int64_t(resident_bytes) >> 20) +
+               " MiB), which the multi-CTA radix needs resident at once";
+      out.add(r);
+      continue;
+    }
     if (sorted && s.k > 2048) {
       r.status = "unsupported";
       r.peer_sorted = true;
