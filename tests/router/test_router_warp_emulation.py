@@ -129,6 +129,20 @@ def test_emulated_kernel_large_k(emulator, experts, k, index_dtype):
         rc.check_route(weights, ids, logits, k, **kwargs)
 
 
+@pytest.mark.parametrize("in_rounds", [True, False])
+def test_emulated_kernel_negative_scores_in_small_groups(emulator, in_rounds):
+    """Every selection score below zero, in groups of 4, 8 and 16 experts: a group's top two
+    must start from below every real score (a zero there would outrank them all)."""
+    rng = np.random.default_rng(7)
+    logits = (-np.abs(rng.standard_normal((4, 64))) - 1.0).astype(np.float32)
+    for n_group, topk_group in [(8, 3), (4, 2), (16, 5)]:
+        weights, ids = emulate(emulator, logits, 8, scoring="none", n_group=n_group,
+                               topk_group=topk_group, renormalize=False,
+                               numerators_in_rounds=in_rounds)
+        rc.check_route(weights, ids, logits, 8, scoring="none", n_group=n_group,
+                       topk_group=topk_group, renormalize=False)
+
+
 def test_emulated_kernel_special_values(emulator):
     """NaN (both signs), infinities and signed zeros: plain-path ids are the top-k contract's."""
     import metaltopk
