@@ -66,7 +66,8 @@ void launch(const RouterProblem& p, int sm_count, cudaStream_t stream) {
         plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage), sm_count);
     const dim3 grid = grid_for(p, kThreadsPerBlock / L::kLanes);
     visit_register_path(p, plan, [&](auto path) {
-      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, decltype(path)::value>>(
+      constexpr RegisterPath kPath = decltype(path)::value;
+      cuda::launch_overlapped<route_in_registers<Logit, L::kItems, L::kLanes, kPath>>(
           grid, block, 0, stream, kLaunching, p, plan);
     });
   });

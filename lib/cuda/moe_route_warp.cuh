@@ -416,6 +416,15 @@ MTK_ROUTER_UNROLL
   }
 }
 
+// The compare-exchange of both sorting networks below: the larger value first.
+template <class T>
+MTK_ROUTER_HD void order_descending(T& first, T& second) {
+  const T high = first > second ? first : second;
+  const T low = first > second ? second : first;
+  first = high;
+  second = low;
+}
+
 // Sorts a lane's ranks into descending order in registers: Batcher's odd-even merge sort (19
 // compare-exchanges for 8 items, 63 for 16). Unrolled by templates rather than pragmas, so every
 // index is a compile-time constant whatever the unroller decides and nothing goes to local memory.
@@ -426,10 +435,7 @@ MTK_ROUTER_HD void merge_pass_from(T (&v)[N]) {
   if constexpr (A + K < N) {
     constexpr int kOffset = A - K % P;
     if constexpr (kOffset >= 0 && kOffset / K % 2 == 0 && A / (2 * P) == (A + K) / (2 * P)) {
-      const T high = v[A] > v[A + K] ? v[A] : v[A + K];
-      const T low = v[A] > v[A + K] ? v[A + K] : v[A];
-      v[A] = high;
-      v[A + K] = low;
+      order_descending(v[A], v[A + K]);
     }
     merge_pass_from<N, P, K, A + 1>(v);
   }
@@ -487,12 +493,7 @@ MTK_ROUTER_HD uint64_t shuffle_xor_rank(Lanes& lanes, uint64_t rank, int lane_ma
 template <int N, int J, int A, class T>
 MTK_ROUTER_HD void half_clean_from(T (&v)[N]) {
   if constexpr (A < N) {
-    if constexpr ((A & J) == 0) {
-      const T high = v[A] > v[A + J] ? v[A] : v[A + J];
-      const T low = v[A] > v[A + J] ? v[A + J] : v[A];
-      v[A] = high;
-      v[A + J] = low;
-    }
+    if constexpr ((A & J) == 0) order_descending(v[A], v[A + J]);
     half_clean_from<N, J, A + 1>(v);
   }
 }
@@ -515,7 +516,9 @@ template <int kLaneMask, int kItems, class Rank, class Lanes>
 MTK_ROUTER_HD void merge_best_from(Lanes& lanes, Rank (&rank)[kItems]) {
   if constexpr (kLaneMask < Lanes::kSize) {
     Rank other[kItems];
-    for_each_index<kItems>([&](auto i) { other[i] = shuffle_xor_rank(lanes, rank[i], kLaneMask); });
+    for_each_index<kItems>([&](auto i) {
+      other[i] = shuffle_xor_rank(lanes, rank[i], kLaneMask);
+    });
     for_each_index<kItems>([&](auto i) {
       constexpr int kMirror = kItems - 1 - decltype(i)::value;
       rank[i] = rank[i] > other[kMirror] ? rank[i] : other[kMirror];
@@ -525,16 +528,11 @@ MTK_ROUTER_HD void merge_best_from(Lanes& lanes, Rank (&rank)[kItems]) {
   }
 }
 
-template <int kItems, class Rank, class Lanes>
-MTK_ROUTER_HD void merge_best_over(Lanes& lanes, Rank (&rank)[kItems]) {
-  merge_best_from<1>(lanes, rank);
-}
-
 // select_sorted's hand-over for k <= kItems, from the merged list: selection r is its rank r.
 template <int kItems, class Rank, class Lanes, class Take>
 MTK_ROUTER_HD void select_merged(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
   constexpr int kLanes = Lanes::kSize;
-  merge_best_over(lanes, rank);
+  merge_best_from<1>(lanes, rank);
   for_each_index<kItems>([&](auto r) {
     if (r < k) take(r / kLanes, r % kLanes, rank[r]);
   });
@@ -564,7 +562,6 @@ MTK_ROUTER_HD void select_best(Lanes& lanes, int k, Rank (&rank)[kItems], Take&&
     select_sorted(lanes, k, rank, take);
   }
 }
-
 
 // u of a logit: the weight numerator (m: softmax's largest logit).
 MTK_ROUTER_HD float numerator(mtk_scoring scoring, float x, float m) {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
 #   build for sm_90 -> exhaustive CUDA conformance -> benchmark (Python, torch and the C-ABI
-#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark (warp_collectives
-#   timing its selection steps in cycles, then bench_router_cuda.py with its C-ABI
-#   harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
+#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark
+#   (warp_collectives timing its selection steps in cycles, then bench_router_cuda.py with its
+#   C-ABI harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
 #   the torch integration (ops, capture, AOTInductor on CUDA) and its host-cost benchmark ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
@@ -50,7 +50,8 @@ for s in $STEPS; do
     build)
       step build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" all \
         "$BUILD/tests/cuda_conformance" "$BUILD/tests/bench_c_abi" \
-        "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" "$BUILD/tests/warp_collectives" \
+        "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
+        "$BUILD/tests/warp_collectives" \
         "$BUILD/tests/reliability/fault_sweep" "$BUILD/tests/aoti/aoti_runner" \
         "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
