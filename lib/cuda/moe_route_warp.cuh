@@ -17,12 +17,13 @@
 // same code with 32 fibers playing the lanes (tests/router/warp_emulation.cpp), so the selection
 // logic is checked on machines without a GPU.
 //
-// Lanes provides `static constexpr int kSize` (lanes per token: 1, 2, ..., 32) and four
+// Lanes provides `static constexpr int kSize` (lanes per token: 1, 2, ..., 32) and five
 // primitives over the aligned group of kSize lanes that routes this lane's token, called by all
 // 32 lanes of the warp together (every group of a warp runs the same steps): int lane() (0 ..
 // kSize - 1); uint32_t shuffle_xor(uint32_t value, int lane_mask) (lane_mask < kSize);
-// uint32_t shuffle(uint32_t value, int source_lane); uint32_t reduce_max(uint32_t value). Every
-// reduction below gives all lanes of the group bit-identical results.
+// uint32_t shuffle(uint32_t value, int source_lane); uint32_t reduce_max(uint32_t value);
+// uint32_t ballot(bool predicate) (bit l: lane l's predicate). Every reduction below gives all
+// lanes of the group bit-identical results.
 #pragma once
 
 #include <cmath>
@@ -195,6 +196,43 @@ MTK_ROUTER_HD float group_sum(Lanes& lanes, float value) {
   return value;
 }
 
+MTK_ROUTER_HD int lowest_set_bit(uint32_t mask) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(mask) - 1;
+#else
+  return __builtin_ctz(mask);
+#endif
+}
+
+// The group maximum of ranks laid out in lane order (wherever two lanes hold ranks of one key,
+// the lower lane holds the higher rank, as when lane l holds experts [l * kItems, (l + 1) *
+// kItems)), and whether this lane holds it. For 64-bit ranks in a group narrower than a warp,
+// where each maximum is a butterfly, the lowest lane holding the highest key holds the maximum:
+// a vote finds it instead of a second butterfly over the low words, and the low word comes by
+// one shuffle that the holder's `holds` does not wait for (tests/gpu/warp_collectives: 16
+// lanes, 4 selections 1138 cycles against 1292). A whole warp's redux.sync makes the second
+// maximum cheaper than the vote (818 against 710).
+template <class Lanes>
+MTK_ROUTER_HD uint32_t lane_ordered_max(Lanes& lanes, uint32_t rank, bool& holds) {
+  const uint32_t best = lanes.reduce_max(rank);
+  holds = rank == best;
+  return best;
+}
+
+template <class Lanes>
+MTK_ROUTER_HD uint64_t lane_ordered_max(Lanes& lanes, uint64_t rank, bool& holds) {
+  if constexpr (Lanes::kSize == kWarpSize) {
+    const uint64_t best = group_max(lanes, rank);
+    holds = rank == best;
+    return best;
+  } else {
+    const uint32_t high = lanes.reduce_max(uint32_t(rank >> 32));
+    const int holder = lowest_set_bit(lanes.ballot(uint32_t(rank >> 32) == high));
+    holds = lanes.lane() == holder;
+    return uint64_t{high} << 32 | lanes.shuffle(uint32_t(rank), holder);
+  }
+}
+
 template <class Lanes>
 MTK_ROUTER_HD float group_broadcast(Lanes& lanes, float value, int source_lane) {
   return float_from_bits(lanes.shuffle(bits_from_float(value), source_lane));
@@ -281,6 +319,14 @@ struct GroupLanes {
   }
   __device__ __forceinline__ uint32_t shuffle(uint32_t value, int source_lane) const {
     return __shfl_sync(kWholeWarp, value, source_lane, kLanes);
+  }
+  __device__ __forceinline__ uint32_t ballot(bool predicate) const {
+    const uint32_t votes = __ballot_sync(kWholeWarp, predicate);
+    if constexpr (kLanes == kWarpSize) {
+      return votes;
+    } else {
+      return (votes >> (int(threadIdx.x) % kWarpSize / kLanes * kLanes)) & ((1u << kLanes) - 1u);
+    }
   }
   __device__ __forceinline__ uint32_t reduce_max(uint32_t value) const {
     if constexpr (kLanes == kWarpSize) {
@@ -456,10 +502,10 @@ MTK_ROUTER_HD void sort_descending(T (&v)[N]) {
 }
 
 // k rounds of a group maximum over the lanes' best ranks, each lane's ranks sorted descending
-// (rank 0 never wins: k never exceeds the real candidates). Selection r = slot * kSize + owner is
-// handed to take(slot, owner, rank) on every lane, in order; the winner's lane shifts its ranks
-// down by one. The owner loop stays rolled: unrolled, the shifts become register renaming that
-// costs more moves than the shifts.
+// and laid out in lane order (lane_ordered_max); rank 0 never wins: k never exceeds the real
+// candidates. Selection r = slot * kSize + owner is handed to take(slot, owner, rank) on every
+// lane, in order; the winner's lane shifts its ranks down by one. The owner loop stays rolled:
+// unrolled, the shifts become register renaming that costs more moves than the shifts.
 template <int kItems, class Rank, class Lanes, class Take>
 MTK_ROUTER_HD void select_sorted(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
   constexpr int kLanes = Lanes::kSize;
@@ -468,9 +514,10 @@ MTK_ROUTER_UNROLL
     if (slot * kLanes >= k) break;
 MTK_ROUTER_NO_UNROLL
     for (int owner = 0; owner < kLanes && slot * kLanes + owner < k; ++owner) {
-      const Rank winner = group_max(lanes, rank[0]);
+      bool won;
+      const Rank winner = lane_ordered_max(lanes, rank[0], won);
       take(slot, owner, winner);
-      if (rank[0] == winner) {
+      if (won) {
 MTK_ROUTER_UNROLL
         for (int i = 0; i + 1 < kItems; ++i) rank[i] = rank[i + 1];
         rank[kItems - 1] = 0;
@@ -811,12 +858,21 @@ MTK_ROUTER_UNROLL
     total = group_sum(lanes, local);
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) s[i] = u[i] / total;
-  } else {
+  } else if (p.scoring == MTK_SCORING_SIGMOID) {
+    // sigmoid() item by item, but every exponential first: a division ends in a branch to its
+    // slow path, which the compiler does not schedule across, so in one loop each item's
+    // exponential waited for the previous item's division.
+    float e[kItems];
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) e[i] = 1.0f + exp_f32(-s[i]);
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
-      if (p.scoring == MTK_SCORING_SIGMOID) s[i] = sigmoid(s[i]);
+      s[i] = 1.0f / e[i];
       u[i] = s[i];
     }
+  } else {
+MTK_ROUTER_UNROLL
+    for (int i = 0; i < kItems; ++i) u[i] = s[i];
   }
   if (p.bias != nullptr) {
 MTK_ROUTER_UNROLL

@@ -1,10 +1,10 @@
 // Runs the CUDA router's per-token routines (lib/cuda/moe_route_warp.cuh) on the host: 32 fibers
-// play the 32 lanes of a warp, and a shuffle or a group maximum is a barrier round trip through
-// shared slots. The code under test is the kernel's own template, instantiated for the host, with
-// the same dispatch (register layout and plan by expert count, several tokens per warp for short
-// rows, vector loads, streaming past 512 experts), so its selection logic, butterflies and slot
-// bookkeeping are checked without a GPU. The only host substitutions are exp (std::exp for expf)
-// and loads (memcpy for vector words).
+// play the 32 lanes of a warp, and a shuffle, a vote or a group maximum is a barrier round trip
+// through shared slots. The code under test is the kernel's own template, instantiated for the
+// host, with the same dispatch (register layout and plan by expert count, several tokens per warp
+// for short rows, vector loads, streaming past 512 experts), so its selection logic, butterflies
+// and slot bookkeeping are checked without a GPU. The only host substitutions are exp (std::exp
+// for expf) and loads (memcpy for vector words).
 //
 // Built by tests/router/test_router_warp_emulation.py into a shared library exporting
 // emulate_moe_route, which takes the C ABI's descriptors (assumed valid: the tests pass only
@@ -71,6 +71,17 @@ class Warp {
     return result;
   }
 
+  // Bit l: the predicate of lane l of the aligned group of `group_lanes` lanes (ballot.sync).
+  uint32_t group_ballot(int lane, bool predicate, int group_lanes) {
+    slots_[lane] = predicate;
+    barrier(lane);
+    const int first = lane / group_lanes * group_lanes;
+    uint32_t votes = 0;
+    for (int l = first; l < first + group_lanes; ++l) votes |= (slots_[l] != 0u) << (l - first);
+    barrier(lane);
+    return votes;
+  }
+
  private:
   static void entry(int lane) { current_->run_body_(current_->body_, lane); }
 
@@ -98,6 +109,7 @@ struct EmulatedLanes {
     return warp->exchange(id, value, id / kLanes * kLanes + source_lane);
   }
   uint32_t reduce_max(uint32_t value) { return warp->group_max(id, value, kLanes); }
+  uint32_t ballot(bool predicate) { return warp->group_ballot(id, predicate, kLanes); }
 };
 
 // Warp w routes tokens [w * 32 / kLanes, (w + 1) * 32 / kLanes), as the kernels' grid does.
