@@ -1,7 +1,7 @@
 // metaltopk against the serving engines' top-k and routing kernels on the same inputs, in one
-// process and on one stream (issue #21). For every top-k shape of BENCHMARKS.md and every router
-// shape of the router benchmark, each peer that supports the shape and metaltopk (through the C
-// ABI: mtk_topk_with_workspace, mtk_moe_route) are
+// process and on one stream (issue #21). For every top-k shape of BENCHMARKS.md, the large-k
+// shapes of issue #32 and every router shape of the router benchmark, each peer that supports
+// the shape and metaltopk (through the C ABI: mtk_topk_with_workspace, mtk_moe_route) are
 //   - checked: the peer's result against metaltopk's on the same input (values as a multiset,
 //     since most peers return the k unsorted; rows whose index sets differ only among equal
 //     values are counted as index ties; anything else is a mismatch, reported),
@@ -248,6 +248,24 @@ std::vector<TopkShape> topk_shapes() {
       {"select", 1, int64_t{1} << 28, 10000, false, -1},
       {"select", 1, int64_t{1} << 26, 1000, true, -1},
   };
+}
+
+// Large k on long batched rows (issue #32): k = 2048, where FlashInfer still has its filtered
+// kernel and its on-device sort, and k = 4096, past both (its multi-CTA radix alone; the sorted
+// peer row says why not). 64..256 rows of 2^17..2^20, all within CUB DeviceBatchedTopK's 2^21
+// segments; two of them in bfloat16. Run last, so a time limit cuts these before the table of
+// BENCHMARKS.md; `--filter large-k` runs them alone.
+std::vector<TopkShape> large_k_shapes() {
+  std::vector<TopkShape> v;
+  for (int64_t k : {2048, 4096}) {
+    v.push_back({"large-k", 64, int64_t{1} << 17, k, false, -1});
+    v.push_back({"large-k", 256, int64_t{1} << 17, k, false, -1});
+    v.push_back({"large-k", 256, int64_t{1} << 18, k, false, -1});
+    v.push_back({"large-k", 64, int64_t{1} << 20, k, false, -1});
+  }
+  v.push_back({"large-k", 256, int64_t{1} << 18, 2048, true, -1});
+  v.push_back({"large-k", 64, int64_t{1} << 20, 4096, true, -1});
+  return v;
 }
 
 
@@ -905,7 +923,9 @@ int run(int argc, char** argv) {
     return st.filter.empty() || name.find(st.filter) != std::string::npos;
   };
   if (st.only != "router") {
-    for (const TopkShape& s : topk_shapes()) {
+    std::vector<TopkShape> shapes = topk_shapes();
+    for (const TopkShape& s : large_k_shapes()) shapes.push_back(s);
+    for (const TopkShape& s : shapes) {
       if (!wanted(s.name())) continue;
       try {
         ok = bench_topk(s, ctx.get(), stream.get(), size_t(l2), st, out) && ok;

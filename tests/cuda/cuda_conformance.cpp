@@ -5,12 +5,13 @@
 // with an independent host reference (a stable sort under the contract's order, written here
 // without the library's key mapping) and with the CPU backend.
 //
-// Usage: cuda_conformance [--quick | --cluster | --sampled] (--quick: rows*n <= 50000 and fewer
-// data kinds, for the sanitizers; --cluster: the same few data kinds on the cluster kernel's
-// shapes and three of its dtypes, for racecheck, which the quick set's sizes keep off that
-// kernel; --sampled: only the sampled-threshold plans). Exits 0 when every case
-// passes, 1 on the first mismatch class (all mismatches are listed), 2 when no CUDA device is
-// available.
+// Usage: cuda_conformance [--quick | --cluster | --cluster-sanitize | --sampled] (--quick:
+// rows*n <= 50000 and fewer data kinds, for the sanitizers; --cluster: the same few data kinds
+// on the cluster kernel's long shapes and three of its dtypes; --cluster-sanitize: the cluster
+// kernel's code paths once each in ten launches, for memcheck and racecheck, which the quick
+// set's sizes keep off that kernel (check_cluster_for_sanitizers); --sampled: only the
+// sampled-threshold plans). Exits 0 when every case passes, 1 on the first mismatch class (all
+// mismatches are listed), 2 when no CUDA device is available.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +29,9 @@ namespace {
 
 int failures = 0;
 int cases = 0;
+// Device runs of each case: the second checks that the result repeats bit for bit. The
+// sanitizer sets run each case once, since a sanitizer multiplies every launch's time.
+int device_runs = 2;
 
 #define CHECK_OK(call)                                                                   \
   do {                                                                                   \
@@ -417,7 +421,7 @@ bool check_case(const Contexts& ctx, const Case& c, std::mt19937_64& rng, bool v
   };
   std::vector<uint8_t> got_values;
   std::vector<int64_t> got_indices;
-  run_case(ctx.cuda, true, c, buffer, base, input, got_values, got_indices, 2);
+  run_case(ctx.cuda, true, c, buffer, base, input, got_values, got_indices, device_runs);
   compare_with("cuda", got_values, got_indices);
   if (ok && ctx.cpu != nullptr && c.rows * c.n <= (1 << 22)) {
     run_case(ctx.cpu, false, c, buffer, base, input, got_values, got_indices, 1);
@@ -667,6 +671,69 @@ void check_sampled_plans(const Contexts& ctx, std::mt19937_64& rng, bool quick,
   }
 }
 
+// The cluster kernel (lib/cuda/topk_cluster_kernel.cuh) under memcheck and racecheck: its code
+// paths once each, in few launches of few rows, since racecheck makes each of its launches
+// about a hundred times slower (the --cluster set, 120 launches, did not finish in 300 s). The
+// plan (lib/cuda/topk_plan.cu) sends a problem there when it is neither Warp nor Block (n > 2048
+// here, with few rows), rows <= the clusters the device co-schedules, keys of at most 32 bits
+// and k <= 2048, for rows up to 16 blocks x 512 threads x 32 slots = 262144: 8 slots a thread
+// up to 65536, 32 above. Each case must plan no scratch, which among these shapes only the
+// cluster kernel does, so that a change of the plan cannot silently take the set off it.
+// Covered:
+//  - key widths 8 (int8, uint8), 16 (bfloat16, float16, int16) and 32 bits (float32, int32),
+//    every integer and float conversion once; 64-bit keys never take this kernel;
+//  - both kernels and their edges: n = 2049 (the smallest cluster row: blocks 13-15 get no
+//    slice, block 12 a short one), 65536 (the largest 8-slot row), 65537 (the smallest
+//    32-slot row, its last slice short), 262144 (the largest);
+//  - k = 1, middle k and k = 2048 (the limit), sorted (winners gathered and sorted in block 0)
+//    and unsorted (each block writes its own in place), largest and smallest first;
+//  - data: random (rounds end within the key bits), few distinct values and all equal (the
+//    rounds reach the index bits, winners found by composite), NaN, infinities and signed
+//    zeros (float), full-range integers;
+//  - 1, 2 and 3 rows (row offsets from the cluster's rank), strided, reversed and transposed
+//    input, strided output, int32 and int64 indices.
+// Not reachable here: a k equal to n (no radix round at all) needs n <= 2048, which never takes
+// the cluster kernel.
+void check_cluster_for_sanitizers(const Contexts& ctx, std::mt19937_64& rng,
+                                  const Layout& contiguous, const Layout& step3,
+                                  const Layout& reversed, const Layout& transposed,
+                                  const Layout& strided_out) {
+  const Case cluster_cases[] = {
+      {MTK_FLOAT32, 1, 262144, 2048, Data::Special, contiguous, true, true, false},
+      {MTK_FLOAT32, 2, 65537, 1, Data::FewDistinct, contiguous, false, false, true},
+      {MTK_FLOAT32, 1, 100000, 500, Data::Random, step3, true, false, false},
+      {MTK_BFLOAT16, 1, 2049, 2048, Data::AllEqual, contiguous, true, true, false},
+      {MTK_BFLOAT16, 2, 65536, 300, Data::Special, reversed, false, true, true},
+      {MTK_FLOAT16, 1, 150000, 1024, Data::Random, strided_out, true, false, false},
+      {MTK_INT16, 1, 20000, 2048, Data::FewDistinct, contiguous, false, false, false},
+      {MTK_INT8, 1, 262144, 2048, Data::FewDistinct, contiguous, true, true, true},
+      {MTK_UINT8, 3, 8193, 50, Data::Special, transposed, false, true, false},
+      {MTK_INT32, 1, 262144, 1, Data::Special, contiguous, true, true, false},
+  };
+  for (const Case& c : cluster_cases) {
+    mtk_tensor shape{};
+    shape.data = reinterpret_cast<void*>(uintptr_t{4096});  // the size query reads no memory
+    shape.dtype = c.dtype;
+    shape.ndim = 2;
+    shape.sizes[0] = c.rows;
+    shape.sizes[1] = c.n;
+    shape.strides[0] = c.n;
+    shape.strides[1] = 1;
+    size_t scratch = 0;
+    CHECK_OK(mtk_topk_workspace_size(ctx.cuda, &shape, c.k, 1, c.largest, c.sorted,
+                                     c.index32 ? MTK_INT32 : MTK_INT64, &scratch));
+    if (scratch != 0) {
+      ++cases;
+      ++failures;
+      std::fprintf(stderr, "FAIL %s rows=%lld n=%lld k=%lld plans %zu bytes of scratch: not the "
+                   "cluster kernel on this device\n", dtype_label(c.dtype), (long long)c.rows,
+                   (long long)c.n, (long long)c.k, scratch);
+      continue;
+    }
+    check_case(ctx, c, rng, true);
+  }
+}
+
 int report(Contexts& ctx) {
   CHECK_OK(mtk_context_destroy(ctx.cuda));
   CHECK_OK(mtk_context_destroy(ctx.cpu));
@@ -680,6 +747,7 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool sampled_only = argc > 1 && std::strcmp(argv[1], "--sampled") == 0;
   const bool cluster_only = argc > 1 && std::strcmp(argv[1], "--cluster") == 0;
+  const bool cluster_sanitize = argc > 1 && std::strcmp(argv[1], "--cluster-sanitize") == 0;
   int compiled = 0, available = 0;
   CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
   if (!compiled || !available) {
@@ -704,6 +772,12 @@ int main(int argc, char** argv) {
   };
   if (sampled_only) {
     check_sampled_plans(ctx, rng, false, contiguous, layouts[1]);
+    return report(ctx);
+  }
+  if (cluster_sanitize) {
+    device_runs = 1;
+    check_cluster_for_sanitizers(ctx, rng, contiguous, layouts[1], layouts[2], layouts[4],
+                                 layouts[5]);
     return report(ctx);
   }
   // (rows, n, k) straddling: warp (n <= 1024, k <= 32), block (one block per row, k <= 2048),

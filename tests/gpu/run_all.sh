@@ -74,11 +74,12 @@ for s in $STEPS; do
       step racecheck 420 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$BUILD/tests/cuda_conformance" --quick ;&
     sanitize-cluster)
-      # The quick set's rows are too short for the cluster kernel: its shapes on their own.
+      # The quick set's rows are too short for the cluster kernel: its code paths on their own,
+      # in ten launches (--cluster, 120 launches, ran out of 300 s under racecheck).
       step memcheck-cluster 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$BUILD/tests/cuda_conformance" --cluster
+        "$BUILD/tests/cuda_conformance" --cluster-sanitize
       step racecheck-cluster 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$BUILD/tests/cuda_conformance" --cluster ;;
+        "$BUILD/tests/cuda_conformance" --cluster-sanitize ;;
     router)
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/router/test_router.py tests/router/test_router_torch_cuda.py -k cuda ;;
