@@ -1,8 +1,8 @@
 """CPU benchmark: metaltopk's CPU backend against torch.topk and numpy, in one process.
 
-Runs the CPU shapes below (MoE routing, LLM sampling, huge selects; bench/CPU_NOTES.md) through
-`metaltopk.topk(..., backend="cpu")`, `torch.topk` (2 threads) and numpy (argpartition, then a
-stable sort of the k), and prints the median times, the ratios and the geometric-mean speedup
+Runs the CPU shapes below (MoE routing, LLM sampling, large k, huge selects; bench/CPU_NOTES.md)
+through `metaltopk.topk(..., backend="cpu")`, `torch.topk` (2 threads) and numpy (argpartition,
+then a stable sort of the k), and prints the median times, the ratios and the geometric-mean speedup
 over torch. Before timing a shape it checks that metaltopk's values equal torch's, so a wrong
 answer is never timed. numpy has no bfloat16 ordering, so for bf16 shapes the numpy anchor runs
 on the float32 upcast (marked "*"). The results also go to a JSON file (default
@@ -37,6 +37,10 @@ SHAPES = [
     ("MoE, experts on dim 0", 4096, 256, 8, "float32", 0),
     ("sampling", 64, 151936, 50, "float32", -1),
     ("sampling", 8, 151936, 1024, "float32", -1),
+    # Large k on long batched rows (issue #32), the GPU's large-k shapes scaled to two cores.
+    ("large k", 8, 262144, 2048, "float32", -1),
+    ("large k", 8, 262144, 4096, "float32", -1),
+    ("large k", 64, 131072, 2048, "float32", -1),
     ("select", 1, 2**24, 100, "float32", -1),
     ("select", 1, 2**22, 10000, "float32", -1),
 ]
