@@ -9,6 +9,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
+from ._arguments import BACKEND_NAMES, backend_name, topk_arguments
 from ._ffi import ffi, lib
 
 try:
@@ -79,8 +80,10 @@ _EXCEPTIONS = {
 }
 
 
-def check(status: int, backend: Optional[str] = None) -> None:
-    """Raises the contract's exception for a failed call, carrying the library's message.
+def check(status: int, backend: Optional[str] = None,
+          translate: Optional[Callable[[str], str]] = None) -> None:
+    """Raises the contract's exception for a failed call, carrying the library's message
+    (through `translate`, which renames C fields to Python arguments, where given).
     Must run on the thread that made the call: the message is thread-local."""
     if status == lib.MTK_SUCCESS:
         return
@@ -90,26 +93,14 @@ def check(status: int, backend: Optional[str] = None) -> None:
     if backend is not None and backend not in message and status in (
             lib.MTK_ERROR_BACKEND_UNAVAILABLE, lib.MTK_ERROR_DEVICE):
         message = f"{backend} backend: {message}"
+    if translate is not None:
+        message = translate(message)
     raise _EXCEPTIONS.get(status, RuntimeError)(message)
 
 
 # ---- backends and contexts ------------------------------------------------------------------
 
-BACKEND_CODES = {
-    "default": lib.MTK_BACKEND_DEFAULT,
-    "cpu": lib.MTK_BACKEND_CPU,
-    "cuda": lib.MTK_BACKEND_CUDA,
-    "metal": lib.MTK_BACKEND_METAL,
-    "mpsgraph": lib.MTK_BACKEND_MPSGRAPH,
-}
-
-
-def _backend_key(backend: Optional[str]) -> str:
-    name = "default" if backend is None else backend
-    if name not in BACKEND_CODES:
-        raise ValueError(f"metaltopk: backend = {backend!r} is not one of "
-                         + ", ".join(repr(b) for b in BACKEND_CODES))
-    return name
+BACKEND_CODES = {name: getattr(lib, "MTK_BACKEND_" + name.upper()) for name in BACKEND_NAMES}
 
 
 def backends() -> dict:
@@ -146,9 +137,10 @@ _contexts = {}
 _contexts_lock = threading.Lock()
 
 
-def context(backend: Optional[str] = None, device_index: int = 0) -> _Context:
+def context(backend: Optional[str] = None, device_index: int = 0,
+            function: str = "topk") -> _Context:
     """The process-wide context of a backend and device, created on first use."""
-    key = (_backend_key(backend), device_index)
+    key = (backend_name(backend, function), device_index)
     ctx = _contexts.get(key)  # a dict read is atomic: only creation needs the lock
     if ctx is not None and ctx.handle is not None:
         return ctx
@@ -500,12 +492,19 @@ def _topk_via_device(ctx, array, name, k, dim, largest, sorted):
     return values, indices
 
 
+def check_backend_matches(backend, device_backend: str, device: str, function: str) -> None:
+    """A device tensor runs on its own device's backend: `backend` may only name that one."""
+    if backend is not None and backend != device_backend:
+        if backend_name(backend, function) not in ("default", device_backend):
+            raise ValueError(f"metaltopk.{function}: the input lives on {device} but backend = "
+                             f"{backend!r} was asked for (None or {device_backend!r} run it "
+                             "there)")
+
+
 def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
     """An input that an array adapter described; the adapter allocates the outputs. Small calls
     (MoE routing) spend most of their host time in this Python, so nothing is looked up twice."""
-    if backend is not None and backend != view.backend and backend != "default":
-        raise ValueError(f"metaltopk.topk: the input lives on the {view.backend} backend but "
-                         f"backend = {backend!r} was asked for")
+    check_backend_matches(backend, view.backend, f"{view.backend}:{view.device_index}", "topk")
     ctx = context(view.backend, view.device_index)
     geometry = _geometry(view.shape, view.strides, 1, k, dim)  # strides are in elements already
     if geometry.out_shape is None:
@@ -538,19 +537,32 @@ def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
 def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
     """The k largest (or smallest) entries of x along dim, as (values, indices).
 
-    Follows the metaltopk contract exactly: NaN ranks above +inf, -0.0 == +0.0, ties go to the
-    lower index, values are bit-exact copies; indices are int64. numpy arrays (any strides,
-    0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy arrays on every backend; torch
-    tensors as torch tensors on their own device (metaltopk.torch); CuPy arrays as CuPy arrays;
-    any other DLPack producer (JAX, ...) as arrays of the producer's kind.
+    Follows the metaltopk contract exactly (docs/CONTRACT.md): NaN ranks above +inf,
+    -0.0 == +0.0, ties go to the lower index, values are bit-exact copies; indices are int64.
+    numpy arrays (any strides, 0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy
+    arrays on every backend; torch tensors as torch tensors on their own device
+    (metaltopk.torch); CuPy arrays as CuPy arrays; any other DLPack producer (JAX, ...) as
+    arrays of the producer's kind.
+
+    k, dim: integers (Python or numpy ints; not bools or floats). largest, sorted: bools.
+    backend: None (the default: CUDA, then Metal, then the CPU for numpy inputs; the tensor's
+      own device for torch and CuPy inputs), "default", "cpu", "cuda", "metal" or "mpsgraph".
+      A numpy input on a GPU backend is copied there and back.
+
+    Raises:
+      TypeError: k or dim is not an integer, largest or sorted not a bool, or the dtype is not
+        one of float32, float16, bfloat16, float64, int8, uint8, int16, int32, int64.
+      ValueError: k < 0 or k > the size along dim; backend is not a backend name, or is not
+        the device a torch or CuPy input lives on.
+      IndexError: dim is outside [-ndim, ndim - 1].
+      RuntimeError: the backend is not compiled in or has no driver or device (the message
+        says which), or the device failed.
+      MemoryError: an allocation failed.
     """
     handler = _type_handlers.get(type(x))
     if handler is not None:
         return handler.topk(x, k, dim, largest, sorted, backend)
-    k = operator.index(k)
-    dim = operator.index(dim)
-    largest = 1 if largest else 0
-    sorted = 1 if sorted else 0
+    k, dim, largest, sorted = topk_arguments(k, dim, largest, sorted)
     if not isinstance(x, np.ndarray):
         handler = _type_handler(x)
         if handler is not None:

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
+from ._arguments import boolean
 
 __all__ = ["topk"]
 
@@ -133,8 +134,8 @@ def _describe_local(local, k, dim, offset, largest, sorted, row):
     row[_DTYPE] = code
     row[_DIM] = dim
     row[_K] = k
-    row[_LARGEST] = int(bool(largest))
-    row[_SORTED] = int(bool(sorted))
+    row[_LARGEST] = int(boolean(largest, "largest", "distributed.topk"))
+    row[_SORTED] = int(boolean(sorted, "sorted", "distributed.topk"))
     row[_HAS_OFFSET] = int(offset is not None)
     row[_OFFSET] = offset or 0
     row[_DEVICE] = _DEVICE_TYPES.index(device) + 1 if device in _DEVICE_TYPES else 99

@@ -8,15 +8,16 @@ The exact semantics are in lib/core/router_semantics.md. Without a bias or group
 exactly `metaltopk.topk(logits, k)`'s on every backend.
 """
 
-import operator
+import re
 from typing import Optional
 
 import numpy as np
 
-from ._core import (_CALL_LAYOUTS, DeviceTensor, _acquire_block, _array_adapters,
+from ._core import (_CALL_LAYOUTS, DeviceTensor, check_backend_matches, _acquire_block, _array_adapters,
                     _as_native_array, _byte_extent, _contiguous_strides, _describe,
                     _DeviceBuffers, _free_blocks, _memcpy, _native_dtype_code, _type_handler,
                     check, context, dtype_name)
+from ._arguments import boolean, integer, optional_integer, real
 from ._ffi import ffi, lib
 
 SCORINGS = {
@@ -31,8 +32,8 @@ def _params(k, scoring, bias_tensor, n_group, topk_group, renormalize, scale):
     params.k = k
     params.scoring = SCORINGS[scoring]
     params.bias = bias_tensor if bias_tensor is not None else ffi.NULL
-    params.n_group = 0 if n_group is None else operator.index(n_group)
-    params.topk_group = 0 if topk_group is None else operator.index(topk_group)
+    params.n_group = 0 if n_group is None else n_group
+    params.topk_group = 0 if topk_group is None else topk_group
     params.renormalize = 1 if renormalize else 0
     params.scale = float(scale)
     return params
@@ -91,7 +92,7 @@ def _route_host(ctx, logits, bias, k, index_dtype, make_params):
                                    block.indices, ffi.NULL)
     finally:
         _free_blocks.append(block)
-    check(status, ctx.backend)
+    check(status, ctx.backend, python_names)
     return weights, ids
 
 
@@ -118,7 +119,7 @@ def _route_via_device(ctx, logits, bias, k, index_dtype, make_params):
         ids_t = _describe(device_ids, dtype_name(ids.dtype), shape, _contiguous_strides(shape))
         try:
             check(lib.mtk_moe_route(ctx.handle, logits_t, make_params(bias_t), weights_t, ids_t,
-                                    ffi.NULL), ctx.backend)
+                                    ffi.NULL), ctx.backend, python_names)
             _memcpy(ctx, weights.ctypes.data, device_weights, weights.nbytes,
                     lib.MTK_COPY_DEVICE_TO_HOST)
             _memcpy(ctx, ids.ctypes.data, device_ids, ids.nbytes, lib.MTK_COPY_DEVICE_TO_HOST)
@@ -148,9 +149,8 @@ def _route_device_tensors(view, bias, k, index_dtype, make_params, backend,
                           view_of=_device_view):
     """Logits that an array adapter described (and a bias that `view_of` describes); the adapter
     allocates the outputs."""
-    if backend not in (None, "default", view.backend):
-        raise ValueError(f"metaltopk.moe_route: the logits live on the {view.backend} backend "
-                         f"but backend = {backend!r} was asked for")
+    check_backend_matches(backend, view.backend, f"{view.backend}:{view.device_index}",
+                          "moe_route")
     if len(view.shape) != 2:
         raise ValueError(f"metaltopk.moe_route: logits.ndim = {len(view.shape)} must be 2 "
                          "([tokens, experts])")
@@ -169,15 +169,39 @@ def _route_device_tensors(view, bias, k, index_dtype, make_params, backend,
     weights_t = _describe(weights.data, weights.dtype, weights.shape, weights.strides)
     ids_t = _describe(ids.data, ids.dtype, ids.shape, ids.strides)
     check(lib.mtk_moe_route(ctx.handle, logits_t, make_params(bias_t), weights_t, ids_t,
-                            ffi.cast("void*", view.stream)), ctx.backend)
+                            ffi.cast("void*", view.stream)), ctx.backend, python_names)
     return weights.owner, ids.owner
+
+
+_C_FIELD = re.compile(r"\bparams\.(\w+)")
+
+
+def python_names(message: str) -> str:
+    """The library's message about mtk_router_params fields in moe_route's argument names."""
+    return "metaltopk.moe_route: " + _C_FIELD.sub(r"\1", message)
+
+
+def route_arguments(k, scoring, n_group, topk_group, renormalize, scale):
+    """The options checked: (k, n_group, topk_group, renormalize, scale), with 0 for a group
+    count left None; errors name moe_route's arguments."""
+    k = integer(k, "k", "moe_route")
+    if scoring not in SCORINGS:
+        raise ValueError(f"metaltopk.moe_route: scoring = {scoring!r} is not one of "
+                         + ", ".join(repr(s) for s in SCORINGS))
+    n_group = optional_integer(n_group, "n_group", "moe_route")
+    topk_group = optional_integer(topk_group, "topk_group", "moe_route")
+    if n_group is not None and n_group > 1 and topk_group is None:
+        raise ValueError(f"metaltopk.moe_route: n_group = {n_group} needs topk_group, the number "
+                         f"of groups kept (1 <= topk_group <= {n_group})")
+    renormalize = boolean(renormalize, "renormalize", "moe_route")
+    scale = real(scale, "scale", "moe_route")
+    return k, n_group or 0, topk_group or 0, renormalize, scale
 
 
 def route_params(k, scoring, n_group, topk_group, renormalize, scale):
     """Checks the options and returns bias_tensor -> mtk_router_params*."""
-    if scoring not in SCORINGS:
-        raise ValueError(f"metaltopk.moe_route: scoring = {scoring!r} is not one of "
-                         + ", ".join(repr(s) for s in SCORINGS))
+    k, n_group, topk_group, renormalize, scale = route_arguments(
+        k, scoring, n_group, topk_group, renormalize, scale)
 
     def make_params(bias_tensor):
         return _params(k, scoring, bias_tensor, n_group, topk_group, renormalize, scale)
@@ -199,20 +223,27 @@ def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_gro
     `renormalize`, times `scale`. numpy inputs (float32, float16, ml_dtypes.bfloat16, any
     strides) give numpy outputs on every backend; torch tensors (metaltopk.torch) give torch
     tensors on their device, CuPy arrays CuPy arrays, both on their library's current stream.
+    k, n_group, topk_group: integers; renormalize: a bool; scale: a real number. backend: as
+    for metaltopk.topk.
+
+    Raises TypeError (an argument of the wrong type, an unsupported dtype), ValueError (k,
+    n_group, topk_group, bias shape or scoring out of range, each named as here; a backend that
+    is no backend name), RuntimeError (a backend unavailable or failing; torch logits that
+    require grad while grad mode is on: the router has no gradient), MemoryError.
     """
     handler = _type_handler(logits)
     if handler is not None:
         return handler.moe_route(logits, k, scoring=scoring, bias=bias, n_group=n_group,
                                  topk_group=topk_group, renormalize=renormalize, scale=scale,
                                  index_dtype=index_dtype, backend=backend)
-    k = operator.index(k)
-    index_dtype = np.dtype(index_dtype)
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
+    k = integer(k, "k", "moe_route")
+    index_dtype = np.dtype(index_dtype)
     view = _device_view(logits)
     if view is not None:
         return _route_device_tensors(view, bias, k, index_dtype, make_params, backend)
     array = _as_host_array(logits, "logits")
     bias_array = None if bias is None else _as_host_array(bias, "bias")
-    ctx = context(backend)
+    ctx = context(backend, function="moe_route")
     run = _route_host if ctx.on_host else _route_via_device
     return run(ctx, array, bias_array, k, index_dtype, make_params)

@@ -16,7 +16,6 @@ C++ instead: the allocations and the library call then take no Python at all.
 import atexit
 import importlib.machinery
 import importlib.util
-import operator
 import sysconfig
 import warnings
 from pathlib import Path
@@ -24,9 +23,10 @@ from pathlib import Path
 import torch
 
 from .. import _core
+from .._arguments import check_static_k_and_dim, topk_arguments
 from .._ffi import ffi, lib, library_path
 from ..router import (SCORINGS, _route_device_tensors, bias_not_on_logits_device,
-                      route_params)
+                      python_names, route_arguments, route_params)
 
 # Contract dtype names; torch calls these dtypes the same.
 DTYPE_NAMES = {getattr(torch, name): name for name in _core.DTYPE_CODES}
@@ -80,7 +80,7 @@ _fast_moe_route = _fast_path.moe_route if _fast_path is not None else None
 _fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
 
 
-def _fast_call(function, device_index, *args):
+def _fast_call(function, device_index, *args, translate=None):
     """function(*args, context address) on a CPU (-1) or CUDA device: its two tensors, or None
     where the fast path could not make the call (the caller's Python path then makes it and
     raises the contract's exception); a status the library returned is raised here."""
@@ -92,7 +92,7 @@ def _fast_call(function, device_index, *args):
     if result.__class__ is tuple:
         return result
     if result is not None:
-        _core.check(result, entry[0].backend)
+        _core.check(result, entry[0].backend, translate)
     return None
 
 
@@ -224,7 +224,8 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
     if _fast_moe_route is not None and scoring_code is not None and (
             device_index < 0 or logits.is_cuda):
         result = _fast_call(_fast_moe_route, device_index, logits, k, scoring_code, bias,
-                            n_group, topk_group, renormalize, scale, index_dtype is _int64)
+                            n_group, topk_group, renormalize, scale, index_dtype is _int64,
+                            translate=python_names)
         if result is not None:
             return result
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
@@ -232,20 +233,24 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
                                  make_params, None, view_of=tensor_view)
 
 
-def _backend_of(x) -> str:
-    return "cuda" if x.is_cuda else "cpu"
-
-
 def _check_backend(x, backend, function):
-    if backend is not None and backend != "default" and backend != _backend_of(x):
-        raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend = "
-                         f"{backend!r} was asked for")
+    if backend is not None:
+        _core.check_backend_matches(backend, "cuda" if x.is_cuda else "cpu", str(x.device),
+                                    function)
+
+
+def no_gradient_error() -> RuntimeError:
+    return RuntimeError(
+        "metaltopk.moe_route: logits require grad, but the router has no gradient: the weights "
+        "would silently carry none. Call it under torch.no_grad() (inference), or pass "
+        "logits.detach() and compute differentiable weights from the ids, e.g. "
+        "logits.softmax(-1).gather(-1, ids)")
 
 
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
 _Tensor = torch.Tensor
-_index = operator.index
+_topk_arguments = topk_arguments
 
 
 def _topk_op(x, k, dim, largest, sorted):
@@ -262,15 +267,19 @@ class TorchArrays:
     def topk(x, k, dim, largest, sorted, backend):
         if backend is not None:
             _check_backend(x, backend, "topk")
+        k, dim, largest, sorted = _topk_arguments(k, dim, largest, sorted)
         if type(x) is _Tensor and not (x.requires_grad and _is_grad_enabled()) \
                 and not x.is_meta and not _is_compiling():
-            return topk_kernel(x, _index(k), _index(dim), largest, sorted)
-        return _topk_op(x, k, dim, bool(largest), bool(sorted))
+            return topk_kernel(x, k, dim, largest, sorted)
+        check_static_k_and_dim(x.shape, k, dim)
+        return _topk_op(x, k, dim, largest, sorted)
 
     @staticmethod
     def moe_route(logits, k, *, scoring, bias, n_group, topk_group, renormalize, scale,
                   index_dtype, backend):
         _check_backend(logits, backend, "moe_route")
+        if logits.requires_grad and _is_grad_enabled():
+            raise no_gradient_error()
         if bias is not None and not isinstance(bias, _Tensor):
             # The op's schema would reject it with torch's own error, not the contract's.
             raise bias_not_on_logits_device(logits.device, type(bias).__name__)
@@ -280,10 +289,14 @@ class TorchArrays:
             # cannot hash a numpy dtype.
             known = None if _is_compiling() else _TORCH_INDEX_DTYPE_OF.get(index_dtype)
             index_dtype = known or getattr(torch, _core.np.dtype(index_dtype).name)
-        args = (logits, _index(k), scoring, bias, 0 if n_group is None else _index(n_group),
-                0 if topk_group is None else _index(topk_group), bool(renormalize),
-                float(scale), index_dtype)
+        k, n_group, topk_group, renormalize, scale = route_arguments(
+            k, scoring, n_group, topk_group, renormalize, scale)
+        args = (logits, k, scoring, bias, n_group, topk_group, renormalize, scale, index_dtype)
         # As topk: the router has no gradient, so only tracing needs the op.
         if type(logits) is _Tensor and not logits.is_meta and not _is_compiling():
             return moe_route_kernel(*args)
+        experts = logits.shape[-1] if logits.dim() == 2 else None
+        if experts.__class__ is int and not 1 <= k <= experts:  # as in check_static_k_and_dim
+            raise ValueError(f"metaltopk.moe_route: k = {k} is out of range for {experts} "
+                             f"experts (expected 1 <= k <= {experts})")
         return torch.ops.metaltopk.mtk_moe_route(*args)
