@@ -106,3 +106,10 @@ def check_static_k_and_dim(shape, k, dim, function: str = "topk") -> None:
     if not 0 <= k <= size:
         raise ValueError(f"metaltopk.{function}: k = {k} is out of range for a dimension of size "
                          f"{size} (expected 0 <= k <= {size})")
+def check_backend_matches(backend, device_backend: str, device: str, function: str) -> None:
+    """A device tensor runs on its own device's backend: `backend` may only name that one."""
+    if backend is not None and backend != device_backend:
+        if backend_name(backend, function) not in ("default", device_backend):
+            raise ValueError(f"metaltopk.{function}: the input lives on {device} but backend = "
+                             f"{backend!r} was asked for (None or {device_backend!r} run it "
+                             "there)")
