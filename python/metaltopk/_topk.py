@@ -5,8 +5,8 @@ there and back), and a device tensor that an array adapter described (torch, CuP
 import numpy as np
 
 from ._abi import (CALL_LAYOUTS, DeviceBuffers, DeviceTensor, acquire_block, byte_extent,
-                   check, context, contiguous_strides, describe, dtype_name, free_blocks,
-                   call_geometry, memcpy, normalized_dim_and_k, output_shape, stream_handle)
+                   call_geometry, check, context, contiguous_strides, describe, dtype_name,
+                   free_blocks, memcpy, normalized_dim_and_k, output_shape, stream_handle)
 from ._arguments import check_backend_matches
 from ._ffi import ffi, lib
 
@@ -31,7 +31,7 @@ def topk_host(ctx, array, code, k, dim, largest, sorted):
         geometry = call_geometry(array.shape, array.strides, array.itemsize, k, dim)
     if geometry.out_shape is None:
         tensor = describe(array.ctypes.data, dtype_name(array.dtype), array.shape,
-                           geometry.input_dims[geometry.ndim:])
+                          geometry.input_dims[geometry.ndim:])
         raise_argument_error(ctx, tensor, k, dim, largest, sorted)
     values = np.empty(geometry.out_shape, dtype=array.dtype)
     indices = np.empty(geometry.out_shape, dtype=np.int64)
@@ -39,8 +39,8 @@ def topk_host(ctx, array, code, k, dim, largest, sorted):
     block = acquire_block()
     try:
         CALL_LAYOUTS[ndim].pack_into(block.memory, 0, 0, code, ndim, *geometry.input_dims,
-                                      0, code, ndim, *geometry.output_dims,
-                                      0, _INT64, ndim, *geometry.output_dims)
+                                     0, code, ndim, *geometry.output_dims,
+                                     0, _INT64, ndim, *geometry.output_dims)
         # Data pointers as cdata: ffi.from_buffer is several times cheaper than .ctypes.data.
         # It needs a C-contiguous buffer, which the outputs always are.
         block.input.data = (ffi.from_buffer(array) if array.flags.c_contiguous
@@ -81,9 +81,9 @@ def topk_via_device(ctx, array, name, k, dim, largest, sorted):
             check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
                                ffi.NULL), ctx.backend)
             memcpy(ctx, values.ctypes.data, device_values, values.nbytes,
-                    lib.MTK_COPY_DEVICE_TO_HOST)
+                   lib.MTK_COPY_DEVICE_TO_HOST)
             memcpy(ctx, indices.ctypes.data, device_indices, indices.nbytes,
-                    lib.MTK_COPY_DEVICE_TO_HOST)
+                   lib.MTK_COPY_DEVICE_TO_HOST)
         finally:
             # Host buffers and device memory must outlive the queued work, even on failure.
             check(lib.mtk_synchronize(ctx.handle, ffi.NULL), ctx.backend)
@@ -113,9 +113,9 @@ def topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
     block = acquire_block()
     try:
         CALL_LAYOUTS[ndim].pack_into(block.memory, 0,
-                                      view.data, code, ndim, *geometry.input_dims,
-                                      values_data, values_code, ndim, *values_dims,
-                                      indices_data, indices_code, ndim, *indices_dims)
+                                     view.data, code, ndim, *geometry.input_dims,
+                                     values_data, values_code, ndim, *values_dims,
+                                     indices_data, indices_code, ndim, *indices_dims)
         status = _mtk_topk(ctx.handle, block.input, k, dim, largest, sorted, block.values,
                            block.indices, stream_handle(view.stream))
     finally:

@@ -63,15 +63,15 @@ def route_host(ctx, logits, bias, k, index_dtype, make_params):
     bias_t = None
     if bias is not None:
         bias_t = describe(host_pointer(bias), dtype_name(bias.dtype), bias.shape,
-                           element_strides(bias))
+                          element_strides(bias))
     output_dims = shape + contiguous_strides(shape)
     block = acquire_block()
     try:
         CALL_LAYOUTS[2].pack_into(block.memory, 0,
-                                   0, native_dtype_code(logits.dtype), 2, *logits.shape,
-                                   *element_strides(logits),
-                                   0, _FLOAT32, 2, *output_dims,
-                                   0, native_dtype_code(ids.dtype), 2, *output_dims)
+                                  0, native_dtype_code(logits.dtype), 2, *logits.shape,
+                                  *element_strides(logits),
+                                  0, _FLOAT32, 2, *output_dims,
+                                  0, native_dtype_code(ids.dtype), 2, *output_dims)
         block.input.data = host_pointer(logits)
         block.values.data = ffi.from_buffer(weights)
         block.indices.data = ffi.from_buffer(ids)
@@ -90,7 +90,7 @@ def _upload(ctx, buffers, array):
     device = buffers.allocate(high - low)
     memcpy(ctx, device, array.ctypes.data + low, high - low, lib.MTK_COPY_HOST_TO_DEVICE)
     return describe(device - low if array.size else 0, dtype_name(array.dtype), array.shape,
-                     element_strides(array))
+                    element_strides(array))
 
 
 def route_via_device(ctx, logits, bias, k, index_dtype, make_params):
@@ -108,7 +108,7 @@ def route_via_device(ctx, logits, bias, k, index_dtype, make_params):
             check(lib.mtk_moe_route(ctx.handle, logits_t, make_params(bias_t), weights_t, ids_t,
                                     ffi.NULL), ctx.backend, python_names)
             memcpy(ctx, weights.ctypes.data, device_weights, weights.nbytes,
-                    lib.MTK_COPY_DEVICE_TO_HOST)
+                   lib.MTK_COPY_DEVICE_TO_HOST)
             memcpy(ctx, ids.ctypes.data, device_ids, ids.nbytes, lib.MTK_COPY_DEVICE_TO_HOST)
         finally:
             # Host buffers and device memory must outlive the queued work, even on failure.

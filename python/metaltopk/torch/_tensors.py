@@ -125,10 +125,10 @@ def _new_plan(key, x) -> _Plan:
     input_fields = (code, geometry.ndim, *geometry.input_dims)
     size = ffi.new("size_t*")
     probe = _abi.describe(x.data_ptr(), name, geometry.input_dims[:geometry.ndim],
-                            geometry.input_dims[geometry.ndim:])
+                          geometry.input_dims[geometry.ndim:])
     # Validates k and dim (the library's own errors) and sizes the scratch, once per geometry.
     _abi.check(lib.mtk_topk_workspace_size(ctx.handle, probe, k, dim, largest, sorted,
-                                            lib.MTK_INT64, size), ctx.backend)
+                                           lib.MTK_INT64, size), ctx.backend)
     plan = _Plan()
     plan.ctx, plan.handle = ctx, ctx.handle
     plan.device = x.device
@@ -200,12 +200,12 @@ def tensor_view(tensor, function="moe_route") -> _abi.DeviceTensor:
     def new_empty(shape, dtype_name):
         out = _empty(shape, dtype=getattr(torch, dtype_name), device=device)
         return _abi.DeviceTensor(out, out.data_ptr(), dtype_name, tuple(shape), out.stride(),
-                                  "cuda" if on_cuda else "cpu", max(device_index, 0), stream,
-                                  new_empty)
+                                 "cuda" if on_cuda else "cpu", max(device_index, 0), stream,
+                                 new_empty)
 
     return _abi.DeviceTensor(tensor, tensor.data_ptr(), name, tuple(tensor.shape),
-                              tensor.stride(), "cuda" if on_cuda else "cpu",
-                              max(device_index, 0), stream, new_empty)
+                             tensor.stride(), "cuda" if on_cuda else "cpu",
+                             max(device_index, 0), stream, new_empty)
 
 
 INDEX_DTYPES = (torch.int32, torch.int64)
