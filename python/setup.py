@@ -113,7 +113,7 @@ def run_make(progress: Progress, arguments, what: str):
             built = OUTPUT_FILE.match(line)
             if built:
                 done += 1
-                progress.say(f"{what}: [{done}/{max(total, done)}] {Path(built.group(1)).name}")
+                progress.say(f"{what}: [{done}/{max(total, done)}] building {Path(built.group(1)).name}")
     return make.returncode, tail
 
 
