@@ -31,8 +31,9 @@ $(TORCH_KEY_FILE): torch-key-check
 	@mkdir -p $(@D)
 	@[ "$$(cat $@ 2>/dev/null)" = "$(TORCH_KEY)" ] || echo "$(TORCH_KEY)" > $@
 
+# Its stderr is torch's import-time chatter; a failure lands in the file (TORCH_FLAGS_ERROR).
 $(TORCH_FLAGS_FILE): $(TORCH_KEY_FILE) tools/torch-flags.py
-	$(PYTHON) tools/torch-flags.py > $@.tmp && mv $@.tmp $@
+	$(PYTHON) tools/torch-flags.py > $@.tmp 2>/dev/null && mv $@.tmp $@
 
 ifneq ($(TORCH_FOUND),)
 -include $(TORCH_FLAGS_FILE)
