@@ -132,7 +132,7 @@ test-pip:
 	$(PYTHON) -m venv --system-site-packages $(PIP_VENV)
 	$(PIP_VENV)/bin/python -m pip install -q "setuptools>=61" wheel
 	METALTOPK_CUDA=0 $(PIP_VENV)/bin/python -m pip install -q --no-build-isolation ./python
-	$(CHECK_INSTALLED) $(if $(TORCH_FOUND),--torch-parts=built)
+	$(CHECK_INSTALLED) $(if $(TORCH_EXTENSION_BUILT),--torch-parts=built)
 	METALTOPK_CUDA=0 $(PIP_VENV)/bin/python -m pip install -q --force-reinstall --no-deps ./python
 	$(CHECK_INSTALLED) --torch-parts=absent
 
