@@ -67,6 +67,7 @@ AOTI_CXXFLAGS = $(TORCH_CXX_STD) -O2 -fPIC -fvisibility=hidden -Wall -Wextra $(A
 
 $(AOTI_LIBRARY): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) adapters/aoti/aoti.mk adapters/aoti/exports.map \
     $(TORCH_BUILD_INPUTS)
+	@rm -f $@  # a failed build leaves no shim of another torch behind
 	$(call check_torch_flags,the AOTInductor shim)
 	$(CXX) $(AOTI_CXXFLAGS) $(AOTI_DEVICE_DEFINES) -shared $(AOTI_SONAME) $(AOTI_SRC) -o $@ \
 	  -L$(BUILD) -lmetaltopk $(AOTI_RUNTIME_SYMBOLS)

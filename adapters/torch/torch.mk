@@ -34,6 +34,7 @@ python-headers-missing:
 
 $(TORCH_EXTENSION): $(TORCH_EXT_SRC) include/metaltopk.h $(LIBRARY) adapters/torch/torch.mk \
     $(TORCH_BUILD_INPUTS)
+	@rm -f $@ $(TORCH_EXTENSION_STAMP)  # a failed build leaves no extension of another torch behind
 	$(call check_torch_flags,the torch fast path)
 	$(CXX) $(TORCH_EXT_CXXFLAGS) -shared $(TORCH_EXT_SRC) -o $@ -L$(BUILD) -lmetaltopk \
 	  -L$(TORCH_LIBRARY_DIR) -ltorch_python -ltorch_cpu -lc10 $(TORCH_EXT_LINK)
