@@ -43,7 +43,8 @@ endif
 # torch cannot be imported.
 TORCH_BUILD_INPUTS := $(if $(TORCH_FOUND),$(TORCH_KEY_FILE) $(TORCH_FLAGS_FILE))
 check_torch_flags = @test -n "$(TORCH_FOUND)" || { echo "$(1) needs torch in $(PYTHON)"; exit 1; }; \
-  test -z "$(TORCH_FLAGS_ERROR)" || { echo "$(1) skipped: $(TORCH_FLAGS_ERROR)"; exit 1; }
+  test -z "$(TORCH_FLAGS_ERROR)" || { echo "$(1) skipped: $(TORCH_FLAGS_ERROR)"; exit 1; }; \
+  test -n "$(TORCH_CXX_STD)" || { echo "$(1) skipped: tools/torch-flags.py failed in $(PYTHON)"; exit 1; }
 
 AOTI_LIBRARY := $(BUILD)/libmetaltopk_aoti.$(LIB_EXT)
 AOTI_SRC := adapters/aoti/metaltopk_aoti.cpp
