@@ -60,6 +60,11 @@ def _load_fast_path(directory=Path(library_path).parent):
     path = directory / (EXTENSION_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = directory / (EXTENSION_NAME + ".torch_version")
     if not (path.is_file() and stamp.is_file()):
+        # pip install writes why it could not build the torch parts (python/setup.py).
+        skipped = directory / (EXTENSION_NAME + ".skipped")
+        if skipped.is_file():
+            warnings.warn(f"metaltopk: {skipped.read_text().strip()}; calls on torch tensors take "
+                          "the slower cffi path", RuntimeWarning, stacklevel=2)
         return None
     built_for = stamp.read_text().strip()
     if built_for != torch.__version__:
