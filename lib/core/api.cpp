@@ -75,6 +75,48 @@ int64_t element_count(const mtk_tensor& t) {
   return count;
 }
 
+// A call whose outputs the library allocates: contiguous outputs of the top-k shape, without data
+// yet, and the problem they make.
+struct NewOutputs {
+  mtk_tensor values, indices;
+  mtk::TopkProblem problem;
+};
+
+NewOutputs checked_problem_with_new_outputs(Context& ctx, const mtk_tensor* input, int64_t k,
+                                            int64_t dim, int largest, int sorted,
+                                            mtk_dtype index_dtype) {
+  const int d = mtk::validate_input_dim_k(input, k, dim);
+  require_known_dtype_argument(index_dtype, "indices.dtype");
+  NewOutputs out{};
+  out.values = contiguous_output(*input, k, d, input->dtype);
+  out.indices = contiguous_output(*input, k, d, index_dtype);
+  out.problem = mtk::make_topk_problem(input, k, dim, largest, sorted, &out.values, &out.indices,
+                                       mtk::OutputMemory::NotYetAllocated);
+  require_backend_dtype(ctx, out.problem.dtype);
+  return out;
+}
+
+// Plans a problem with work once and runs that plan. `caller_workspace` is the caller's scratch,
+// checked against the plan here, or null: the backend takes its own.
+void plan_and_run(Context& ctx, const mtk::TopkProblem& p, const mtk::Workspace* caller_workspace,
+                  void* stream) {
+  mtk::Backend& backend = ctx.backend();
+  const std::shared_ptr<const mtk::PlannedTopk> plan = backend.plan_topk(p);
+  mtk::Workspace workspace;
+  if (caller_workspace != nullptr) {
+    const size_t needed = plan->workspace_bytes;
+    if (caller_workspace->bytes < needed) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", caller_workspace->bytes,
+           " is smaller than the ", needed, " bytes this problem needs");
+    }
+    if (needed > 0 && caller_workspace->data == nullptr) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
+    }
+    workspace = *caller_workspace;
+  }
+  backend.run_topk(*plan, p, workspace, stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -204,7 +246,7 @@ MTK_API mtk_status mtk_topk(mtk_context ctx, const mtk_tensor* input, int64_t k,
     Context& context = mtk::checked_context(ctx);
     const mtk::TopkProblem p =
         checked_problem(context, input, k, dim, largest, sorted, values, indices);
-    if (has_work(p)) context.backend().topk(p, mtk::Workspace{}, stream);
+    if (has_work(p)) plan_and_run(context, p, nullptr, stream);
   });
 }
 
@@ -215,14 +257,9 @@ MTK_API mtk_status mtk_topk_workspace_size(mtk_context ctx, const mtk_tensor* in
   return guarded([&] {
     Context& context = mtk::checked_context(ctx);
     require_out(bytes, "bytes");
-    const int d = mtk::validate_input_dim_k(input, k, dim);
-    require_known_dtype_argument(index_dtype, "indices.dtype");
-    const mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
-    const mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
-    mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
-                                                mtk::OutputMemory::NotYetAllocated);
-    require_backend_dtype(context, p.dtype);
-    *bytes = has_work(p) ? context.backend().workspace_size(p) : 0;
+    const NewOutputs call =
+        checked_problem_with_new_outputs(context, input, k, dim, largest, sorted, index_dtype);
+    if (has_work(call.problem)) *bytes = context.backend().plan_topk(call.problem)->workspace_bytes;
   });
 }
 
@@ -234,16 +271,8 @@ MTK_API mtk_status mtk_topk_with_workspace(mtk_context ctx, const mtk_tensor* in
     Context& context = mtk::checked_context(ctx);
     const mtk::TopkProblem p =
         checked_problem(context, input, k, dim, largest, sorted, values, indices);
-    if (!has_work(p)) return;
-    const size_t needed = context.backend().workspace_size(p);
-    if (workspace_bytes < needed) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace_bytes,
-           " is smaller than the ", needed, " bytes this problem needs");
-    }
-    if (needed > 0 && workspace == nullptr) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
-    }
-    context.backend().topk(p, mtk::Workspace{workspace, workspace_bytes}, stream);
+    const mtk::Workspace caller_workspace{workspace, workspace_bytes};
+    if (has_work(p)) plan_and_run(context, p, &caller_workspace, stream);
   });
 }
 
@@ -256,23 +285,19 @@ MTK_API mtk_status mtk_topk_alloc(mtk_context ctx, const mtk_tensor* input, int6
     Context& context = mtk::checked_context(ctx);
     require_out(values_out, "values_out");
     require_out(indices_out, "indices_out");
-    const int d = mtk::validate_input_dim_k(input, k, dim);
-    require_known_dtype_argument(index_dtype, "indices.dtype");
-    require_backend_dtype(context, input->dtype);
-    mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
-    mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
-    const int64_t count = element_count(values);
-    mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
-                                                mtk::OutputMemory::NotYetAllocated);
-    mtk::OwnedAllocation values_memory(context, count * mtk::dtype_info(values.dtype)->size);
+    NewOutputs call =
+        checked_problem_with_new_outputs(context, input, k, dim, largest, sorted, index_dtype);
+    mtk::TopkProblem& p = call.problem;
+    const int64_t count = element_count(call.values);
+    mtk::OwnedAllocation values_memory(context, count * mtk::dtype_info(call.values.dtype)->size);
     mtk::OwnedAllocation indices_memory(context, count * mtk::dtype_info(index_dtype)->size);
-    p.values = values.data = values_memory.get();
-    p.indices = indices.data = indices_memory.get();
-    if (has_work(p)) context.backend().topk(p, mtk::Workspace{}, stream);
-    values.data = values_memory.release();
-    indices.data = indices_memory.release();
-    *values_out = values;
-    *indices_out = indices;
+    p.values = call.values.data = values_memory.get();
+    p.indices = call.indices.data = indices_memory.get();
+    if (has_work(p)) plan_and_run(context, p, nullptr, stream);
+    call.values.data = values_memory.release();
+    call.indices.data = indices_memory.release();
+    *values_out = call.values;
+    *indices_out = call.indices;
   });
 }
 

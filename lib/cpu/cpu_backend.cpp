@@ -78,9 +78,16 @@ TopkKernel best_topk_kernel() {
   return &cpu::generic::run_topk;
 }
 
+// A plan for the pool it was made for: its workers index their scratch, so the plan runs on
+// that pool.
+struct CpuPlannedTopk final : PlannedTopk {
+  cpu::TopkPlan plan;
+  std::shared_ptr<cpu::ThreadPool> pool;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : pool_(std::make_unique<cpu::ThreadPool>(0)), kernel_(best_topk_kernel()) {}
+  CpuBackend() : pool_(std::make_shared<cpu::ThreadPool>(0)), kernel_(best_topk_kernel()) {}
 
   mtk_backend kind() const override { return MTK_BACKEND_CPU; }
   bool supports_dtype(mtk_dtype dtype) const override { return dtype_info(dtype) != nullptr; }
@@ -92,25 +99,28 @@ class CpuBackend final : public Backend {
   }
   void synchronize(void*) override {}  // every CPU call has finished when it returns
 
-  size_t workspace_size(const TopkProblem& problem) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) override {
+    auto planned = std::make_shared<CpuPlannedTopk>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      planned->pool = pool_;
+    }
+    planned->plan = cpu::make_topk_plan(problem, planned->pool->num_threads());
     // Slack to align a caller's workspace, which may start anywhere.
-    return cpu::plan_scratch_bytes(cpu::make_topk_plan(problem, pool_->num_threads())) +
-           kScratchAlign;
+    planned->workspace_bytes = cpu::plan_scratch_bytes(planned->plan) + kScratchAlign;
+    return planned;
   }
 
-  void topk(const TopkProblem& problem, Workspace workspace, void*) override {
-    // One call at a time: the pool and the scratch belong to the running call.
+  void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace,
+                void*) override {
+    const cpu::TopkPlan& plan = static_cast<const CpuPlannedTopk&>(planned).plan;
+    cpu::ThreadPool& pool = *static_cast<const CpuPlannedTopk&>(planned).pool;
+    // One call at a time: the scratch and the pool belong to the running call. The pool is the
+    // one the plan was made for, kept alive by the plan where set_num_threads has replaced it.
     std::lock_guard<std::mutex> lock(mutex_);
-    const cpu::TopkPlan plan = cpu::make_topk_plan(problem, pool_->num_threads());
     worker_scratch_.resize(static_cast<size_t>(plan.workers));
     cpu::ScratchView view;
     if (workspace.data != nullptr) {
-      const size_t needed = cpu::plan_scratch_bytes(plan) + kScratchAlign;
-      if (workspace.bytes < needed) {
-        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace.bytes,
-             " is less than the ", needed, " bytes this call needs");
-      }
       std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
       view.shared = at;
       at += plan.shared_bytes;
@@ -122,7 +132,7 @@ class CpuBackend final : public Backend {
         worker_scratch_[w] = owned_[w].reserve(plan.worker_bytes);
     }
     view.worker = worker_scratch_.data();
-    kernel_(problem, plan, *pool_, view);
+    kernel_(problem, plan, pool, view);
   }
 
   void moe_route(const RouterProblem& problem, void*) override {
@@ -142,14 +152,14 @@ class CpuBackend final : public Backend {
 
   void set_num_threads(int num_threads) override {  // the core rejected negative counts
     std::lock_guard<std::mutex> lock(mutex_);
-    pool_ = std::make_unique<cpu::ThreadPool>(num_threads);
+    pool_ = std::make_shared<cpu::ThreadPool>(num_threads);
     const size_t workers = static_cast<size_t>(pool_->num_threads());
     if (owned_.size() > workers) owned_.resize(workers);  // drop the scratch of retired workers
   }
 
  private:
   mutable std::mutex mutex_;
-  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::shared_ptr<cpu::ThreadPool> pool_;
   TopkKernel kernel_;
   ScratchBuffer shared_;
   std::vector<ScratchBuffer> owned_;
