@@ -91,7 +91,7 @@ inline RankedEntry simd_best(RankedEntry mine, uint lane, threadgroup uint* lane
 }
 
 // Words of threadgroup memory threadgroup_best and threadgroup_sum need for `threads` threads
-// (the host plan mirrors this in kRouterReduceWords).
+// (the host plan mirrors this in router_reduce_words, lib/metal/metal_plan).
 inline uint router_reduce_words(uint threads) { return 2 * kSimdWidth + 2 * threads; }
 
 // The best of one entry per thread over the whole threadgroup, returned to every thread.
