@@ -15,7 +15,7 @@
 REL_DIR := tests/reliability
 REL_OUT := $(BUILD)/tests/reliability
 REL_CC_FLAGS := -std=c11 -O1 -g -Wall -Wextra -Werror -Iinclude
-REL_CXX_FLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Iinclude -pthread
+REL_CXX_FLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Iinclude -Ilib -pthread
 
 REL_ASAN_BUILD ?= build-asan
 REL_TSAN_BUILD ?= build-tsan
