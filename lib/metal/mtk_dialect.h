@@ -56,7 +56,7 @@ inline uint simd_exclusive_sum(uint value, uint lane, threadgroup uint* lane_scr
 }
 
 // Words of threadgroup memory threadgroup_exclusive_sum needs for `threads` threads (the host
-// plan mirrors this in kScanScratchWords).
+// plan mirrors this in scan_scratch_words, lib/metal/metal_topk_plan.cpp).
 inline uint scan_scratch_words(uint threads) { return 2 * kSimdWidth + threads; }
 
 // Exclusive prefix sum of one value per thread over the whole threadgroup, in thread order;

@@ -91,7 +91,7 @@ inline RankedEntry simd_best(RankedEntry mine, uint lane, threadgroup uint* lane
 }
 
 // Words of threadgroup memory threadgroup_best and threadgroup_sum need for `threads` threads
-// (the host plan mirrors this in kRouterReduceWords).
+// (the host plan mirrors this in router_reduce_words, lib/metal/metal_router_plan.cpp).
 inline uint router_reduce_words(uint threads) { return 2 * kSimdWidth + 2 * threads; }
 
 // The best of one entry per thread over the whole threadgroup, returned to every thread.
@@ -191,7 +191,7 @@ inline void exclude_dropped_groups(constant MtkRouterParams& p, threadgroup uint
 }
 
 // ---- The kernel --------------------------------------------------------------------------
-// Threadgroup buffers (sized by lib/metal/metal_plan.cpp plan_metal_router):
+// Threadgroup buffers (sized by lib/metal/metal_router_plan.cpp, make_metal_router_plan):
 //   0 scores:  E floats: the logits, then (biased or grouped) u
 //   1 keys:    E words: selection keys; 0 once taken or excluded
 //   2 reduce:  router_reduce_words(threads) words for the arg-max and sum

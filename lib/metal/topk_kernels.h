@@ -3,7 +3,7 @@
 // Every problem is "select the k largest keys, ties to the lower index": values map to unsigned
 // keys exactly as lib/core/ordered_key.hpp does (NaN above +inf, all NaNs equal, -0 == +0,
 // complemented for largest = false). Keys come from the raw bits, so values are copied, never
-// converted. Three shape classes (the host plan, lib/metal/metal_plan.cpp, picks one):
+// converted. Three shape classes (the host plan, lib/metal/metal_topk_plan.cpp, picks one):
 //   short rows: one threadgroup per row, keys cached in threadgroup memory (mtk_rows_short);
 //   long rows:  one threadgroup per row, keys re-read from device memory (mtk_rows_long);
 //   huge rows:  many threadgroups per row, histograms through device memory
