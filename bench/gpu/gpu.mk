@@ -24,7 +24,7 @@ $(LAUNCH_FLOOR): bench/gpu/launch_floor.cu
 # The router's selection steps in SM cycles (bench/gpu/warp_collectives.cu).
 WARP_COLLECTIVES := $(BUILD)/bench/gpu/warp_collectives
 
-$(WARP_COLLECTIVES): bench/gpu/warp_collectives.cu lib/cuda/moe_route_warp.cuh lib/core/problem.hpp
+$(WARP_COLLECTIVES): bench/gpu/warp_collectives.cu $(wildcard lib/cuda/moe_route_*.cuh) lib/core/float_formats.hpp lib/core/problem.hpp
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Iinclude -Ilib $< -o $@
 

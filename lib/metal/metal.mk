@@ -4,7 +4,8 @@
 # one source string and compiled on the Mac at run time; the Objective-C++ glue is built with
 # manual retain/release everywhere (Debian's GNUstep has no ARC, and one discipline is checked).
 
-METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/metal/topk_params.h lib/metal/topk_kernels.h \
+METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/core/float_formats.hpp lib/metal/topk_params.h \
+                        lib/metal/topk_kernels.h \
                         lib/metal/topk.metal lib/metal/router_params.h lib/metal/router_kernels.h \
                         lib/metal/moe_route.metal
 METAL_GLUE := lib/metal/metal_device.mm lib/metal/metal_backend.mm lib/metal/mpsgraph_backend.mm

@@ -1,5 +1,6 @@
-// The small Metal dialect every metaltopk kernel is written in. Kernels use only what this file
-// and <metal_stdlib> provide, so the same sources parse as C++ for OpenCL against
+// The small Metal dialect every metaltopk kernel is written in. Kernels use only what this file,
+// <metal_stdlib> and lib/core/float_formats.hpp (the float keys and widenings every backend
+// shares) provide, so the same sources parse as C++ for OpenCL against
 // tests/metal/compat/metal_stdlib and run on the CPU through PoCL (see docs/METAL.md).
 //
 // Rules: threadgroup memory arrives only as kernel parameters (`[[threadgroup(i)]]`); SIMD-group

@@ -21,29 +21,17 @@
 #include "router_params.h"
 #include "topk_kernels.h"
 
-// ---- Logits to float32 (exact for every value) -------------------------------------------
+// ---- Logits to float32 (exact for every value; lib/core/float_formats.hpp) ----------------
 
 inline float logit_value(DtF32, uint bits) { return as_type<float>(bits); }
+inline float logit_value(DtBF16, ushort bits) { return mtk::bf16_to_f32(bits); }
+inline float logit_value(DtF16, ushort bits) { return mtk::f16_to_f32(bits); }
 
-inline float logit_value(DtBF16, ushort bits) { return as_type<float>(uint(bits) << 16); }
-
-// By bits, so no `half` arithmetic is needed; subnormals (mantissa * 2^-24) are exact in float.
-inline float logit_value(DtF16, ushort bits) {
-  const uint sign = uint(bits & 0x8000u) << 16;
-  const uint exponent = (uint(bits) >> 10) & 0x1fu;
-  const uint mantissa = uint(bits) & 0x3ffu;
-  if (exponent == 0x1fu) return as_type<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0u) return as_type<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-  return as_type<float>(sign | as_type<uint>(float(mantissa) * 5.9604644775390625e-8f));
-}
-
-inline uint score_key(float value) { return DtF32::key(as_type<uint>(value)); }
+inline uint score_key(float value) { return mtk::key_from_f32(value); }
 
 // The float a key came from, up to what keys forget (the sign of zero, NaN payloads), as the
 // CPU backend computes group scores.
-inline float score_from_key(uint key) {
-  return as_type<float>((key & 0x80000000u) != 0u ? (key ^ 0x80000000u) : ~key);
-}
+inline float score_from_key(uint key) { return mtk::float_from_key(key); }
 
 // ---- Threadgroup arg-max and sum ---------------------------------------------------------
 

@@ -126,7 +126,7 @@ extern "C" __attribute__((visibility("default"))) int64_t count_float_key_mismat
                                    0x7fffffffu, 0xffffffffu, 0x3f800000u, 0xbf800000u};
   for (uint64_t i = 0; i < (uint64_t{1} << 32); i += 4093) singles.push_back(uint32_t(i));
   for (const uint32_t bits : singles) {
-    mismatches += key_of(float_from_bits(bits)) != mtk::key_from_f32_bits(bits);
+    mismatches += mtk::key_from_f32(mtk::float_from_bits(bits)) != mtk::key_from_f32_bits(bits);
   }
   return mismatches;
 }
