@@ -130,7 +130,7 @@ MTK_HOST_DEVICE int lowest_set_bit(uint32_t mask) {
 // kItems)), and whether this lane holds it. For 64-bit ranks in a group narrower than a warp,
 // where each maximum is a butterfly, the lowest lane holding the highest key holds the maximum:
 // a vote finds it instead of a second butterfly over the low words, and the low word comes by
-// one shuffle that the holder's `holds` does not wait for (tests/gpu/warp_collectives: 16
+// one shuffle that the holder's `holds` does not wait for (bench/gpu/warp_collectives: 16
 // lanes, 4 selections 1138 cycles against 1292). A whole warp's redux.sync makes the second
 // maximum cheaper than the vote (710 cycles against 818).
 template <class Lanes>

@@ -144,7 +144,7 @@ MTK_HOST_DEVICE auto keep_experts(Lanes& lanes, int (&chosen)[kItems]) {
 // butterfly of shuffles, and the merge's one butterfly is shorter from kMergeFromK selections on.
 // A whole warp takes a maximum with redux.sync and keeps the rounds: shorter for 64-bit ranks at
 // every k <= 8; for 32-bit ranks the merge is shorter from 6 selections but issues more
-// instructions, untried in a kernel. tests/gpu/warp_collectives.cu times both ways.
+// instructions, untried in a kernel. bench/gpu/warp_collectives.cu times both ways.
 template <class Rank>
 constexpr int kMergeFromK = sizeof(Rank) == 4 ? 3 : 7;
 
