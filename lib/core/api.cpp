@@ -28,12 +28,45 @@ void require_backend_dtype(Context& ctx, mtk_dtype dtype) {
 
 bool has_work(const mtk::TopkProblem& p) { return p.geometry.rows > 0 && p.geometry.k > 0; }
 
+void require_indices_only_support(Context& ctx, const mtk::TopkProblem& p) {
+  if (p.values == nullptr && !ctx.backend().supports_indices_only()) {
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE,
+         "values = NULL (indices only) is not implemented on the ",
+         mtk_backend_name(ctx.backend().kind()), " backend yet; pass a values tensor");
+  }
+}
+
 mtk::TopkProblem checked_problem(Context& ctx, const mtk_tensor* input, int64_t k, int64_t dim,
                                  int largest, int sorted, const mtk_tensor* values,
                                  const mtk_tensor* indices) {
   mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, values, indices);
   require_backend_dtype(ctx, p.dtype);
+  require_indices_only_support(ctx, p);
   return p;
+}
+
+bool has_work(const mtk::RaggedProblem& p) { return has_work(p.dense); }
+
+mtk::RaggedProblem checked_ragged_problem(Context& ctx, const mtk_tensor* input, int64_t k,
+                                          int largest, int sorted,
+                                          const mtk_ragged_params* params,
+                                          const mtk_tensor* values, const mtk_tensor* indices) {
+  mtk::RaggedProblem p =
+      mtk::make_ragged_problem(input, k, largest, sorted, params, values, indices);
+  require_backend_dtype(ctx, p.dense.dtype);
+  return p;
+}
+
+// The [rows, k] contiguous index output a workspace query stands for.
+mtk_tensor contiguous_ragged_indices(const mtk_tensor& input, int64_t k, mtk_dtype dtype) {
+  mtk_tensor t{};
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes[0] = input.ndim == 2 ? input.sizes[0] : 0;
+  t.sizes[1] = k;
+  t.strides[0] = k;
+  t.strides[1] = 1;
+  return t;
 }
 
 // A contiguous row-major descriptor of the top-k output shape, without data.
@@ -244,6 +277,60 @@ MTK_API mtk_status mtk_topk_with_workspace(mtk_context ctx, const mtk_tensor* in
       fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
     }
     context.backend().topk(p, mtk::Workspace{workspace, workspace_bytes}, stream);
+  });
+}
+
+MTK_API mtk_status mtk_topk_ragged(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                   int largest, int sorted, const mtk_ragged_params* params,
+                                   const mtk_tensor* values, const mtk_tensor* indices,
+                                   void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::RaggedProblem p =
+        checked_ragged_problem(context, input, k, largest, sorted, params, values, indices);
+    if (has_work(p)) context.backend().topk_ragged(p, mtk::Workspace{}, stream);
+  });
+}
+
+MTK_API mtk_status mtk_topk_ragged_workspace_size(mtk_context ctx, const mtk_tensor* input,
+                                                  int64_t k, int largest, int sorted,
+                                                  const mtk_ragged_params* params,
+                                                  mtk_dtype index_dtype, size_t* bytes) {
+  if (bytes != nullptr) *bytes = 0;
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(bytes, "bytes");
+    if (input == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "input is NULL");
+    require_known_dtype_argument(index_dtype, "indices.dtype");
+    const mtk_tensor indices = contiguous_ragged_indices(*input, k, index_dtype);
+    const mtk::RaggedProblem p =
+        mtk::make_ragged_problem(input, k, largest, sorted, params, nullptr, &indices,
+                                 mtk::OutputMemory::NotYetAllocated);
+    require_backend_dtype(context, p.dense.dtype);
+    *bytes = has_work(p) ? context.backend().ragged_workspace_size(p) : 0;
+  });
+}
+
+MTK_API mtk_status mtk_topk_ragged_with_workspace(mtk_context ctx, const mtk_tensor* input,
+                                                  int64_t k, int largest, int sorted,
+                                                  const mtk_ragged_params* params,
+                                                  const mtk_tensor* values,
+                                                  const mtk_tensor* indices, void* workspace,
+                                                  size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::RaggedProblem p =
+        checked_ragged_problem(context, input, k, largest, sorted, params, values, indices);
+    if (!has_work(p)) return;
+    const size_t needed = context.backend().ragged_workspace_size(p);
+    if (workspace_bytes < needed) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace_bytes,
+           " is smaller than the ", needed, " bytes this problem needs");
+    }
+    if (needed > 0 && workspace == nullptr) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
+    }
+    context.backend().topk_ragged(p, mtk::Workspace{workspace, workspace_bytes}, stream);
   });
 }
 

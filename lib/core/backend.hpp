@@ -32,6 +32,15 @@ class Backend {
   // case the backend takes scratch from its own stream-safe cache. Called only with rows, k > 0.
   virtual void topk(const TopkProblem& problem, Workspace workspace, void* stream) = 0;
 
+  // Whether `topk` accepts problems without values (indices only; values == nullptr).
+  virtual bool supports_indices_only() const { return false; }
+
+  // Ragged rows (mtk_topk_ragged), as `workspace_size` and `topk` above; rows and k are > 0.
+  // A backend without kernels for them keeps these defaults, which refuse with
+  // MTK_ERROR_BACKEND_UNAVAILABLE and a message naming the backend.
+  virtual size_t ragged_workspace_size(const RaggedProblem& problem);
+  virtual void topk_ragged(const RaggedProblem& problem, Workspace workspace, void* stream);
+
   // Called only with tokens > 0.
   virtual void moe_route(const RouterProblem& problem, void* stream) = 0;
 

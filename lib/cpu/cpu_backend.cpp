@@ -12,6 +12,7 @@
 #include "core/fault_injection.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/moe_route.hpp"
+#include "cpu/ragged.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/topk_kernels.hpp"
 #include "cpu/topk_plan.hpp"
@@ -65,8 +66,7 @@ class ScratchBuffer {
   size_t bytes_ = 0;
 };
 
-using TopkKernel = void (*)(const TopkProblem&, const cpu::TopkPlan&, cpu::ThreadPool&,
-                            const cpu::ScratchView&);
+using cpu::TopkKernel;
 
 TopkKernel best_topk_kernel() {
 #if defined(MTK_CPU_HAVE_AVX2_KERNELS)
@@ -103,26 +103,24 @@ class CpuBackend final : public Backend {
     // One call at a time: the pool and the scratch belong to the running call.
     std::lock_guard<std::mutex> lock(mutex_);
     const cpu::TopkPlan plan = cpu::make_topk_plan(problem, pool_->num_threads());
-    worker_scratch_.resize(static_cast<size_t>(plan.workers));
-    cpu::ScratchView view;
-    if (workspace.data != nullptr) {
-      const size_t needed = cpu::plan_scratch_bytes(plan) + kScratchAlign;
-      if (workspace.bytes < needed) {
-        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace.bytes,
-             " is less than the ", needed, " bytes this call needs");
-      }
-      std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
-      view.shared = at;
-      at += plan.shared_bytes;
-      for (int w = 0; w < plan.workers; ++w, at += plan.worker_bytes) worker_scratch_[w] = at;
-    } else {
-      view.shared = plan.shared_bytes != 0 ? shared_.reserve(plan.shared_bytes) : nullptr;
-      owned_.resize(static_cast<size_t>(plan.workers));
-      for (int w = 0; w < plan.workers; ++w)
-        worker_scratch_[w] = owned_[w].reserve(plan.worker_bytes);
-    }
-    view.worker = worker_scratch_.data();
+    const cpu::ScratchView view =
+        carve_scratch(workspace, plan.shared_bytes, plan.worker_bytes, plan.workers);
     kernel_(problem, plan, *pool_, view);
+  }
+
+  bool supports_indices_only() const override { return true; }
+
+  size_t ragged_workspace_size(const RaggedProblem& problem) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cpu::ragged_worker_bytes(problem) * static_cast<size_t>(pool_->num_threads()) +
+           kScratchAlign;
+  }
+
+  void topk_ragged(const RaggedProblem& problem, Workspace workspace, void*) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const cpu::ScratchView view = carve_scratch(workspace, 0, cpu::ragged_worker_bytes(problem),
+                                                pool_->num_threads());
+    cpu::run_ragged(problem, kernel_, *pool_, view.worker);
   }
 
   void moe_route(const RouterProblem& problem, void*) override {
@@ -148,6 +146,32 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // One call's scratch, `shared_bytes` and then `worker_bytes` for each of `workers`: from the
+  // caller's workspace when there is one, else from the buffers kept across calls.
+  cpu::ScratchView carve_scratch(Workspace workspace, size_t shared_bytes, size_t worker_bytes,
+                                 int workers) {
+    worker_scratch_.resize(static_cast<size_t>(workers));
+    cpu::ScratchView view;
+    if (workspace.data != nullptr) {
+      const size_t needed = shared_bytes + worker_bytes * static_cast<size_t>(workers) +
+                            kScratchAlign;
+      if (workspace.bytes < needed) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace.bytes,
+             " is less than the ", needed, " bytes this call needs");
+      }
+      std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
+      view.shared = at;
+      at += shared_bytes;
+      for (int w = 0; w < workers; ++w, at += worker_bytes) worker_scratch_[w] = at;
+    } else {
+      view.shared = shared_bytes != 0 ? shared_.reserve(shared_bytes) : nullptr;
+      owned_.resize(static_cast<size_t>(workers));
+      for (int w = 0; w < workers; ++w) worker_scratch_[w] = owned_[w].reserve(worker_bytes);
+    }
+    view.worker = worker_scratch_.data();
+    return view;
+  }
+
   mutable std::mutex mutex_;
   std::unique_ptr<cpu::ThreadPool> pool_;
   TopkKernel kernel_;
