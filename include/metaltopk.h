@@ -220,8 +220,7 @@ typedef struct mtk_ragged_params {
 
 /* The size and every default, member by member; set lengths before the call:
  *   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;  params.lengths = &lengths; */
-#define MTK_RAGGED_PARAMS_INIT \
-  {sizeof(mtk_ragged_params), 0, 0, MTK_INDEX_TRANSFORM_NONE, 0, 0, 1, 0}
+#define MTK_RAGGED_PARAMS_INIT {sizeof(mtk_ragged_params), 0, 0, MTK_INDEX_TRANSFORM_NONE, 0, 0, 1, 0}
 
 /*
  * Top-k over rows of per-row length (the sparse-attention indexer's selection). `input` is
