@@ -1,7 +1,15 @@
 """Checks a pip-installed metaltopk (run by `make test-pip` from outside the checkout): the
 package must load the library and header it carries, not a build in the repository, and give
-the contract's answers."""
+the contract's answers.
 
+    check_installed_package.py [--torch-parts=built|absent]
+
+built: the package carries the AOTInductor shim and the torch fast path, built for the torch of
+this interpreter, and both load (an install with --no-build-isolation where torch is). absent: it
+carries neither (an install whose build saw no torch), whatever earlier builds from the same
+checkout left behind."""
+
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,4 +42,23 @@ for error, call in ((ValueError, lambda: metaltopk.topk(np.zeros(5), 6)),
     else:
         raise AssertionError(f"no {error.__name__}")
 
-print(f"installed metaltopk {metaltopk.__version__} works: {metaltopk.library_path}")
+torch_parts = {"--torch-parts=built": "built", "--torch-parts=absent": "absent"}.get(
+    (sys.argv[1:] or [""])[0])
+shipped = sorted(path.name for path in package_dir.iterdir()
+                 if path.name.startswith(("libmetaltopk_aoti", "_metaltopk_torch")))
+if torch_parts == "absent":
+    assert not shipped, f"an install built without torch carries {shipped}"
+elif torch_parts == "built":
+    import torch
+    from metaltopk.torch import _tensors, load_aoti_library
+
+    stamp = (package_dir / "_metaltopk_torch.torch_version").read_text().strip()
+    assert stamp == torch.__version__, (stamp, torch.__version__)
+    assert _tensors._fast_path is not None, "the torch fast path did not load"
+    load_aoti_library()
+    values, indices = metaltopk.topk(torch.arange(5.0), 2)
+    assert values.tolist() == [4.0, 3.0] and indices.tolist() == [4, 3]
+    print(f"torch {torch.__version__}: the fast path and the AOTInductor shim load")
+
+print(f"installed metaltopk {metaltopk.__version__} works: {metaltopk.library_path}; "
+      f"torch parts shipped: {', '.join(shipped) or 'none'}")

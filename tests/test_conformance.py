@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import metaltopk
-from metaltopk import _core, _ffi
+from metaltopk import _abi, _ffi, _topk
 import reference as ref
 
 BACKENDS = ["cpu", "cuda", "metal", "mpsgraph"]
@@ -334,23 +334,23 @@ def test_strided_rows_of_every_length(backend, dtype):
 def test_device_transfer_path_on_cpu_context():
     """The GPU path of the package (input span uploaded with its strides, outputs downloaded)
     is checked here against a CPU context, whose device memory is host memory."""
-    ctx = _core.context("cpu")
+    ctx = _abi.context("cpu")
     rng = np.random.default_rng(9)
     for dtype in (np.dtype(np.float32), ref.BFLOAT16, np.dtype(np.int64)):
         for name, view in strided_views(rng, dtype):
             for dim in range(view.ndim):
                 n = view.shape[dim]
                 for k in sorted({0, 1, n} & set(range(n + 1))):
-                    got_values, got_indices = _core._topk_via_device(
+                    got_values, got_indices = _topk.topk_via_device(
                         ctx, view, metaltopk.dtype_name(dtype), k, dim, 1, 1)
                     want_values, want_indices = ref.reference_topk(view, k, dim, True)
                     np.testing.assert_array_equal(got_indices, want_indices, name)
                     np.testing.assert_array_equal(ref.bits(got_values), ref.bits(want_values),
                                                   name)
     for k, dim in ((1, 0), (0, -1)):
-        values, indices = _core._topk_via_device(ctx, np.array(2.5), "float64", k, dim, 0, 1)
+        values, indices = _topk.topk_via_device(ctx, np.array(2.5), "float64", k, dim, 0, 1)
         assert values.shape == () and float(values) == 2.5 and int(indices) == 0
-    values, indices = _core._topk_via_device(ctx, np.zeros((3, 0)), "float64", 2, 0, 1, 1)
+    values, indices = _topk.topk_via_device(ctx, np.zeros((3, 0)), "float64", 2, 0, 1, 1)
     assert values.shape == (2, 0) and indices.shape == (2, 0)
 
 
@@ -560,17 +560,17 @@ def test_library_statuses_map_to_the_contract_exceptions():
     lib, ffi = _ffi.lib, _ffi.ffi
     out = ffi.new("void**")
     with pytest.raises(MemoryError):
-        _core.check(lib.mtk_malloc(_core.context("cpu").handle, 1 << 62, out))
+        _abi.check(lib.mtk_malloc(_abi.context("cpu").handle, 1 << 62, out))
     assert out[0] == ffi.NULL
     backend = ffi.new("mtk_backend*")
     with pytest.raises(ValueError, match="ctx"):
-        _core.check(lib.mtk_context_backend(ffi.NULL, backend))
+        _abi.check(lib.mtk_context_backend(ffi.NULL, backend))
     with pytest.raises(ValueError, match="overlap"):
         x = np.arange(10.0)
-        tensor = _core._describe(x.ctypes.data, "float64", (10,), (1,))
-        values = _core._describe(x.ctypes.data, "float64", (2,), (1,))
-        indices = _core._describe(np.zeros(2, np.int64).ctypes.data, "int64", (2,), (1,))
-        _core.check(lib.mtk_topk(_core.context("cpu").handle, tensor, 2, 0, 1, 1, values,
+        tensor = _abi.describe(x.ctypes.data, "float64", (10,), (1,))
+        values = _abi.describe(x.ctypes.data, "float64", (2,), (1,))
+        indices = _abi.describe(np.zeros(2, np.int64).ctypes.data, "int64", (2,), (1,))
+        _abi.check(lib.mtk_topk(_abi.context("cpu").handle, tensor, 2, 0, 1, 1, values,
                                  indices, ffi.NULL))
 
 

@@ -29,7 +29,7 @@ TEST_TARGETS := test-c test-install test-python $(TEST_TARGETS)
 
 -include $(wildcard tests/*/*.mk)
 
-.PHONY: test test-deps test-library test-c test-install test-python test-pip install
+.PHONY: test test-deps test-library test-c test-install test-python test-pip test-torch-newest install
 
 SYSTEM_DEPS ?= install
 INSTALL_SYSTEM_DEPS = $(if $(filter skip,$(SYSTEM_DEPS)),true,PYTHON="$(PYTHON)" bash tools/install-system-deps.sh)
@@ -116,14 +116,30 @@ test-python: $(LIBRARY) $(if $(TORCH_FOUND),$(AOTI_LIBRARY) $(AOTI_RUNNER)) \
 	  METALTOPK_AOTI_RUNNER=$(abspath $(AOTI_RUNNER)) \
 	  METALTOPK_EXPECT_TORCH_FAST_PATH=$(if $(TORCH_EXTENSION_BUILT),1) $(PYTEST) $(PYTEST_ARGS) tests
 
-# `pip install ./python` into a fresh virtual environment, then a check of that installed copy
-# from outside the checkout (slow: pip builds the library again). Not part of `make test`;
-# .ci/run runs it.
+# `pip install ./python` into a fresh virtual environment, checked from outside the checkout
+# (slow: pip builds the library again). Two installs from this one checkout with two torch
+# states, in the order that once shipped a stale build: first without build isolation, so the
+# build sees PYTHON's torch (the venv sees PYTHON's packages) and the package must carry the
+# shim and the fast path for that torch, both loading; then isolated, where pip's build
+# environment has no torch, and the package must carry neither. CPU only (METALTOPK_CUDA=0): the
+# CUDA kernels are make test's. Not part of `make test`; .ci/run runs it.
 PIP_VENV := $(abspath $(BUILD))/pip-venv
+CHECK_INSTALLED = cd $(PIP_VENV) && env -u METALTOPK_LIBRARY -u PYTHONPATH \
+  $(PIP_VENV)/bin/python $(abspath tests/check_installed_package.py)
 
 test-pip:
 	rm -rf $(PIP_VENV)
 	$(PYTHON) -m venv --system-site-packages $(PIP_VENV)
-	$(PIP_VENV)/bin/python -m pip install -q ./python
-	cd $(PIP_VENV) && env -u METALTOPK_LIBRARY -u PYTHONPATH \
-	  $(PIP_VENV)/bin/python $(abspath tests/check_installed_package.py)
+	$(PIP_VENV)/bin/python -m pip install -q "setuptools>=61" wheel
+	METALTOPK_CUDA=0 $(PIP_VENV)/bin/python -m pip install -q --no-build-isolation ./python
+	$(CHECK_INSTALLED) $(if $(TORCH_EXTENSION_BUILT),--torch-parts=built)
+	METALTOPK_CUDA=0 $(PIP_VENV)/bin/python -m pip install -q --force-reinstall --no-deps ./python
+	$(CHECK_INSTALLED) --torch-parts=absent
+
+# The torch tests again, against the newest torch that pip can install, in a virtual environment
+# of its own (tests/torch-newest.sh: it says so and passes where none can be installed). .ci/run
+# runs it after make test, which tests the pinned torch.
+TORCH_NEWEST_VENV := $(abspath $(BUILD))/venv-torch-newest
+
+test-torch-newest:
+	bash tests/torch-newest.sh "$(PYTHON)" "$(TORCH_NEWEST_VENV)"

@@ -6,9 +6,46 @@
 # AOTI_RUNTIME_LIBS= so they stay undefined and bind to the runtime at load time. CUDA entry
 # points are compiled in when that torch was built with CUDA, the origin's aoti_torch_mps_topk on
 # macOS (where the runtime's symbols are always looked up at load time).
+#
+# This file also finds the torch that both torch parts (this shim and adapters/torch/torch.mk's
+# fast path) are built against, and how: tools/torch-flags.py takes the C++ standard, folders and
+# ABI define from that torch's extension tooling (torch 2.14's headers need C++20; the library
+# itself stays C++17) into $(TORCH_FLAGS_FILE). $(TORCH_KEY_FILE) holds that torch's version and
+# folder and changes only when they do, so both parts are rebuilt for another torch, never
+# shipped stale. `make all` builds them where torch is found, and warns instead of failing when
+# they do not build (the library is built first and works without them); `make torch-adapters`
+# builds them or fails.
 
-TORCH_DIR = $(shell $(PYTHON) -c "import importlib.util as u, os; s = u.find_spec('torch'); \
-  print(os.path.dirname(s.origin) if s else '')" 2>/dev/null)
+TORCH_KEY := $(shell $(PYTHON) tools/torch-flags.py --key 2>/dev/null)
+TORCH_DIR := $(word 2,$(TORCH_KEY))
+TORCH_FOUND := $(if $(TORCH_DIR),1)
+TORCH_KEY_FILE := $(BUILD)/torch/key
+TORCH_FLAGS_FILE := $(BUILD)/torch/flags.mk
+
+# Warnings are errors in this repository's builds; `pip install` sets ADAPTER_WERROR= so that a
+# newer torch's deprecations cost no user the fast path.
+ADAPTER_WERROR ?= -Werror
+
+.PHONY: torch-key-check
+$(TORCH_KEY_FILE): torch-key-check
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(TORCH_KEY)" ] || echo "$(TORCH_KEY)" > $@
+
+# Its stderr is torch's import-time chatter; a failure lands in the file (TORCH_FLAGS_ERROR).
+$(TORCH_FLAGS_FILE): $(TORCH_KEY_FILE) tools/torch-flags.py
+	$(PYTHON) tools/torch-flags.py > $@.tmp 2>/dev/null && mv $@.tmp $@
+
+ifneq ($(TORCH_FOUND),)
+-include $(TORCH_FLAGS_FILE)
+endif
+
+# Prerequisites of every torch part: rebuilt for another torch, stopped with the reason where
+# torch cannot be imported.
+TORCH_BUILD_INPUTS := $(if $(TORCH_FOUND),$(TORCH_KEY_FILE) $(TORCH_FLAGS_FILE))
+check_torch_flags = @test -n "$(TORCH_FOUND)" || { echo "$(1) needs torch in $(PYTHON)"; exit 1; }; \
+  test -z "$(TORCH_FLAGS_ERROR)" || { echo "$(1) skipped: $(TORCH_FLAGS_ERROR)"; exit 1; }; \
+  test -n "$(TORCH_CXX_STD)" || { echo "$(1) skipped: tools/torch-flags.py failed in $(PYTHON)"; exit 1; }
+
 AOTI_LIBRARY := $(BUILD)/libmetaltopk_aoti.$(LIB_EXT)
 AOTI_SRC := adapters/aoti/metaltopk_aoti.cpp
 AOTI_HEADERS := adapters/aoti/metaltopk_aoti.h include/metaltopk.h
@@ -19,26 +56,33 @@ AOTI_RUNTIME_SYMBOLS := -undefined dynamic_lookup -Wl,-rpath,@loader_path
 AOTI_DEVICE_DEFINES = -DMETALTOPK_AOTI_MPS
 else
 AOTI_SONAME = -Wl,-soname,libmetaltopk_aoti.$(LIB_EXT)
-TORCH_CUDA = $(wildcard $(TORCH_DIR)/lib/libtorch_cuda.so)
-AOTI_RUNTIME_LIBS = -L$(TORCH_DIR)/lib -ltorch_cpu -lc10 $(if $(TORCH_CUDA),-ltorch_cuda) \
-  -Wl,-rpath,$(TORCH_DIR)/lib
+TORCH_CUDA = $(wildcard $(TORCH_LIBRARY_DIR)/libtorch_cuda.so)
+AOTI_RUNTIME_LIBS = -L$(TORCH_LIBRARY_DIR) -ltorch_cpu -lc10 $(if $(TORCH_CUDA),-ltorch_cuda) \
+  -Wl,-rpath,$(TORCH_LIBRARY_DIR)
 AOTI_RUNTIME_SYMBOLS = -Wl,-rpath,'$$ORIGIN' -Wl,--version-script=adapters/aoti/exports.map \
   $(AOTI_RUNTIME_LIBS)
 AOTI_DEVICE_DEFINES = $(if $(TORCH_CUDA),-DUSE_CUDA -DMETALTOPK_AOTI_CUDA)
 endif
-AOTI_CXXFLAGS = -std=c++17 -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Iinclude -Iadapters/aoti \
-  -isystem $(TORCH_DIR)/include
+AOTI_CXXFLAGS = $(TORCH_CXX_STD) -O2 -fPIC -fvisibility=hidden -Wall -Wextra $(ADAPTER_WERROR) \
+  -Iinclude -Iadapters/aoti $(TORCH_INCLUDE_FLAGS) $(TORCH_ABI_FLAG)
 
-TORCH_FOUND := $(shell $(PYTHON) -c "import importlib.util as u; print(1 if u.find_spec('torch') \
-  else '')" 2>/dev/null)
-ifneq ($(TORCH_FOUND),)
-all: $(AOTI_LIBRARY)
-endif
-
-$(AOTI_LIBRARY): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) adapters/aoti/aoti.mk adapters/aoti/exports.map
-	@test -n "$(TORCH_DIR)" || { echo "the AOTInductor shim needs torch (for its C shim header) in $(PYTHON)"; exit 1; }
+$(AOTI_LIBRARY): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) adapters/aoti/aoti.mk adapters/aoti/exports.map \
+    $(TORCH_BUILD_INPUTS)
+	@rm -f $@  # a failed build leaves no shim of another torch behind
+	$(call check_torch_flags,the AOTInductor shim)
 	$(CXX) $(AOTI_CXXFLAGS) $(AOTI_DEVICE_DEFINES) -shared $(AOTI_SONAME) $(AOTI_SRC) -o $@ \
 	  -L$(BUILD) -lmetaltopk $(AOTI_RUNTIME_SYMBOLS)
 
-.PHONY: aoti
+.PHONY: aoti torch-adapters optional-torch-adapters
 aoti: $(AOTI_LIBRARY)
+
+# adapters/torch/torch.mk adds the fast path.
+torch-adapters: $(AOTI_LIBRARY)
+
+ifneq ($(TORCH_FOUND),)
+all: optional-torch-adapters
+endif
+
+optional-torch-adapters: $(LIBRARY)
+	+@$(MAKE) --no-print-directory torch-adapters || \
+	  echo "WARNING: the torch parts (AOTInductor shim, torch fast path) did not build for the torch in $(PYTHON) (see above); $(LIBRARY) is built, and the Python package works without them (through cffi)" >&2

@@ -1,10 +1,13 @@
 # CUDA backend: compiled into the same library when nvcc exists. The runtime is linked
 # statically, so the library still loads on machines with no driver or GPU; there the backend
 # reports itself unavailable.
+# CUDA=0 leaves the CUDA backend out even where nvcc exists (a CPU-only build in seconds instead
+# of minutes, e.g. on a machine with nvcc but no GPU; `pip install` takes METALTOPK_CUDA=0).
+CUDA ?= 1
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 
-ifneq ($(wildcard $(NVCC)),)
+ifneq ($(and $(filter-out 0,$(CUDA)),$(wildcard $(NVCC))),)
 # sm_90 machine code for Hopper, plus compute_90 PTX that newer GPUs JIT-compile.
 CUDA_ARCH_FLAGS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC,-fvisibility=hidden \

@@ -88,15 +88,35 @@ cudaMemcpyKind to_cuda(mtk_copy_kind kind) {
   fail(MTK_ERROR_INVALID_ARGUMENT, "copy kind = ", int(kind), " is not a known mtk_copy_kind");
 }
 
+// Says what is missing: the driver itself, a driver new enough for this runtime, or a device.
+[[noreturn]] void fail_unavailable(cudaError_t status) {
+  int driver = 0;
+  cudaDriverGetVersion(&driver);  // 0 where no driver library could be loaded
+  cudaGetLastError();
+  const auto version = [](int v) {
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  if (status == cudaErrorInsufficientDriver && driver == 0) {
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE,
+         "backend 'cuda' is unavailable: no CUDA driver was found (libcuda could not be loaded)");
+  }
+  if (status == cudaErrorInsufficientDriver) {
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: the CUDA driver supports "
+         "CUDA ", version(driver), " but this library needs CUDA ", version(CUDART_VERSION),
+         "; update the driver");
+  }
+  if (status == cudaErrorNoDevice || status == cudaSuccess) {
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: the CUDA driver (CUDA ",
+         version(driver), ") sees no device (check CUDA_VISIBLE_DEVICES)");
+  }
+  fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: ",
+       cudaGetErrorString(status));
+}
+
 int device_count_or_fail() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: ",
-         cudaGetErrorString(status));
-  }
-  if (count == 0) fail(MTK_ERROR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: no device");
+  if (status != cudaSuccess || count == 0) fail_unavailable(status);
   return count;
 }
 

@@ -10,10 +10,9 @@ any DLPack producer go in, and the same kind comes out.
 from importlib.util import find_spec as _find_spec
 
 from ._ffi import lib as _lib, library_path
-from ._core import (DeviceTensor, backends, cache_stats, default_backend, dtype_name,
-                    register_array_adapter, register_type_handler, topk)
-from .router import moe_route
-from . import _cupy  # noqa: F401  (registers the CuPy adapter)
+from ._abi import DeviceTensor, backends, cache_stats, default_backend, dtype_name
+from ._dispatch import moe_route, register_array_adapter, register_type_handler, topk
+from . import _cupy
 
 
 def _version() -> str:
@@ -28,10 +27,14 @@ def _version() -> str:
 
 __version__ = _version()
 
-# With torch importable, its ops and tensor support are registered now, so that
+# The adapters, registered in one place (metaltopk._dispatch tries type handlers, then array
+# adapters, then DLPack, then numpy). With torch importable, its ops are registered now, so that
 # torch.ops.metaltopk.* exist as soon as metaltopk is imported.
+register_array_adapter(_cupy.cupy_view)
 if _find_spec("torch") is not None:
-    from . import torch  # noqa: F401
+    from . import torch
+
+    register_type_handler(torch.TENSOR_TYPE, torch.TorchArrays)
 
 __all__ = ["topk", "moe_route", "backends", "default_backend", "cache_stats",
            "register_array_adapter", "register_type_handler", "DeviceTensor", "dtype_name",

@@ -1,9 +1,9 @@
 """CuPy arrays as topk and moe_route inputs, without copies.
 
-Registers an array adapter with metaltopk._core: a cupy.ndarray is described in place (its data
-pointer, shape and element strides, so views of any strides work), the call is enqueued on
-CuPy's current stream of the array's device, and the outputs are allocated by CuPy on that
-device and returned as CuPy arrays. Nothing is synchronised: results are ready in stream order.
+The array adapter that metaltopk/__init__.py registers with metaltopk._dispatch: a
+cupy.ndarray is described in place (its data pointer, shape and element strides, so views of
+any strides work), the call is enqueued on CuPy's current stream of the array's device, and the
+outputs are allocated by CuPy on that device and returned as CuPy arrays. Nothing is synchronised: results are ready in stream order.
 
 CuPy is never imported here: an object can only be a CuPy array if CuPy is already loaded, so
 the adapter looks it up in sys.modules.
@@ -11,7 +11,7 @@ the adapter looks it up in sys.modules.
 
 import sys
 
-from ._core import DTYPE_CODES, DeviceTensor, register_array_adapter
+from ._abi import DTYPE_CODES, DeviceTensor
 
 
 def _cupy_view(array, cupy) -> DeviceTensor:
@@ -45,11 +45,9 @@ def _cupy_view(array, cupy) -> DeviceTensor:
     )
 
 
-def _adapter(obj):
+def cupy_view(obj):
+    """The adapter: a DeviceTensor for a cupy.ndarray, None for anything else."""
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(obj, cupy.ndarray):
         return _cupy_view(obj, cupy)
     return None
-
-
-register_array_adapter(_adapter)

@@ -1,4 +1,4 @@
-"""Arrays of any DLPack producer (JAX, ...) that metaltopk has no integration for.
+"""The DLPack adapter: arrays of any producer (JAX, ...) that metaltopk has no integration for.
 
 The input is imported without a copy (through torch where torch is importable: it reads every
 dtype and device DLPack carries, bfloat16 included; else through numpy, CPU only), the call runs
@@ -22,7 +22,7 @@ def _importer(x):
         return torch.from_dlpack
     device_type, _ = x.__dlpack_device__()
     if device_type != _CPU:
-        raise TypeError(f"metaltopk.topk: a {type(x).__name__} on DLPack device type "
+        raise TypeError(f"metaltopk: a {type(x).__name__} on DLPack device type "
                         f"{device_type} needs torch installed to be read")
     return np.from_dlpack
 
@@ -34,14 +34,22 @@ def _exporter(x):
     module = sys.modules.get(type(x).__module__.partition(".")[0])
     from_dlpack = getattr(module, "from_dlpack", None)
     if from_dlpack is None:
-        raise TypeError(f"metaltopk.topk: cannot return a {type(x).__name__}: it has no "
+        raise TypeError(f"metaltopk: cannot return a {type(x).__name__}: it has no "
                         "__array_namespace__ and its module no from_dlpack")
     return from_dlpack
 
 
-def topk_dlpack(x, k, dim, largest, sorted, backend):
-    from ._core import topk
+def is_foreign(x) -> bool:
+    """Whether x is an array of a DLPack producer other than numpy (which is read directly)."""
+    return hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray)
 
+
+def call(operation, x, *args, **options):
+    """operation (a metaltopk front door) on x imported without a copy; its outputs exported
+    back to x's kind. A `bias` option of the same kind is imported alike."""
     export = _exporter(x)
-    values, indices = topk(_importer(x)(x), k, dim, largest, sorted, backend=backend)
-    return export(values), export(indices)
+    importer = _importer(x)
+    bias = options.get("bias")
+    if bias is not None and is_foreign(bias):
+        options["bias"] = importer(bias)
+    return tuple(export(out) for out in operation(importer(x), *args, **options))

@@ -35,14 +35,13 @@ $(AOTI_TEST_OUT)/shim_runtime_test: tests/aoti/shim_runtime_test.cpp $(AOTI_TEST
 # A CUDA torch's device support lives in libtorch_cuda, which the runner uses no symbol of.
 AOTI_RUNNER_CUDA = $(if $(TORCH_CUDA),-Wl$(comma)--no-as-needed -ltorch_cuda -Wl$(comma)--as-needed)
 comma := ,
-TORCH_CXX11_ABI = $(shell $(PYTHON) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
 
 # The runner links the shim library, as a serving program must: compiled models name it but
 # carry no path to it.
-$(AOTI_RUNNER): tests/aoti/aoti_runner.cpp tests/aoti/aoti.mk $(AOTI_LIBRARY)
+# Compiled with the standard and flags that torch needs (adapters/aoti/aoti.mk).
+$(AOTI_RUNNER): tests/aoti/aoti_runner.cpp tests/aoti/aoti.mk $(AOTI_LIBRARY) $(TORCH_BUILD_INPUTS)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O1 -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_CXX11_ABI) -isystem $(TORCH_DIR)/include \
-	  -isystem $(TORCH_DIR)/include/torch/csrc/api/include $< -o $@ -L$(TORCH_DIR)/lib -ltorch \
+	$(CXX) $(TORCH_CXX_STD) -O1 $(TORCH_ABI_FLAG) $(TORCH_INCLUDE_FLAGS) $< -o $@ -L$(TORCH_DIR)/lib -ltorch \
 	  -ltorch_cpu -lc10 $(AOTI_RUNNER_CUDA) -Wl,--no-as-needed -L$(BUILD) -lmetaltopk_aoti \
 	  -Wl,--as-needed -Wl,-rpath,$(TORCH_DIR)/lib -Wl,-rpath,$(abspath $(BUILD))
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import metaltopk
-import metaltopk.distributed as mtd
+import metaltopk.torch.distributed as mtd  # the module that holds _select
 import reference as ref
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 import metaltopk
-from metaltopk._core import _describe, context
+from metaltopk._abi import context, describe as _describe
 from metaltopk._ffi import ffi, lib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))

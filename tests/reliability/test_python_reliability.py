@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import metaltopk
-from metaltopk import _core, _ffi
+from metaltopk import _abi, _ffi
 
 # The test-only entry points (include/metaltopk_testing.h) live in the same library; a second
 # cffi handle on the same file shares its state (dlopen returns the loaded image).
@@ -64,7 +64,7 @@ def test_memory_error_carries_the_library_message():
     testing.mtk_testing_fail_at(MTK_FAULT_HOST_ALLOCATION, 1)
     try:
         with pytest.raises(MemoryError, match="host allocation failed"):
-            _core._Context("cpu", 0)
+            _abi.Context("cpu", 0)
         assert testing.mtk_testing_failure_points_seen() >= 1
     finally:
         testing.mtk_testing_reset()

@@ -237,7 +237,7 @@ def _tensor(ffi, data, dtype, shape, strides=None):
 def test_output_errors_at_the_c_abi():
     """Outputs are the caller's at the C level: wrong shapes, dtypes and overlaps are rejected
     with nothing written."""
-    from metaltopk._core import context
+    from metaltopk._abi import context
     from metaltopk._ffi import ffi, lib
 
     ctx = context("cpu")

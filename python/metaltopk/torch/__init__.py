@@ -18,13 +18,13 @@ Importing metaltopk imports this module when torch is importable. Then:
 
 import torch
 
-from .. import _core
-from . import _ops, _tensors
+from . import _ops  # noqa: F401  (defines the ops)
+from ._tensors import TorchArrays
 from ._aoti import AOTI_LIBRARY_NAME, aoti_config, aoti_library_path, load_aoti_library
 from ._export import replace_topk
 
-_core.register_type_handler(torch.Tensor, _tensors.TorchArrays)
-
+# What metaltopk/__init__.py registers TorchArrays for.
+TENSOR_TYPE = torch.Tensor
 topk_op = torch.ops.metaltopk.mtk_topk.default
 moe_route_op = torch.ops.metaltopk.mtk_moe_route.default
 

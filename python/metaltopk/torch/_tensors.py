@@ -16,25 +16,26 @@ C++ instead: the allocations and the library call then take no Python at all.
 import atexit
 import importlib.machinery
 import importlib.util
-import operator
 import sysconfig
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from .. import _core
+from .. import _abi
+from .._arguments import check_backend_matches, check_static_k_and_dim, topk_arguments
 from .._ffi import ffi, lib, library_path
-from ..router import (SCORINGS, _route_device_tensors, bias_not_on_logits_device,
-                      route_params)
+from ..router import (SCORINGS, bias_not_on_logits_device, python_names, route_arguments,
+                      route_device_tensors, route_params)
 
 # Contract dtype names; torch calls these dtypes the same.
-DTYPE_NAMES = {getattr(torch, name): name for name in _core.DTYPE_CODES}
+DTYPE_NAMES = {getattr(torch, name): name for name in _abi.DTYPE_CODES}
 
 
 def unsupported_dtype(dtype, function="topk") -> TypeError:
     return TypeError(f"metaltopk.{function}: dtype {dtype} is not supported (supported: "
-                     + ", ".join(_core.DTYPE_CODES) + ")")
+                     + ", ".join(_abi.DTYPE_CODES) + ")")
 
 
 _empty_strided = torch.empty_strided
@@ -44,9 +45,9 @@ _int64 = torch.int64
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _with_workspace = lib.mtk_topk_with_workspace
 _NULL = ffi.NULL
-_stream_handle = _core._stream_handle
-_acquire_block = _core._acquire_block
-_free_blocks = _core._free_blocks
+_stream_handle = _abi.stream_handle
+_acquire_block = _abi.acquire_block
+_free_blocks = _abi.free_blocks
 
 
 EXTENSION_NAME = "_metaltopk_torch"
@@ -59,6 +60,11 @@ def _load_fast_path(directory=Path(library_path).parent):
     path = directory / (EXTENSION_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = directory / (EXTENSION_NAME + ".torch_version")
     if not (path.is_file() and stamp.is_file()):
+        # pip install writes why it could not build the torch parts (python/setup.py).
+        skipped = directory / (EXTENSION_NAME + ".skipped")
+        if skipped.is_file():
+            warnings.warn(f"metaltopk: {skipped.read_text().strip()}; calls on torch tensors take "
+                          "the slower cffi path", RuntimeWarning, stacklevel=2)
         return None
     built_for = stamp.read_text().strip()
     if built_for != torch.__version__:
@@ -80,19 +86,19 @@ _fast_moe_route = _fast_path.moe_route if _fast_path is not None else None
 _fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
 
 
-def _fast_call(function, device_index, *args):
+def _fast_call(function, device_index, *args, translate=None):
     """function(*args, context address) on a CPU (-1) or CUDA device: its two tensors, or None
     where the fast path could not make the call (the caller's Python path then makes it and
     raises the contract's exception); a status the library returned is raised here."""
     entry = _fast_contexts.get(device_index)
     if entry is None:
-        ctx = _core.context("cpu" if device_index < 0 else "cuda", max(device_index, 0))
+        ctx = _abi.context("cpu" if device_index < 0 else "cuda", max(device_index, 0))
         entry = _fast_contexts[device_index] = (ctx, int(ffi.cast("uintptr_t", ctx.handle)))
     result = function(*args, entry[1])
     if result.__class__ is tuple:
         return result
     if result is not None:
-        _core.check(result, entry[0].backend)
+        _abi.check(result, entry[0].backend, translate)
     return None
 
 
@@ -105,7 +111,7 @@ class _Plan:
 
 _PLAN_CACHE_SIZE = 1024
 _plans = {}
-# Both caches hold context handles. Registered after metaltopk._core's exit handler, so they are
+# Both caches hold context handles. Registered after metaltopk._abi's exit handler, so they are
 # emptied before it destroys the contexts: a call made later in the interpreter's exit then
 # creates a context again instead of using a destroyed one.
 atexit.register(_fast_contexts.clear)
@@ -118,21 +124,21 @@ def _new_plan(key, x) -> _Plan:
     if name is None:
         raise unsupported_dtype(dtype)
     backend = "cpu" if device_index < 0 else "cuda"
-    ctx = _core.context(backend, max(device_index, 0))
-    geometry = _core._geometry(tuple(shape), tuple(strides), 1, k, dim)
-    code = _core.DTYPE_CODES[name]
+    ctx = _abi.context(backend, max(device_index, 0))
+    geometry = _abi.call_geometry(tuple(shape), tuple(strides), 1, k, dim)
+    code = _abi.DTYPE_CODES[name]
     input_fields = (code, geometry.ndim, *geometry.input_dims)
     size = ffi.new("size_t*")
-    probe = _core._describe(x.data_ptr(), name, geometry.input_dims[:geometry.ndim],
-                            geometry.input_dims[geometry.ndim:])
+    probe = _abi.describe(x.data_ptr(), name, geometry.input_dims[:geometry.ndim],
+                          geometry.input_dims[geometry.ndim:])
     # Validates k and dim (the library's own errors) and sizes the scratch, once per geometry.
-    _core.check(lib.mtk_topk_workspace_size(ctx.handle, probe, k, dim, largest, sorted,
-                                            lib.MTK_INT64, size), ctx.backend)
+    _abi.check(lib.mtk_topk_workspace_size(ctx.handle, probe, k, dim, largest, sorted,
+                                           lib.MTK_INT64, size), ctx.backend)
     plan = _Plan()
     plan.ctx, plan.handle = ctx, ctx.handle
     plan.device = x.device
     plan.out_shape, plan.out_strides = geometry.out_shape, geometry.out_strides
-    plan.layout = _core._CALL_LAYOUTS[geometry.ndim]
+    plan.layout = _abi.CALL_LAYOUTS[geometry.ndim]
     plan.input_fields = input_fields
     plan.values_fields = (code, geometry.ndim, *geometry.output_dims)
     plan.indices_fields = (lib.MTK_INT64, geometry.ndim, *geometry.output_dims)
@@ -179,11 +185,11 @@ def topk_kernel(x, k, dim=-1, largest=True, sorted=True):
     finally:
         _free_blocks.append(block)
     if status:
-        _core.check(status, plan.ctx.backend)
+        _abi.check(status, plan.ctx.backend)
     return values, indices
 
 
-def tensor_view(tensor, function="moe_route") -> _core.DeviceTensor:
+def tensor_view(tensor, function="moe_route") -> _abi.DeviceTensor:
     """The generic array-adapter view of a CPU or CUDA tensor (the router's path)."""
     name = DTYPE_NAMES.get(tensor.dtype)
     if name is None:
@@ -198,19 +204,19 @@ def tensor_view(tensor, function="moe_route") -> _core.DeviceTensor:
 
     def new_empty(shape, dtype_name):
         out = _empty(shape, dtype=getattr(torch, dtype_name), device=device)
-        return _core.DeviceTensor(out, out.data_ptr(), dtype_name, tuple(shape), out.stride(),
-                                  "cuda" if on_cuda else "cpu", max(device_index, 0), stream,
-                                  new_empty)
+        return _abi.DeviceTensor(out, out.data_ptr(), dtype_name, tuple(shape), out.stride(),
+                                 "cuda" if on_cuda else "cpu", max(device_index, 0), stream,
+                                 new_empty)
 
-    return _core.DeviceTensor(tensor, tensor.data_ptr(), name, tuple(tensor.shape),
-                              tensor.stride(), "cuda" if on_cuda else "cpu",
-                              max(device_index, 0), stream, new_empty)
+    return _abi.DeviceTensor(tensor, tensor.data_ptr(), name, tuple(tensor.shape),
+                             tensor.stride(), "cuda" if on_cuda else "cpu",
+                             max(device_index, 0), stream, new_empty)
 
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 _TORCH_INDEX_DTYPE_OF = {
-    _core.np.int32: torch.int32, _core.np.dtype("int32"): torch.int32,
-    _core.np.int64: torch.int64, _core.np.dtype("int64"): torch.int64}
+    np.int32: torch.int32, np.dtype("int32"): torch.int32,
+    np.int64: torch.int64, np.dtype("int64"): torch.int64}
 
 
 def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_group=0,
@@ -224,28 +230,32 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
     if _fast_moe_route is not None and scoring_code is not None and (
             device_index < 0 or logits.is_cuda):
         result = _fast_call(_fast_moe_route, device_index, logits, k, scoring_code, bias,
-                            n_group, topk_group, renormalize, scale, index_dtype is _int64)
+                            n_group, topk_group, renormalize, scale, index_dtype is _int64,
+                            translate=python_names)
         if result is not None:
             return result
     make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
-    return _route_device_tensors(tensor_view(logits), bias, k, DTYPE_NAMES[index_dtype],
-                                 make_params, None, view_of=tensor_view)
-
-
-def _backend_of(x) -> str:
-    return "cuda" if x.is_cuda else "cpu"
+    return route_device_tensors(tensor_view(logits), bias, k, DTYPE_NAMES[index_dtype],
+                                make_params, None, tensor_view)
 
 
 def _check_backend(x, backend, function):
-    if backend is not None and backend != "default" and backend != _backend_of(x):
-        raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend = "
-                         f"{backend!r} was asked for")
+    if backend is not None:
+        check_backend_matches(backend, "cuda" if x.is_cuda else "cpu", str(x.device), function)
+
+
+def no_gradient_error() -> RuntimeError:
+    return RuntimeError(
+        "metaltopk.moe_route: logits require grad, but the router has no gradient: the weights "
+        "would silently carry none. Call it under torch.no_grad() (inference), or pass "
+        "logits.detach() and compute differentiable weights from the ids, e.g. "
+        "logits.softmax(-1).gather(-1, ids)")
 
 
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
 _Tensor = torch.Tensor
-_index = operator.index
+_topk_arguments = topk_arguments
 
 
 def _topk_op(x, k, dim, largest, sorted):
@@ -262,15 +272,19 @@ class TorchArrays:
     def topk(x, k, dim, largest, sorted, backend):
         if backend is not None:
             _check_backend(x, backend, "topk")
+        k, dim, largest, sorted = _topk_arguments(k, dim, largest, sorted)
         if type(x) is _Tensor and not (x.requires_grad and _is_grad_enabled()) \
                 and not x.is_meta and not _is_compiling():
-            return topk_kernel(x, _index(k), _index(dim), largest, sorted)
-        return _topk_op(x, k, dim, bool(largest), bool(sorted))
+            return topk_kernel(x, k, dim, largest, sorted)
+        check_static_k_and_dim(x.shape, k, dim)
+        return _topk_op(x, k, dim, largest, sorted)
 
     @staticmethod
     def moe_route(logits, k, *, scoring, bias, n_group, topk_group, renormalize, scale,
                   index_dtype, backend):
         _check_backend(logits, backend, "moe_route")
+        if logits.requires_grad and _is_grad_enabled():
+            raise no_gradient_error()
         if bias is not None and not isinstance(bias, _Tensor):
             # The op's schema would reject it with torch's own error, not the contract's.
             raise bias_not_on_logits_device(logits.device, type(bias).__name__)
@@ -279,11 +293,15 @@ class TorchArrays:
             # than the fast path's whole call. Tracing takes the long way: Dynamo (torch 2.11)
             # cannot hash a numpy dtype.
             known = None if _is_compiling() else _TORCH_INDEX_DTYPE_OF.get(index_dtype)
-            index_dtype = known or getattr(torch, _core.np.dtype(index_dtype).name)
-        args = (logits, _index(k), scoring, bias, 0 if n_group is None else _index(n_group),
-                0 if topk_group is None else _index(topk_group), bool(renormalize),
-                float(scale), index_dtype)
+            index_dtype = known or getattr(torch, np.dtype(index_dtype).name)
+        k, n_group, topk_group, renormalize, scale = route_arguments(
+            k, scoring, n_group, topk_group, renormalize, scale)
+        args = (logits, k, scoring, bias, n_group, topk_group, renormalize, scale, index_dtype)
         # As topk: the router has no gradient, so only tracing needs the op.
         if type(logits) is _Tensor and not logits.is_meta and not _is_compiling():
             return moe_route_kernel(*args)
+        experts = logits.shape[-1] if logits.dim() == 2 else None
+        if experts.__class__ is int and not 1 <= k <= experts:  # as in check_static_k_and_dim
+            raise ValueError(f"metaltopk.moe_route: k = {k} is out of range for {experts} "
+                             f"experts (expected 1 <= k <= {experts})")
         return torch.ops.metaltopk.mtk_moe_route(*args)

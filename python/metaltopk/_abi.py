@@ -1,7 +1,10 @@
-"""The Python face of the C ABI: dtype mapping, contexts, error translation and topk."""
+"""The Python face of the C ABI: dtype codes, errors, contexts, descriptors, device buffers.
+
+Every other module of the package reaches the library through these names; none of them
+knows which kind of array (numpy, torch, CuPy, DLPack) it serves: that is metaltopk._dispatch.
+"""
 
 import atexit
-import operator
 import struct
 import threading
 from dataclasses import dataclass
@@ -9,6 +12,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
+from ._arguments import BACKEND_NAMES, backend_name
 from ._ffi import ffi, lib
 
 try:
@@ -48,16 +52,12 @@ def dtype_name(dtype: np.dtype) -> str:
     return name
 
 
-def _numpy_dtype(name: str) -> np.dtype:
-    return np.dtype(_bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
 # Native-byte-order numpy dtype -> mtk_dtype, filled as dtypes are first seen: the per-call
 # lookup of topk's hot path (non-native byte orders are distinct dtypes and never land here).
 _native_dtype_codes = {}
 
 
-def _native_dtype_code(dtype: np.dtype) -> Optional[int]:
+def native_dtype_code(dtype: np.dtype) -> Optional[int]:
     code = _native_dtype_codes.get(dtype)
     if code is None and dtype.isnative:
         code = DTYPE_CODES[dtype_name(dtype)]  # TypeError for unsupported dtypes
@@ -67,7 +67,7 @@ def _native_dtype_code(dtype: np.dtype) -> Optional[int]:
 
 # ---- errors ---------------------------------------------------------------------------------
 
-_EXCEPTIONS = {
+EXCEPTIONS = {
     lib.MTK_ERROR_INVALID_ARGUMENT: ValueError,
     lib.MTK_ERROR_INVALID_DIM: IndexError,
     lib.MTK_ERROR_UNSUPPORTED_DTYPE: TypeError,
@@ -79,8 +79,10 @@ _EXCEPTIONS = {
 }
 
 
-def check(status: int, backend: Optional[str] = None) -> None:
-    """Raises the contract's exception for a failed call, carrying the library's message.
+def check(status: int, backend: Optional[str] = None,
+          translate: Optional[Callable[[str], str]] = None) -> None:
+    """Raises the contract's exception for a failed call, carrying the library's message
+    (through `translate`, which renames C fields to Python arguments, where given).
     Must run on the thread that made the call: the message is thread-local."""
     if status == lib.MTK_SUCCESS:
         return
@@ -90,26 +92,14 @@ def check(status: int, backend: Optional[str] = None) -> None:
     if backend is not None and backend not in message and status in (
             lib.MTK_ERROR_BACKEND_UNAVAILABLE, lib.MTK_ERROR_DEVICE):
         message = f"{backend} backend: {message}"
-    raise _EXCEPTIONS.get(status, RuntimeError)(message)
+    if translate is not None:
+        message = translate(message)
+    raise EXCEPTIONS.get(status, RuntimeError)(message)
 
 
 # ---- backends and contexts ------------------------------------------------------------------
 
-BACKEND_CODES = {
-    "default": lib.MTK_BACKEND_DEFAULT,
-    "cpu": lib.MTK_BACKEND_CPU,
-    "cuda": lib.MTK_BACKEND_CUDA,
-    "metal": lib.MTK_BACKEND_METAL,
-    "mpsgraph": lib.MTK_BACKEND_MPSGRAPH,
-}
-
-
-def _backend_key(backend: Optional[str]) -> str:
-    name = "default" if backend is None else backend
-    if name not in BACKEND_CODES:
-        raise ValueError(f"metaltopk: backend = {backend!r} is not one of "
-                         + ", ".join(repr(b) for b in BACKEND_CODES))
-    return name
+BACKEND_CODES = {name: getattr(lib, "MTK_BACKEND_" + name.upper()) for name in BACKEND_NAMES}
 
 
 def backends() -> dict:
@@ -124,7 +114,7 @@ def backends() -> dict:
     return result
 
 
-class _Context:
+class Context:
     """One library context; `backend` is the resolved name ("default" resolves at creation)."""
 
     def __init__(self, requested: str, device_index: int):
@@ -146,16 +136,17 @@ _contexts = {}
 _contexts_lock = threading.Lock()
 
 
-def context(backend: Optional[str] = None, device_index: int = 0) -> _Context:
+def context(backend: Optional[str] = None, device_index: int = 0,
+            function: str = "topk") -> Context:
     """The process-wide context of a backend and device, created on first use."""
-    key = (_backend_key(backend), device_index)
+    key = (backend_name(backend, function), device_index)
     ctx = _contexts.get(key)  # a dict read is atomic: only creation needs the lock
     if ctx is not None and ctx.handle is not None:
         return ctx
     with _contexts_lock:
         ctx = _contexts.get(key)
         if ctx is None:
-            ctx = _contexts[key] = _Context(*key)
+            ctx = _contexts[key] = Context(*key)
         return ctx
 
 
@@ -200,36 +191,7 @@ class DeviceTensor:
     new_empty: Callable[[Tuple[int, ...], str], "DeviceTensor"]
 
 
-# Callables obj -> DeviceTensor | None, tried in order for inputs that are not numpy arrays.
-_array_adapters = []
-
-
-def register_array_adapter(adapter: Callable[[object], Optional[DeviceTensor]]) -> None:
-    """Lets another module (e.g. CuPy support) hand device tensors to topk and moe_route."""
-    _array_adapters.append(adapter)
-
-
-# A library's array type -> its integration: an object with topk(x, k, dim, largest, sorted,
-# backend) and moe_route(logits, k, **options) that take every call on arrays of that type and
-# return arrays of that type. Looked up by the input's exact type first (the hot path), then
-# along its type's MRO, so subclasses (torch.nn.Parameter, say) find their base's entry.
-_type_handlers = {}
-
-
-def register_type_handler(array_type: type, handler) -> None:
-    """Lets a library's integration (metaltopk.torch) take every call on its arrays."""
-    _type_handlers[array_type] = handler
-
-
-def _type_handler(x) -> Optional[Callable]:
-    for base in type(x).__mro__:
-        handler = _type_handlers.get(base)
-        if handler is not None:
-            return handler
-    return None
-
-
-def _describe(data: int, dtype: str, shape, strides):
+def describe(data: int, dtype: str, shape, strides):
     if len(shape) > lib.MTK_MAX_NDIM:
         raise ValueError(f"metaltopk.topk: input.ndim = {len(shape)} exceeds MTK_MAX_NDIM = "
                          f"{lib.MTK_MAX_NDIM}")
@@ -243,7 +205,7 @@ def _describe(data: int, dtype: str, shape, strides):
     return t
 
 
-def _contiguous_strides(shape):
+def contiguous_strides(shape):
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
@@ -251,7 +213,7 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def _normalized_dim_and_k(shape, k, dim):
+def normalized_dim_and_k(shape, k, dim):
     """(dim, k) normalised, or None where the library must report the error."""
     rank = max(len(shape), 1)
     if not -rank <= dim < rank:
@@ -261,7 +223,7 @@ def _normalized_dim_and_k(shape, k, dim):
     return (dim, k) if 0 <= k <= n else None
 
 
-def _output_shape(shape, dim, k):
+def output_shape(shape, dim, k):
     return tuple(k if d == dim else s for d, s in enumerate(shape))
 
 
@@ -272,10 +234,10 @@ def _output_shape(shape, dim, k):
 # (shape, strides, itemsize, k, dim), and its three descriptors are packed with one
 # struct.pack_into into a block of three mtk_tensor, laid out from cffi's own view of the header.
 
-_MAX_NDIM = lib.MTK_MAX_NDIM
+MAX_NDIM = lib.MTK_MAX_NDIM
 
 
-class _Geometry:
+class Geometry:
     """What a (shape, byte strides, itemsize, k, dim) call needs: the input's sizes and element
     strides (None when a stride is not a whole number of elements), the output shape (None
     when k or dim is out of range: the library reports that), its strides, and both together."""
@@ -283,18 +245,18 @@ class _Geometry:
     __slots__ = ("ndim", "input_dims", "out_shape", "out_strides", "output_dims")
 
     def __init__(self, shape, byte_strides, itemsize, k, dim):
-        if len(shape) > _MAX_NDIM:
+        if len(shape) > MAX_NDIM:
             raise ValueError(f"metaltopk.topk: input.ndim = {len(shape)} exceeds MTK_MAX_NDIM = "
-                             f"{_MAX_NDIM}")
+                             f"{MAX_NDIM}")
         self.ndim = len(shape)
         self.input_dims = None
         if not any(stride % itemsize for stride in byte_strides):
             self.input_dims = shape + tuple(stride // itemsize for stride in byte_strides)
-        normalized = _normalized_dim_and_k(shape, k, dim)
+        normalized = normalized_dim_and_k(shape, k, dim)
         self.out_shape = self.out_strides = self.output_dims = None
         if normalized is not None:
-            self.out_shape = _output_shape(shape, *normalized)
-            self.out_strides = _contiguous_strides(self.out_shape)
+            self.out_shape = output_shape(shape, *normalized)
+            self.out_strides = contiguous_strides(self.out_shape)
             self.output_dims = self.out_shape + self.out_strides
 
 
@@ -302,11 +264,11 @@ _GEOMETRY_CACHE_SIZE = 1024
 _geometries = {}
 
 
-def _geometry(shape, byte_strides, itemsize, k, dim) -> _Geometry:
+def call_geometry(shape, byte_strides, itemsize, k, dim) -> Geometry:
     key = (shape, byte_strides, itemsize, k, dim)
     geometry = _geometries.get(key)
     if geometry is None:
-        geometry = _Geometry(*key)
+        geometry = Geometry(*key)
         if len(_geometries) >= _GEOMETRY_CACHE_SIZE:
             _geometries.clear()
         _geometries[key] = geometry
@@ -329,10 +291,10 @@ def _tensor_format(ndim: int) -> str:
 
 # Per rank: input, values and indices descriptors back to back, each (data, dtype, ndim,
 # sizes..., strides...).
-_CALL_LAYOUTS = [struct.Struct("=" + _tensor_format(ndim) * 3) for ndim in range(_MAX_NDIM + 1)]
+CALL_LAYOUTS = [struct.Struct("=" + _tensor_format(ndim) * 3) for ndim in range(MAX_NDIM + 1)]
 
 
-class _DescriptorBlock:
+class DescriptorBlock:
     """Three mtk_tensor (input, values, indices) and a writable view of their bytes."""
 
     __slots__ = ("tensors", "input", "values", "indices", "memory")
@@ -346,14 +308,13 @@ class _DescriptorBlock:
 # Blocks not in use. list.pop and list.append are atomic, so concurrent calls (the library
 # releases the GIL) and re-entrant ones never share a block; the list holds at most one block
 # per call that was ever in flight at once.
-_free_blocks = []
+free_blocks = []
 
-_INT64 = lib.MTK_INT64
-_mtk_topk = lib.mtk_topk
-_stream_handles = {0: ffi.NULL}  # stream address -> void*, for the few streams a process uses
+# Stream address -> void*, for the few streams a process uses.
+_stream_handles = {0: ffi.NULL}
 
 
-def _stream_handle(stream: int):
+def stream_handle(stream: int):
     handle = _stream_handles.get(stream)
     if handle is None:
         handle = ffi.cast("void*", stream)
@@ -362,23 +323,14 @@ def _stream_handle(stream: int):
     return handle
 
 
-def _acquire_block() -> _DescriptorBlock:
+def acquire_block() -> DescriptorBlock:
     try:
-        return _free_blocks.pop()
+        return free_blocks.pop()
     except IndexError:
-        return _DescriptorBlock()
+        return DescriptorBlock()
 
 
-def _raise_argument_error(ctx, tensor, k, dim, largest, sorted):
-    """Lets the library itself reject k or dim so the exception carries its message."""
-    size = ffi.new("size_t*")
-    check(lib.mtk_topk_workspace_size(ctx.handle, tensor, k, dim, largest, sorted,
-                                      lib.MTK_INT64, size), ctx.backend)
-    raise RuntimeError(f"metaltopk: internal error: the library accepted k = {k}, dim = {dim} "
-                       "that the bindings found out of range")
-
-
-def _as_native_array(x) -> np.ndarray:
+def as_native_array(x) -> np.ndarray:
     """x as a numpy array of native byte order, aligned, with strides of whole elements."""
     array = np.asarray(x)
     dtype_name(array.dtype)  # TypeError before any copy
@@ -390,39 +342,7 @@ def _as_native_array(x) -> np.ndarray:
     return array
 
 
-def _topk_host(ctx, array, code, k, dim, largest, sorted):
-    """A numpy array on the CPU backend: described in place, outputs allocated here."""
-    geometry = _geometry(array.shape, array.strides, array.itemsize, k, dim)
-    if geometry.input_dims is None:  # misaligned strides: the library reads whole elements
-        array = np.ascontiguousarray(array)
-        geometry = _geometry(array.shape, array.strides, array.itemsize, k, dim)
-    if geometry.out_shape is None:
-        tensor = _describe(array.ctypes.data, dtype_name(array.dtype), array.shape,
-                           geometry.input_dims[geometry.ndim:])
-        _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
-    values = np.empty(geometry.out_shape, dtype=array.dtype)
-    indices = np.empty(geometry.out_shape, dtype=np.int64)
-    ndim = geometry.ndim
-    block = _acquire_block()
-    try:
-        _CALL_LAYOUTS[ndim].pack_into(block.memory, 0, 0, code, ndim, *geometry.input_dims,
-                                      0, code, ndim, *geometry.output_dims,
-                                      0, _INT64, ndim, *geometry.output_dims)
-        # Data pointers as cdata: ffi.from_buffer is several times cheaper than .ctypes.data.
-        # It needs a C-contiguous buffer, which the outputs always are.
-        block.input.data = (ffi.from_buffer(array) if array.flags.c_contiguous
-                            else ffi.cast("void*", array.ctypes.data))
-        block.values.data = ffi.from_buffer(values)
-        block.indices.data = ffi.from_buffer(indices)
-        status = _mtk_topk(ctx.handle, block.input, k, dim, largest, sorted, block.values,
-                           block.indices, ffi.NULL)
-    finally:
-        _free_blocks.append(block)
-    check(status, ctx.backend)
-    return values, indices
-
-
-class _DeviceBuffers:
+class DeviceBuffers:
     """Device allocations of one call, all freed when the call ends, successful or not."""
 
     def __init__(self, ctx):
@@ -445,13 +365,13 @@ class _DeviceBuffers:
         self.pointers.clear()
 
 
-def _memcpy(ctx, dst: int, src: int, nbytes: int, kind) -> None:
+def memcpy(ctx, dst: int, src: int, nbytes: int, kind) -> None:
     if nbytes:
         check(lib.mtk_memcpy(ctx.handle, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes,
                              kind, ffi.NULL), ctx.backend)
 
 
-def _byte_extent(array):
+def byte_extent(array):
     """(lowest, highest + itemsize) byte offsets, relative to element 0, that array touches."""
     if array.size == 0:
         return 0, 0
@@ -465,109 +385,14 @@ def _byte_extent(array):
     return low, high + array.itemsize
 
 
-def _topk_via_device(ctx, array, name, k, dim, largest, sorted):
-    """A numpy array on a GPU backend: the input's memory span goes up with its strides intact
-    (so device kernels see the same layout), outputs come back contiguous."""
-    strides = tuple(s // array.itemsize for s in array.strides)
-    normalized = _normalized_dim_and_k(array.shape, k, dim)
-    if normalized is None:
-        probe = _describe(array.ctypes.data, name, array.shape, strides)
-        _raise_argument_error(ctx, probe, k, dim, largest, sorted)
-    out_shape = _output_shape(array.shape, *normalized)
-    values = np.empty(out_shape, dtype=array.dtype)
-    indices = np.empty(out_shape, dtype=np.int64)
-    out_strides = _contiguous_strides(out_shape)
-    low, high = _byte_extent(array)
-    host = array.ctypes.data
-    with _DeviceBuffers(ctx) as buffers:
-        device_in = buffers.allocate(high - low)
-        device_values = buffers.allocate(values.nbytes)
-        device_indices = buffers.allocate(indices.nbytes)
-        _memcpy(ctx, device_in, host + low, high - low, lib.MTK_COPY_HOST_TO_DEVICE)
-        tensor = _describe(device_in - low if array.size else 0, name, array.shape, strides)
-        values_t = _describe(device_values, name, out_shape, out_strides)
-        indices_t = _describe(device_indices, "int64", out_shape, out_strides)
-        try:
-            check(lib.mtk_topk(ctx.handle, tensor, k, dim, largest, sorted, values_t, indices_t,
-                               ffi.NULL), ctx.backend)
-            _memcpy(ctx, values.ctypes.data, device_values, values.nbytes,
-                    lib.MTK_COPY_DEVICE_TO_HOST)
-            _memcpy(ctx, indices.ctypes.data, device_indices, indices.nbytes,
-                    lib.MTK_COPY_DEVICE_TO_HOST)
-        finally:
-            # Host buffers and device memory must outlive the queued work, even on failure.
-            check(lib.mtk_synchronize(ctx.handle, ffi.NULL), ctx.backend)
-    return values, indices
 
 
-def _topk_device_tensor(view: DeviceTensor, k, dim, largest, sorted, backend):
-    """An input that an array adapter described; the adapter allocates the outputs. Small calls
-    (MoE routing) spend most of their host time in this Python, so nothing is looked up twice."""
-    if backend is not None and backend != view.backend and backend != "default":
-        raise ValueError(f"metaltopk.topk: the input lives on the {view.backend} backend but "
-                         f"backend = {backend!r} was asked for")
-    ctx = context(view.backend, view.device_index)
-    geometry = _geometry(view.shape, view.strides, 1, k, dim)  # strides are in elements already
-    if geometry.out_shape is None:
-        tensor = _describe(view.data, view.dtype, view.shape, view.strides)
-        _raise_argument_error(ctx, tensor, k, dim, largest, sorted)
-    code = DTYPE_CODES[view.dtype]
-    values_view = view.new_empty(geometry.out_shape, view.dtype)
-    indices_view = view.new_empty(geometry.out_shape, "int64")
-    values, values_data = values_view.owner, values_view.data
-    indices, indices_data = indices_view.owner, indices_view.data
-    values_code = DTYPE_CODES[values_view.dtype]
-    indices_code = DTYPE_CODES[indices_view.dtype]
-    values_dims = (*values_view.shape, *values_view.strides)
-    indices_dims = (*indices_view.shape, *indices_view.strides)
-    ndim = geometry.ndim
-    block = _acquire_block()
-    try:
-        _CALL_LAYOUTS[ndim].pack_into(block.memory, 0,
-                                      view.data, code, ndim, *geometry.input_dims,
-                                      values_data, values_code, ndim, *values_dims,
-                                      indices_data, indices_code, ndim, *indices_dims)
-        status = _mtk_topk(ctx.handle, block.input, k, dim, largest, sorted, block.values,
-                           block.indices, _stream_handle(view.stream))
-    finally:
-        _free_blocks.append(block)
-    check(status, ctx.backend)
-    return values, indices
+def host_pointer(array):
+    """The address of array's element 0 as cdata: ffi.from_buffer is several times cheaper than
+    .ctypes.data, but takes C-contiguous arrays only."""
+    return (ffi.from_buffer(array) if array.flags.c_contiguous
+            else ffi.cast("void*", array.ctypes.data))
 
 
-def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
-    """The k largest (or smallest) entries of x along dim, as (values, indices).
-
-    Follows the metaltopk contract exactly: NaN ranks above +inf, -0.0 == +0.0, ties go to the
-    lower index, values are bit-exact copies; indices are int64. numpy arrays (any strides,
-    0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy arrays on every backend; torch
-    tensors as torch tensors on their own device (metaltopk.torch); CuPy arrays as CuPy arrays;
-    any other DLPack producer (JAX, ...) as arrays of the producer's kind.
-    """
-    handler = _type_handlers.get(type(x))
-    if handler is not None:
-        return handler.topk(x, k, dim, largest, sorted, backend)
-    k = operator.index(k)
-    dim = operator.index(dim)
-    largest = 1 if largest else 0
-    sorted = 1 if sorted else 0
-    if not isinstance(x, np.ndarray):
-        handler = _type_handler(x)
-        if handler is not None:
-            return handler.topk(x, k, dim, largest, sorted, backend)
-        for adapter in _array_adapters:
-            view = adapter(x)
-            if view is not None:
-                return _topk_device_tensor(view, k, dim, largest, sorted, backend)
-        if hasattr(x, "__dlpack__"):
-            from ._dlpack import topk_dlpack
-            return topk_dlpack(x, k, dim, largest, sorted, backend)
-    array = np.asarray(x)
-    code = _native_dtype_code(array.dtype)
-    if code is None or not array.flags.aligned:
-        array = _as_native_array(array)
-        code = _native_dtype_code(array.dtype)
-    ctx = context(backend)
-    if ctx.on_host:
-        return _topk_host(ctx, array, code, k, dim, largest, sorted)
-    return _topk_via_device(ctx, array, dtype_name(array.dtype), k, dim, largest, sorted)
+def element_strides(array):
+    return tuple(s // array.itemsize for s in array.strides)

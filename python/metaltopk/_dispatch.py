@@ -1,0 +1,160 @@
+"""The one dispatcher: every operation's front door turns its input, whatever kind it is, into
+the call of one implementation, and the result back into the caller's kind.
+
+Kinds, tried in this order:
+1. a registered type handler (metaltopk.torch registers torch.Tensor): it takes the whole call,
+   so torch ops, autograd and torch.compile see it;
+2. a registered array adapter (CuPy): it describes the input as a DeviceTensor on its device
+   and allocates the outputs there;
+3. any other DLPack producer (JAX, ...): imported without a copy, run as 1 or 2, exported back
+   (metaltopk._dlpack);
+4. anything numpy can read: described in place on the CPU backend, or copied to a GPU backend.
+
+The adapters are registered in one place, metaltopk/__init__.py. An operation added to the ABI
+gets a front door here and implementations of the same four cases (see topk and moe_route).
+"""
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import _dlpack
+from ._abi import DeviceTensor, as_native_array, context, dtype_name, native_dtype_code
+from ._arguments import integer, topk_arguments
+from ._topk import topk_device_tensor, topk_host, topk_via_device
+from .router import (as_host_array, route_device_tensors, route_host, route_params,
+                     route_via_device)
+
+# Callables obj -> DeviceTensor | None, tried in order for inputs that are not numpy arrays.
+_array_adapters = []
+
+
+def register_array_adapter(adapter: Callable[[object], Optional[DeviceTensor]]) -> None:
+    """Lets another module (e.g. CuPy support) hand device tensors to topk and moe_route."""
+    _array_adapters.append(adapter)
+
+
+# A library's array type -> its integration: an object with topk(x, k, dim, largest, sorted,
+# backend) and moe_route(logits, k, **options) that take every call on arrays of that type and
+# return arrays of that type. Looked up by the input's exact type first (the hot path), then
+# along its type's MRO, so subclasses (torch.nn.Parameter, say) find their base's entry.
+_type_handlers = {}
+
+
+def register_type_handler(array_type: type, handler) -> None:
+    """Lets a library's integration (metaltopk.torch) take every call on its arrays."""
+    _type_handlers[array_type] = handler
+
+
+def type_handler(x) -> Optional[Callable]:
+    for base in type(x).__mro__:
+        handler = _type_handlers.get(base)
+        if handler is not None:
+            return handler
+    return None
+
+
+
+def device_view(x) -> Optional[DeviceTensor]:
+    """The DeviceTensor the first adapter that knows x makes of it, else None."""
+    if isinstance(x, np.ndarray):
+        return None
+    for adapter in _array_adapters:
+        view = adapter(x)
+        if view is not None:
+            return view
+    return None
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
+    """The k largest (or smallest) entries of x along dim, as (values, indices).
+
+    Follows the metaltopk contract exactly (docs/CONTRACT.md): NaN ranks above +inf,
+    -0.0 == +0.0, ties go to the lower index, values are bit-exact copies; indices are int64.
+    numpy arrays (any strides, 0-d, empty, ml_dtypes.bfloat16) go in and come out as numpy
+    arrays on every backend; torch tensors as torch tensors on their own device
+    (metaltopk.torch); CuPy arrays as CuPy arrays; any other DLPack producer (JAX, ...) as
+    arrays of the producer's kind.
+
+    k, dim: integers (Python or numpy ints; not bools or floats). largest, sorted: bools.
+    backend: None (the default: CUDA, then Metal, then the CPU for numpy inputs; the tensor's
+      own device for torch and CuPy inputs), "default", "cpu", "cuda", "metal" or "mpsgraph".
+      A numpy input on a GPU backend is copied there and back.
+
+    Raises:
+      TypeError: k or dim is not an integer, largest or sorted not a bool, or the dtype is not
+        one of float32, float16, bfloat16, float64, int8, uint8, int16, int32, int64.
+      ValueError: k < 0 or k > the size along dim; backend is not a backend name, or is not
+        the device a torch or CuPy input lives on.
+      IndexError: dim is outside [-ndim, ndim - 1].
+      RuntimeError: the backend is not compiled in or has no driver or device (the message
+        says which), or the device failed.
+      MemoryError: an allocation failed.
+    """
+    handler = _type_handlers.get(type(x))
+    if handler is not None:
+        return handler.topk(x, k, dim, largest, sorted, backend)
+    k, dim, largest, sorted = topk_arguments(k, dim, largest, sorted)
+    if not isinstance(x, np.ndarray):
+        handler = type_handler(x)
+        if handler is not None:
+            return handler.topk(x, k, dim, largest, sorted, backend)
+        view = device_view(x)
+        if view is not None:
+            return topk_device_tensor(view, k, dim, largest, sorted, backend)
+        if _dlpack.is_foreign(x):
+            return _dlpack.call(topk, x, k, dim, largest, sorted, backend=backend)
+    array = np.asarray(x)
+    code = native_dtype_code(array.dtype)
+    if code is None or not array.flags.aligned:
+        array = as_native_array(array)
+        code = native_dtype_code(array.dtype)
+    ctx = context(backend)
+    if ctx.on_host:
+        return topk_host(ctx, array, code, k, dim, largest, sorted)
+    return topk_via_device(ctx, array, dtype_name(array.dtype), k, dim, largest, sorted)
+
+
+def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_group=None,
+              renormalize=True, scale=1.0, index_dtype=np.int32, backend=None):
+    """Routes each token (row) of `logits` [T, E] to its k best experts.
+
+    scoring: "softmax" (over the E experts, in float32), "sigmoid" or "none" (the logits).
+    bias: optional [E] float32, added to the scores for selection only (DeepSeek-V3 style).
+    n_group, topk_group: when n_group > 1, experts form n_group groups of E / n_group
+      consecutive experts and only the topk_group groups with the best sum of their two best
+      scores are eligible.
+    Returns (weights [T, k] float32, ids [T, k] index_dtype), best expert first, ties to the
+    lower expert id. Weights are the selected scores without the bias, divided by their sum when
+    `renormalize`, times `scale`. numpy inputs (float32, float16, ml_dtypes.bfloat16, any
+    strides) give numpy outputs on every backend; torch tensors (metaltopk.torch) give torch
+    tensors on their device, CuPy arrays CuPy arrays, both on their library's current stream.
+    k, n_group, topk_group: integers; renormalize: a bool; scale: a real number. backend: as
+    for metaltopk.topk.
+
+    Raises TypeError (an argument of the wrong type, an unsupported dtype), ValueError (k,
+    n_group, topk_group, bias shape or scoring out of range, each named as here; a backend that
+    is no backend name), RuntimeError (a backend unavailable or failing; torch logits that
+    require grad while grad mode is on: the router has no gradient), MemoryError.
+    """
+    handler = type_handler(logits)
+    if handler is not None:
+        return handler.moe_route(logits, k, scoring=scoring, bias=bias, n_group=n_group,
+                                 topk_group=topk_group, renormalize=renormalize, scale=scale,
+                                 index_dtype=index_dtype, backend=backend)
+    make_params = route_params(k, scoring, n_group, topk_group, renormalize, scale)
+    k = integer(k, "k", "moe_route")
+    index_dtype = np.dtype(index_dtype)
+    view = device_view(logits)
+    if view is not None:
+        return route_device_tensors(view, bias, k, index_dtype, make_params, backend,
+                                    device_view)
+    if _dlpack.is_foreign(logits):
+        return _dlpack.call(moe_route, logits, k, scoring=scoring, bias=bias, n_group=n_group,
+                            topk_group=topk_group, renormalize=renormalize, scale=scale,
+                            index_dtype=index_dtype, backend=backend)
+    array = as_host_array(logits, "logits")
+    bias_array = None if bias is None else as_host_array(bias, "bias")
+    ctx = context(backend, function="moe_route")
+    run = route_host if ctx.on_host else route_via_device
+    return run(ctx, array, bias_array, k, index_dtype, make_params)
