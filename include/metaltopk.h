@@ -18,6 +18,22 @@
  * Distinct contexts share nothing. mtk_context_destroy and mtk_context_set_num_threads must not
  * race with other calls on the same context.
  *
+ * Parameter structs grow by version. Every parameter struct (mtk_router_params, and those
+ * that come later) begins with `size_t struct_size`, which the caller sets to the sizeof of the
+ * struct its header declares: initialise it with the struct's MTK_..._INIT macro, which sets
+ * struct_size and every member's default, then assign the members you need. New members are
+ * only ever appended, so the library reads each struct as follows:
+ *  - struct_size smaller than this library's struct (a caller built against an older header):
+ *    accepted; every member past struct_size takes the default its struct documents.
+ *  - struct_size larger (a newer header): accepted when every byte past the struct this library
+ *    knows is zero, since a member added later means, when zero, what libraries without it do;
+ *    rejected with MTK_ERROR_INVALID_ARGUMENT otherwise.
+ *  - rejected with MTK_ERROR_INVALID_ARGUMENT before any other member is read: struct_size 0
+ *    (a caller that never set it), too small to hold the members without a default (each
+ *    struct names them), not a multiple of the struct's alignment (8 on 64-bit platforms, so
+ *    that no member is cut), or above 1024.
+ * The error messages name the struct, the size given and the size this library knows.
+ *
  * Streams: GPU calls are stream-ordered and asynchronous. `stream` is the backend's queue
  * handle: a cudaStream_t for CUDA (NULL = the legacy default stream); for Metal and MPSGraph an
  * id<MTLCommandBuffer> to encode into (the caller commits it), or NULL to use the context's own
@@ -31,7 +47,7 @@
 #include <stdint.h>
 
 #define MTK_VERSION_MAJOR 0
-#define MTK_VERSION_MINOR 1
+#define MTK_VERSION_MINOR 2
 #define MTK_VERSION_PATCH 0
 #define MTK_VERSION (MTK_VERSION_MAJOR * 10000 + MTK_VERSION_MINOR * 100 + MTK_VERSION_PATCH)
 
@@ -267,15 +283,22 @@ typedef enum mtk_scoring {
   MTK_SCORING_NONE = 2     /* the logits themselves */
 } mtk_scoring;
 
+/* Versioned (see the opening comment). k is mandatory: a struct_size below 16 bytes, the end
+ * of k, is rejected. The other members default to their MTK_ROUTER_PARAMS_INIT values. */
 typedef struct mtk_router_params {
+  size_t struct_size;          /* sizeof(mtk_router_params) as the caller compiled it */
   int64_t k;                   /* experts per token, 1 <= k <= E */
-  mtk_scoring scoring;
-  const mtk_tensor* bias;      /* NULL, or [E] float32 added to scores for selection only */
-  int64_t n_group;             /* 0 or 1: no grouping; else E % n_group == 0 */
+  mtk_scoring scoring;         /* default MTK_SCORING_SOFTMAX */
+  const mtk_tensor* bias;      /* NULL (the default), or [E] float32 added for selection only */
+  int64_t n_group;             /* 0 (the default) or 1: no grouping; else E % n_group == 0 */
   int64_t topk_group;          /* groups kept (by the sum of their top-2 scores) when grouped */
-  int renormalize;             /* divide the k weights by their sum */
-  float scale;                 /* multiplies the final weights */
+  int renormalize;             /* divide the k weights by their sum (default 0: no) */
+  float scale;                 /* multiplies the final weights (default 1) */
 } mtk_router_params;
+
+/* The size and every default, member by member; set k before the call:
+ *   mtk_router_params params = MTK_ROUTER_PARAMS_INIT;  params.k = 8; */
+#define MTK_ROUTER_PARAMS_INIT {sizeof(mtk_router_params), 0, MTK_SCORING_SOFTMAX, 0, 0, 0, 0, 1}
 
 /*
  * Routes each of T tokens of `logits` [T, E] (float32, float16 or bfloat16; rows may be

@@ -215,7 +215,7 @@ void moe_route(const Device& device, AtenTensorHandle logits, int64_t k, const c
   Input bias_input;
   if (bias != nullptr) bias_input = describe(*bias, "bias");
   const mtk_dtype ids_dtype = library_dtype(index_dtype, "index_dtype");
-  mtk_router_params params{};
+  mtk_router_params params = MTK_ROUTER_PARAMS_INIT;
   params.k = k;
   params.scoring = scoring_of(scoring);
   params.bias = bias != nullptr ? &bias_input.tensor : nullptr;

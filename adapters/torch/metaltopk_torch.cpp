@@ -116,7 +116,7 @@ PyObject* moe_route(const at::Tensor& logits, int64_t k, mtk_scoring scoring, Py
   const std::optional<mtk_dtype> dtype = library_dtype(logits.scalar_type());
   if (!dtype || logits.dim() != 2 || !(logits.is_cuda() || logits.is_cpu())) Py_RETURN_NONE;
   mtk_tensor bias_described{};
-  mtk_router_params params{};
+  mtk_router_params params = MTK_ROUTER_PARAMS_INIT;
   if (bias != Py_None) {
     if (!THPVariable_Check(bias)) Py_RETURN_NONE;
     const at::Tensor& bias_tensor = THPVariable_Unpack(bias);

@@ -700,7 +700,7 @@ bool bench_router(const RouterShape& s, mtk_context ctx, cudaStream_t stream, si
   bias_t.ndim = 1;
   bias_t.sizes[0] = s.experts;
   bias_t.strides[0] = 1;
-  mtk_router_params p{};
+  mtk_router_params p = MTK_ROUTER_PARAMS_INIT;
   p.k = s.k;
   p.scoring = s.deepseek ? MTK_SCORING_SIGMOID : MTK_SCORING_SOFTMAX;
   p.bias = s.deepseek ? &bias_t : nullptr;

@@ -108,6 +108,59 @@ int64_t element_count(const mtk_tensor& t) {
   return count;
 }
 
+// A call whose outputs the library allocates: contiguous outputs of the top-k shape, without data
+// yet, and the problem they make.
+struct NewOutputs {
+  mtk_tensor values, indices;
+  mtk::TopkProblem problem;
+};
+
+NewOutputs checked_problem_with_new_outputs(Context& ctx, const mtk_tensor* input, int64_t k,
+                                            int64_t dim, int largest, int sorted,
+                                            mtk_dtype index_dtype) {
+  const int d = mtk::validate_input_dim_k(input, k, dim);
+  require_known_dtype_argument(index_dtype, "indices.dtype");
+  NewOutputs out{};
+  out.values = contiguous_output(*input, k, d, input->dtype);
+  out.indices = contiguous_output(*input, k, d, index_dtype);
+  out.problem = mtk::make_topk_problem(input, k, dim, largest, sorted, &out.values, &out.indices,
+                                       mtk::OutputMemory::NotYetAllocated);
+  require_backend_dtype(ctx, out.problem.dtype);
+  return out;
+}
+
+// Plans a problem with work once and runs that plan. `caller_workspace` is the caller's scratch,
+// checked against the plan here, or null: the backend takes its own.
+// The caller's scratch checked against what `plan` needs, or an empty Workspace (the backend
+// takes its own) where the caller gave none.
+mtk::Workspace checked_workspace(const mtk::PlannedTopk& plan,
+                                 const mtk::Workspace* caller_workspace) {
+  if (caller_workspace == nullptr) return mtk::Workspace{};
+  const size_t needed = plan.workspace_bytes;
+  if (caller_workspace->bytes < needed) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", caller_workspace->bytes,
+         " is smaller than the ", needed, " bytes this problem needs");
+  }
+  if (needed > 0 && caller_workspace->data == nullptr) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
+  }
+  return *caller_workspace;
+}
+
+void plan_and_run(Context& ctx, const mtk::TopkProblem& p, const mtk::Workspace* caller_workspace,
+                  void* stream) {
+  mtk::Backend& backend = ctx.backend();
+  const std::shared_ptr<const mtk::PlannedTopk> plan = backend.plan_topk(p);
+  backend.run_topk(*plan, p, checked_workspace(*plan, caller_workspace), stream);
+}
+
+void plan_and_run(Context& ctx, const mtk::RaggedProblem& p,
+                  const mtk::Workspace* caller_workspace, void* stream) {
+  mtk::Backend& backend = ctx.backend();
+  const std::shared_ptr<const mtk::PlannedTopk> plan = backend.plan_topk_ragged(p);
+  backend.run_topk_ragged(*plan, p, checked_workspace(*plan, caller_workspace), stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -237,7 +290,7 @@ MTK_API mtk_status mtk_topk(mtk_context ctx, const mtk_tensor* input, int64_t k,
     Context& context = mtk::checked_context(ctx);
     const mtk::TopkProblem p =
         checked_problem(context, input, k, dim, largest, sorted, values, indices);
-    if (has_work(p)) context.backend().topk(p, mtk::Workspace{}, stream);
+    if (has_work(p)) plan_and_run(context, p, nullptr, stream);
   });
 }
 
@@ -248,14 +301,9 @@ MTK_API mtk_status mtk_topk_workspace_size(mtk_context ctx, const mtk_tensor* in
   return guarded([&] {
     Context& context = mtk::checked_context(ctx);
     require_out(bytes, "bytes");
-    const int d = mtk::validate_input_dim_k(input, k, dim);
-    require_known_dtype_argument(index_dtype, "indices.dtype");
-    const mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
-    const mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
-    mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
-                                                mtk::OutputMemory::NotYetAllocated);
-    require_backend_dtype(context, p.dtype);
-    *bytes = has_work(p) ? context.backend().workspace_size(p) : 0;
+    const NewOutputs call =
+        checked_problem_with_new_outputs(context, input, k, dim, largest, sorted, index_dtype);
+    if (has_work(call.problem)) *bytes = context.backend().plan_topk(call.problem)->workspace_bytes;
   });
 }
 
@@ -267,16 +315,8 @@ MTK_API mtk_status mtk_topk_with_workspace(mtk_context ctx, const mtk_tensor* in
     Context& context = mtk::checked_context(ctx);
     const mtk::TopkProblem p =
         checked_problem(context, input, k, dim, largest, sorted, values, indices);
-    if (!has_work(p)) return;
-    const size_t needed = context.backend().workspace_size(p);
-    if (workspace_bytes < needed) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace_bytes,
-           " is smaller than the ", needed, " bytes this problem needs");
-    }
-    if (needed > 0 && workspace == nullptr) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
-    }
-    context.backend().topk(p, mtk::Workspace{workspace, workspace_bytes}, stream);
+    const mtk::Workspace caller_workspace{workspace, workspace_bytes};
+    if (has_work(p)) plan_and_run(context, p, &caller_workspace, stream);
   });
 }
 
@@ -288,7 +328,7 @@ MTK_API mtk_status mtk_topk_ragged(mtk_context ctx, const mtk_tensor* input, int
     Context& context = mtk::checked_context(ctx);
     const mtk::RaggedProblem p =
         checked_ragged_problem(context, input, k, largest, sorted, params, values, indices);
-    if (has_work(p)) context.backend().topk_ragged(p, mtk::Workspace{}, stream);
+    if (has_work(p)) plan_and_run(context, p, nullptr, stream);
   });
 }
 
@@ -307,7 +347,7 @@ MTK_API mtk_status mtk_topk_ragged_workspace_size(mtk_context ctx, const mtk_ten
         mtk::make_ragged_problem(input, k, largest, sorted, params, nullptr, &indices,
                                  mtk::OutputMemory::NotYetAllocated);
     require_backend_dtype(context, p.dense.dtype);
-    *bytes = has_work(p) ? context.backend().ragged_workspace_size(p) : 0;
+    if (has_work(p)) *bytes = context.backend().plan_topk_ragged(p)->workspace_bytes;
   });
 }
 
@@ -321,16 +361,8 @@ MTK_API mtk_status mtk_topk_ragged_with_workspace(mtk_context ctx, const mtk_ten
     Context& context = mtk::checked_context(ctx);
     const mtk::RaggedProblem p =
         checked_ragged_problem(context, input, k, largest, sorted, params, values, indices);
-    if (!has_work(p)) return;
-    const size_t needed = context.backend().ragged_workspace_size(p);
-    if (workspace_bytes < needed) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace_bytes,
-           " is smaller than the ", needed, " bytes this problem needs");
-    }
-    if (needed > 0 && workspace == nullptr) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
-    }
-    context.backend().topk_ragged(p, mtk::Workspace{workspace, workspace_bytes}, stream);
+    const mtk::Workspace caller_workspace{workspace, workspace_bytes};
+    if (has_work(p)) plan_and_run(context, p, &caller_workspace, stream);
   });
 }
 
@@ -343,23 +375,19 @@ MTK_API mtk_status mtk_topk_alloc(mtk_context ctx, const mtk_tensor* input, int6
     Context& context = mtk::checked_context(ctx);
     require_out(values_out, "values_out");
     require_out(indices_out, "indices_out");
-    const int d = mtk::validate_input_dim_k(input, k, dim);
-    require_known_dtype_argument(index_dtype, "indices.dtype");
-    require_backend_dtype(context, input->dtype);
-    mtk_tensor values = contiguous_output(*input, k, d, input->dtype);
-    mtk_tensor indices = contiguous_output(*input, k, d, index_dtype);
-    const int64_t count = element_count(values);
-    mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, &values, &indices,
-                                                mtk::OutputMemory::NotYetAllocated);
-    mtk::OwnedAllocation values_memory(context, count * mtk::dtype_info(values.dtype)->size);
+    NewOutputs call =
+        checked_problem_with_new_outputs(context, input, k, dim, largest, sorted, index_dtype);
+    mtk::TopkProblem& p = call.problem;
+    const int64_t count = element_count(call.values);
+    mtk::OwnedAllocation values_memory(context, count * mtk::dtype_info(call.values.dtype)->size);
     mtk::OwnedAllocation indices_memory(context, count * mtk::dtype_info(index_dtype)->size);
-    p.values = values.data = values_memory.get();
-    p.indices = indices.data = indices_memory.get();
-    if (has_work(p)) context.backend().topk(p, mtk::Workspace{}, stream);
-    values.data = values_memory.release();
-    indices.data = indices_memory.release();
-    *values_out = values;
-    *indices_out = indices;
+    p.values = call.values.data = values_memory.get();
+    p.indices = call.indices.data = indices_memory.get();
+    if (has_work(p)) plan_and_run(context, p, nullptr, stream);
+    call.values.data = values_memory.release();
+    call.indices.data = indices_memory.release();
+    *values_out = call.values;
+    *indices_out = call.indices;
   });
 }
 

@@ -14,8 +14,12 @@ namespace {
 
 }  // namespace
 
-size_t Backend::ragged_workspace_size(const RaggedProblem&) { refuse_ragged(kind()); }
+std::shared_ptr<const PlannedTopk> Backend::plan_topk_ragged(const RaggedProblem&) {
+  refuse_ragged(kind());
+}
 
-void Backend::topk_ragged(const RaggedProblem&, Workspace, void*) { refuse_ragged(kind()); }
+void Backend::run_topk_ragged(const PlannedTopk&, const RaggedProblem&, Workspace, void*) {
+  refuse_ragged(kind());
+}
 
 }  // namespace mtk

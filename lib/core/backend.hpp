@@ -12,6 +12,15 @@
 
 namespace mtk {
 
+// What one backend decided for one top-k problem (kernels, split, scratch layout), made once by
+// Backend::plan_topk. The core reads the scratch it needs and hands the plan back to
+// Backend::run_topk with the same problem; only the backend that made it reads the rest (its
+// own type, derived from this one).
+struct PlannedTopk {
+  virtual ~PlannedTopk() = default;
+  size_t workspace_bytes = 0;  // scratch run_topk needs in a caller's workspace
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -26,20 +35,23 @@ class Backend {
                     void* stream) = 0;
   virtual void synchronize(void* stream) = 0;
 
-  // Scratch bytes `topk` needs for this problem; rows, n and k are > 0 here.
-  virtual size_t workspace_size(const TopkProblem& problem) = 0;
-  // `workspace` is caller-provided (at least workspace_size(problem) bytes) or empty, in which
-  // case the backend takes scratch from its own stream-safe cache. Called only with rows, k > 0.
-  virtual void topk(const TopkProblem& problem, Workspace workspace, void* stream) = 0;
+  // Plans a problem with rows, n and k > 0 (a backend may return a plan it cached per shape).
+  virtual std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) = 0;
+  // Runs `plan`, which this backend's plan_topk made for `problem`. `workspace` is the caller's
+  // (at least plan.workspace_bytes, checked by the core) or empty, in which case the backend
+  // takes scratch from its own stream-safe cache.
+  virtual void run_topk(const PlannedTopk& plan, const TopkProblem& problem, Workspace workspace,
+                        void* stream) = 0;
 
-  // Whether `topk` accepts problems without values (indices only; values == nullptr).
+  // Whether run_topk accepts problems without values (indices only; values == nullptr).
   virtual bool supports_indices_only() const { return false; }
 
-  // Ragged rows (mtk_topk_ragged), as `workspace_size` and `topk` above; rows and k are > 0.
-  // A backend without kernels for them keeps these defaults, which refuse with
+  // Ragged rows (mtk_topk_ragged), planned and run as plan_topk and run_topk above; rows and k
+  // are > 0. A backend without kernels for them keeps these defaults, which refuse with
   // MTK_ERROR_BACKEND_UNAVAILABLE and a message naming the backend.
-  virtual size_t ragged_workspace_size(const RaggedProblem& problem);
-  virtual void topk_ragged(const RaggedProblem& problem, Workspace workspace, void* stream);
+  virtual std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem);
+  virtual void run_topk_ragged(const PlannedTopk& plan, const RaggedProblem& problem,
+                               Workspace workspace, void* stream);
 
   // Called only with tokens > 0.
   virtual void moe_route(const RouterProblem& problem, void* stream) = 0;

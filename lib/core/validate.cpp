@@ -2,15 +2,23 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "dtype.hpp"
 #include "error.hpp"
+#include "versioned_params.hpp"
 
 namespace mtk {
 namespace {
+
+constexpr VersionedLayout<mtk_router_params> kRouterParams{
+    "mtk_router_params", "MTK_ROUTER_PARAMS_INIT",
+    offsetof(mtk_router_params, k) + sizeof(mtk_router_params::k), MTK_ROUTER_PARAMS_INIT};
+constexpr VersionedLayout<mtk_ragged_params> kRaggedParams{
+    "mtk_ragged_params", "MTK_RAGGED_PARAMS_INIT",
+    offsetof(mtk_ragged_params, lengths) + sizeof(mtk_ragged_params::lengths),
+    MTK_RAGGED_PARAMS_INIT};
 
 bool multiply_overflows(int64_t a, int64_t b, int64_t* out) {
   return __builtin_mul_overflow(a, b, out);
@@ -285,23 +293,6 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
 
 namespace {
 
-// The caller's params with the members past its struct_size at their defaults.
-mtk_ragged_params read_ragged_params(const mtk_ragged_params* given) {
-  if (given == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "params is NULL");
-  constexpr size_t mandatory =
-      offsetof(mtk_ragged_params, lengths) + sizeof(mtk_ragged_params::lengths);
-  const size_t size = given->struct_size;
-  if (size < mandatory || size > sizeof(mtk_ragged_params)) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = ", size,
-         " is not valid for mtk_ragged_params (this library's is ", sizeof(mtk_ragged_params),
-         "; initialise it with MTK_RAGGED_PARAMS_INIT)");
-  }
-  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
-  std::memcpy(&params, given, size);
-  params.struct_size = sizeof params;
-  return params;
-}
-
 void require_index_tensor_dtype(const mtk_tensor& t, const char* name) {
   if (t.dtype != MTK_INT32 && t.dtype != MTK_INT64) {
     fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, ".dtype = ", dtype_name(t.dtype),
@@ -342,7 +333,7 @@ RaggedProblem make_ragged_problem(const mtk_tensor* input, int64_t k, int larges
     fail(MTK_ERROR_INVALID_ARGUMENT, "input.ndim = ", input->ndim, " must be 2 ([rows, n])");
   }
   if (k < 0) fail(MTK_ERROR_INVALID_ARGUMENT, "k = ", k, " is negative (expected k >= 0)");
-  const mtk_ragged_params params = read_ragged_params(given_params);
+  const mtk_ragged_params params = read_versioned_params(given_params, "params", kRaggedParams);
   const int64_t rows = input->sizes[0], n = input->sizes[1];
 
   constexpr int kParamTensors = 5;
@@ -462,7 +453,7 @@ RaggedProblem make_ragged_problem(const mtk_tensor* input, int64_t k, int larges
   return p;
 }
 
-RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_params* params,
+RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_params* given_params,
                                   const mtk_tensor* weights, const mtk_tensor* ids) {
   const CheckedTensor lg = check_descriptor(logits, "logits");
   if (logits->ndim != 2) {
@@ -473,19 +464,19 @@ RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_par
     fail(MTK_ERROR_UNSUPPORTED_DTYPE, "logits.dtype = ", dtype_name(logits->dtype),
          " is not float32, float16 or bfloat16");
   }
-  if (params == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "params is NULL");
+  const mtk_router_params params = read_versioned_params(given_params, "params", kRouterParams);
   const int64_t tokens = logits->sizes[0], experts = logits->sizes[1];
   if (experts < 1) fail(MTK_ERROR_INVALID_ARGUMENT, "logits.sizes[1] = ", experts, " has no experts");
-  if (params->k < 1 || params->k > experts) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params->k, " is out of range for ", experts,
+  if (params.k < 1 || params.k > experts) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params.k, " is out of range for ", experts,
          " experts (expected 1 <= k <= ", experts, ")");
   }
-  const int scoring = abi_enum_value(params->scoring);
+  const int scoring = abi_enum_value(params.scoring);
   if (scoring != MTK_SCORING_SOFTMAX && scoring != MTK_SCORING_SIGMOID &&
       scoring != MTK_SCORING_NONE) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "params.scoring = ", scoring, " is not a known mtk_scoring");
   }
-  int64_t n_group = params->n_group, topk_group = params->topk_group;
+  int64_t n_group = params.n_group, topk_group = params.topk_group;
   if (n_group < 0) fail(MTK_ERROR_INVALID_ARGUMENT, "params.n_group = ", n_group, " is negative");
   if (n_group <= 1) {
     n_group = 1;
@@ -499,25 +490,25 @@ RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_par
       fail(MTK_ERROR_INVALID_ARGUMENT, "params.topk_group = ", topk_group,
            " is out of range (expected 1 <= topk_group <= n_group = ", n_group, ")");
     }
-    if (params->k > topk_group * (experts / n_group)) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params->k, " exceeds the ",
+    if (params.k > topk_group * (experts / n_group)) {
+      fail(MTK_ERROR_INVALID_ARGUMENT, "params.k = ", params.k, " exceeds the ",
            topk_group * (experts / n_group), " experts of the ", topk_group, " kept groups");
     }
   }
   CheckedTensor bias_span;
-  if (params->bias != nullptr) {
-    bias_span = check_descriptor(params->bias, "params.bias");
-    if (params->bias->ndim != 1 || params->bias->sizes[0] != experts) {
+  if (params.bias != nullptr) {
+    bias_span = check_descriptor(params.bias, "params.bias");
+    if (params.bias->ndim != 1 || params.bias->sizes[0] != experts) {
       fail(MTK_ERROR_INVALID_ARGUMENT, "params.bias must have shape [", experts, "]");
     }
-    if (params->bias->dtype != MTK_FLOAT32) {
-      fail(MTK_ERROR_UNSUPPORTED_DTYPE, "params.bias.dtype = ", dtype_name(params->bias->dtype),
+    if (params.bias->dtype != MTK_FLOAT32) {
+      fail(MTK_ERROR_UNSUPPORTED_DTYPE, "params.bias.dtype = ", dtype_name(params.bias->dtype),
            " must be float32");
     }
   }
   const CheckedTensor w = check_descriptor(weights, "weights");
   const CheckedTensor id = check_descriptor(ids, "ids");
-  const OutputShape shape{2, {tokens, params->k}};
+  const OutputShape shape{2, {tokens, params.k}};
   check_output_shape(*weights, "weights", shape);
   check_output_shape(*ids, "ids", shape);
   if (weights->dtype != MTK_FLOAT32) {
@@ -538,17 +529,17 @@ RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_par
   p.index_dtype = ids->dtype;
   p.tokens = tokens;
   p.experts = experts;
-  p.k = params->k;
-  p.scoring = params->scoring;
+  p.k = params.k;
+  p.scoring = params.scoring;
   p.n_group = n_group;
   p.topk_group = topk_group;
-  p.renormalize = params->renormalize != 0;
-  p.scale = params->scale;
+  p.renormalize = params.renormalize != 0;
+  p.scale = params.scale;
   p.logits = logits->data;
   p.logits_token_stride = logits->strides[0];
   p.logits_expert_stride = logits->strides[1];
-  p.bias = params->bias != nullptr ? static_cast<const float*>(params->bias->data) : nullptr;
-  p.bias_stride = params->bias != nullptr ? params->bias->strides[0] : 0;
+  p.bias = params.bias != nullptr ? static_cast<const float*>(params.bias->data) : nullptr;
+  p.bias_stride = params.bias != nullptr ? params.bias->strides[0] : 0;
   p.weights = static_cast<float*>(weights->data);
   p.weights_token_stride = weights->strides[0];
   p.weights_k_stride = weights->strides[1];

@@ -78,9 +78,22 @@ TopkKernel best_topk_kernel() {
   return &cpu::generic::run_topk;
 }
 
+// A plan for the pool it was made for: its workers index their scratch, so the plan runs on
+// that pool.
+struct CpuPlannedTopk final : PlannedTopk {
+  cpu::TopkPlan plan;
+  std::shared_ptr<cpu::ThreadPool> pool;
+};
+
+// Ragged rows: every worker's scratch holds any window (cpu::ragged_worker_bytes).
+struct CpuPlannedRagged final : PlannedTopk {
+  size_t worker_bytes = 0;
+  std::shared_ptr<cpu::ThreadPool> pool;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : pool_(std::make_unique<cpu::ThreadPool>(0)), kernel_(best_topk_kernel()) {}
+  CpuBackend() : pool_(std::make_shared<cpu::ThreadPool>(0)), kernel_(best_topk_kernel()) {}
 
   mtk_backend kind() const override { return MTK_BACKEND_CPU; }
   bool supports_dtype(mtk_dtype dtype) const override { return dtype_info(dtype) != nullptr; }
@@ -92,35 +105,51 @@ class CpuBackend final : public Backend {
   }
   void synchronize(void*) override {}  // every CPU call has finished when it returns
 
-  size_t workspace_size(const TopkProblem& problem) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) override {
+    auto planned = std::make_shared<CpuPlannedTopk>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      planned->pool = pool_;
+    }
+    planned->plan = cpu::make_topk_plan(problem, planned->pool->num_threads());
     // Slack to align a caller's workspace, which may start anywhere.
-    return cpu::plan_scratch_bytes(cpu::make_topk_plan(problem, pool_->num_threads())) +
-           kScratchAlign;
+    planned->workspace_bytes = cpu::plan_scratch_bytes(planned->plan) + kScratchAlign;
+    return planned;
   }
 
-  void topk(const TopkProblem& problem, Workspace workspace, void*) override {
-    // One call at a time: the pool and the scratch belong to the running call.
+  void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace,
+                void*) override {
+    const cpu::TopkPlan& plan = static_cast<const CpuPlannedTopk&>(planned).plan;
+    cpu::ThreadPool& pool = *static_cast<const CpuPlannedTopk&>(planned).pool;
+    // One call at a time: the scratch and the pool belong to the running call. The pool is the
+    // one the plan was made for, kept alive by the plan where set_num_threads has replaced it.
     std::lock_guard<std::mutex> lock(mutex_);
-    const cpu::TopkPlan plan = cpu::make_topk_plan(problem, pool_->num_threads());
     const cpu::ScratchView view =
         carve_scratch(workspace, plan.shared_bytes, plan.worker_bytes, plan.workers);
-    kernel_(problem, plan, *pool_, view);
+    kernel_(problem, plan, pool, view);
   }
 
   bool supports_indices_only() const override { return true; }
 
-  size_t ragged_workspace_size(const RaggedProblem& problem) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return cpu::ragged_worker_bytes(problem) * static_cast<size_t>(pool_->num_threads()) +
-           kScratchAlign;
+  std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem) override {
+    auto planned = std::make_shared<CpuPlannedRagged>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      planned->pool = pool_;
+    }
+    planned->worker_bytes = cpu::ragged_worker_bytes(problem);
+    planned->workspace_bytes =
+        planned->worker_bytes * static_cast<size_t>(planned->pool->num_threads()) + kScratchAlign;
+    return planned;
   }
 
-  void topk_ragged(const RaggedProblem& problem, Workspace workspace, void*) override {
+  void run_topk_ragged(const PlannedTopk& planned, const RaggedProblem& problem,
+                       Workspace workspace, void*) override {
+    const auto& ragged = static_cast<const CpuPlannedRagged&>(planned);
     std::lock_guard<std::mutex> lock(mutex_);
-    const cpu::ScratchView view = carve_scratch(workspace, 0, cpu::ragged_worker_bytes(problem),
-                                                pool_->num_threads());
-    cpu::run_ragged(problem, kernel_, *pool_, view.worker);
+    const cpu::ScratchView view =
+        carve_scratch(workspace, 0, ragged.worker_bytes, ragged.pool->num_threads());
+    cpu::run_ragged(problem, kernel_, *ragged.pool, view.worker);
   }
 
   void moe_route(const RouterProblem& problem, void*) override {
@@ -140,7 +169,7 @@ class CpuBackend final : public Backend {
 
   void set_num_threads(int num_threads) override {  // the core rejected negative counts
     std::lock_guard<std::mutex> lock(mutex_);
-    pool_ = std::make_unique<cpu::ThreadPool>(num_threads);
+    pool_ = std::make_shared<cpu::ThreadPool>(num_threads);
     const size_t workers = static_cast<size_t>(pool_->num_threads());
     if (owned_.size() > workers) owned_.resize(workers);  // drop the scratch of retired workers
   }
@@ -152,13 +181,7 @@ class CpuBackend final : public Backend {
                                  int workers) {
     worker_scratch_.resize(static_cast<size_t>(workers));
     cpu::ScratchView view;
-    if (workspace.data != nullptr) {
-      const size_t needed = shared_bytes + worker_bytes * static_cast<size_t>(workers) +
-                            kScratchAlign;
-      if (workspace.bytes < needed) {
-        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", workspace.bytes,
-             " is less than the ", needed, " bytes this call needs");
-      }
+    if (workspace.data != nullptr) {  // the core checked its size against the plan
       std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
       view.shared = at;
       at += shared_bytes;
@@ -173,7 +196,7 @@ class CpuBackend final : public Backend {
   }
 
   mutable std::mutex mutex_;
-  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::shared_ptr<cpu::ThreadPool> pool_;
   TopkKernel kernel_;
   ScratchBuffer shared_;
   std::vector<ScratchBuffer> owned_;

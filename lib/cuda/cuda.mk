@@ -7,6 +7,10 @@ CUDA ?= 1
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 
+# The plan (which kernels, grid, scratch layout) is host C++ that needs no nvcc:
+# tests/cuda/plan.mk unit-tests it on every machine.
+CUDA_PLAN_HEADERS := lib/cuda/topk_plan.hpp lib/cuda/topk_config.hpp
+
 ifneq ($(and $(filter-out 0,$(CUDA)),$(wildcard $(NVCC))),)
 # sm_90 machine code for Hopper, plus compute_90 PTX that newer GPUs JIT-compile.
 CUDA_ARCH_FLAGS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -16,7 +20,8 @@ CUDA_SRC := $(wildcard lib/cuda/*.cu)
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
 CUDA_HEADERS := $(wildcard lib/cuda/*.hpp lib/cuda/*.cuh lib/core/*.hpp include/*.h)
 
-BACKEND_OBJ += $(CUDA_OBJ)
+BACKEND_OBJ += $(CUDA_OBJ) $(BUILD)/lib/cuda/topk_plan.o
+$(BUILD)/lib/cuda/topk_plan.o: $(CUDA_PLAN_HEADERS) lib/cuda/cuda.mk
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 
 $(BUILD)/lib/cuda/%.o: lib/cuda/%.cu $(CUDA_HEADERS) lib/cuda/cuda.mk

@@ -120,6 +120,11 @@ int device_count_or_fail() {
   return count;
 }
 
+// The backend's plan of a shape, cached and shared by every call of that shape.
+struct CudaPlannedTopk final : PlannedTopk {
+  TopkPlan plan;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device), scratch_(device) {
@@ -167,21 +172,27 @@ class CudaBackend final : public Backend {
                "synchronizing the stream");
   }
 
-  size_t workspace_size(const TopkProblem& problem) override {
-    return plan_for(problem).workspace_bytes;
+  std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) override {
+    const RowGeometry& g = problem.geometry;
+    const PlanKey key{problem.dtype, g.rows, g.n, g.k};
+    return plans_.get_or_create(key, [&] {
+      DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
+      auto planned = std::make_shared<CudaPlannedTopk>();
+      planned->plan = make_topk_plan(key, DeviceLimits{sm_count_, l2_bytes_, cluster_rows_},
+                                     merge_sort_temp_bytes);
+      planned->workspace_bytes = planned->plan.workspace_bytes;
+      return std::shared_ptr<const CudaPlannedTopk>(std::move(planned));
+    });
   }
 
-  void topk(const TopkProblem& problem, Workspace workspace, void* stream_handle) override {
-    const TopkPlan plan = plan_for(problem);
+  void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace,
+                void* stream_handle) override {
+    const TopkPlan& plan = static_cast<const CudaPlannedTopk&>(planned).plan;
     const auto stream = static_cast<cudaStream_t>(stream_handle);
     DeviceGuard guard(device_);
     if (plan.workspace_bytes == 0) {
       launch(problem, plan, nullptr, stream);
     } else if (workspace.data != nullptr) {
-      if (workspace.bytes < plan.workspace_bytes) {
-        fail(MTK_ERROR_INVALID_ARGUMENT, "workspace of ", workspace.bytes,
-             " bytes is smaller than the ", plan.workspace_bytes, " bytes this problem needs");
-      }
       launch(problem, plan, workspace.data, stream);
     } else {
       const ScratchCache::Lease lease = scratch_.acquire(stream, plan.workspace_bytes);
@@ -204,15 +215,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  TopkPlan plan_for(const TopkProblem& problem) {
-    const RowGeometry& g = problem.geometry;
-    const PlanKey key{problem.dtype, g.rows, g.n, g.k};
-    return plans_.get_or_create(key, [&] {
-      DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
-      return make_topk_plan(key, DeviceLimits{sm_count_, l2_bytes_, cluster_rows_});
-    });
-  }
-
   static void launch(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
                      cudaStream_t stream) {
     fault_point(FaultSite::DeviceCall);  // the kernel launches below
@@ -229,7 +231,8 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;
   int l2_bytes_ = 0;
   int cluster_rows_ = 0;
-  LruCache<PlanKey, TopkPlan, PlanKeyHash> plans_{kPlanCacheCapacity};
+  LruCache<PlanKey, std::shared_ptr<const CudaPlannedTopk>, PlanKeyHash> plans_{
+      kPlanCacheCapacity};
   ScratchCache scratch_;
 };
 

@@ -6,22 +6,12 @@
 
 #include "core/ordered_key.hpp"
 #include "core/problem.hpp"
+#include "cuda/topk_config.hpp"
 
 namespace mtk {
 namespace cuda {
 
-// A composite ranks one element: its selection key in the high bits and the bitwise complement
-// of its index (within the row) in the low 32. Composites are unique within a row, and "larger
-// composite" is exactly the contract's "better": higher key first, then lower index. So every
-// selection below is "the k largest composites", with no tie handling left anywhere.
-// Real elements have index <= 2^32 - 2, so their low word is never 0 and a zero composite sorts
-// below every element (used as padding).
-template <class Key> struct CompositeOf { using type = uint64_t; };
-template <> struct CompositeOf<uint64_t> { using type = unsigned __int128; };
-
-template <class Key> using Composite = typename CompositeOf<Key>::type;
-template <class Key> constexpr int kCompositeBits = int(sizeof(Key)) * 8 + 32;
-
+// An element's composite (topk_config.hpp): its key above the complement of its index.
 template <class Key>
 __device__ __forceinline__ Composite<Key> make_composite(Key key, uint32_t index) {
   return (Composite<Key>(key) << 32) | Composite<Key>(~index);

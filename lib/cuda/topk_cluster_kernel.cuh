@@ -7,7 +7,8 @@
 #include <cooperative_groups.h>
 #endif
 
-#include "cuda/topk_kernels.cuh"
+#include "cuda/topk_block_select.cuh"
+#include "cuda/topk_config.hpp"
 
 namespace mtk {
 namespace cuda {
@@ -16,12 +17,8 @@ namespace cuda {
 // Cluster select: one launch for a few rows that the multi-block pipeline would split into a
 // memset and four dependent launches (the chain, not the reading, is their cost).
 
-// Blocks per cluster: 16, the non-portable size sm_90 allows (portable is 8), so a row of 150k
-// is read by 16 SMs and each holds ~9.5k of it.
-constexpr int kClusterBlocks = 16;
-// Key slots a thread: rows up to 64k take the small kernel, up to 256k the large one.
-constexpr int kClusterSmallItems = 8;
-constexpr int kClusterMaxItems = 32;
+// kClusterBlocks blocks per cluster, kClusterSmallItems or kClusterMaxItems key slots a thread:
+// topk_config.hpp.
 
 // Each block owns kClusterBlocks-th of the bins: every block adds its counts of those bins into
 // the owner's shared memory, and reads the cluster's counts back from the owners: per round a
@@ -53,6 +50,158 @@ struct ClusterShared {
   uint32_t winners_here, winners_base;
 };
 
+// A slice's keys, a slot each (slot i of a thread holds element first + i * kBlockThreads). All
+// loads go out before any conversion: interleaved with a conversion that branched, they went
+// out one at a time, a latency each.
+template <class T, int Items>
+__device__ __forceinline__ void load_slice_keys(const T* base, int64_t first, int64_t stride,
+                                                int slots, bool largest,
+                                                uint32_t (&keys)[Items]) {
+  T raw[Items];
+  int64_t slot_offset = first * stride;
+  const int64_t slot_step = int64_t(kBlockThreads) * stride;
+#pragma unroll
+  for (int i = 0; i < Items; ++i, slot_offset += slot_step) {
+    if (i < slots) raw[i] = base[slot_offset];
+  }
+#pragma unroll
+  for (int i = 0; i < Items; ++i) {
+    keys[i] = i < slots ? uint32_t(selection_key(raw[i], largest)) : 0u;
+  }
+}
+
+// Counts the next `width`-bit digit (at `shift` in the composite) of this thread's slots under
+// the selection's prefix, into the thread's copy of the round's histogram.
+template <class Key, int Items, class CompositeOfSlot>
+__device__ __forceinline__ void count_slot_digits(const uint32_t (&keys)[Items], int slots,
+                                                  const Selection<Composite<Key>>& sel,
+                                                  int width, int shift, uint32_t* my_copy,
+                                                  CompositeOfSlot composite) {
+  constexpr int kBits = kCompositeBits<Key>;
+  constexpr int kKeyBits = int(sizeof(Key)) * 8;
+  constexpr uint64_t kKeyMask = (uint64_t{1} << kKeyBits) - 1;
+  if (sel.resolved + width <= kKeyBits) {
+    // The digit and the prefix lie in the key: 32-bit work, a few instructions a slot.
+    const int low = kKeyBits - sel.resolved;  // bits of the key below the prefix
+    const uint32_t prefix_mask = sel.resolved == 0 ? 0u : uint32_t(kKeyMask >> low << low);
+    const uint32_t prefix = uint32_t(uint64_t(sel.prefix) << low);
+    const int digit_shift = low - width;
+#pragma unroll
+    for (int i = 0; i < Items; ++i) {
+      if (i < slots && (keys[i] & prefix_mask) == prefix) {
+        atomicAdd(&my_copy[(keys[i] >> digit_shift) & ((1u << width) - 1)], 1u);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Items; ++i) {
+      if (i < slots) {
+        const Composite<Key> c = composite(i);
+        if (has_prefix<kBits>(c, sel.prefix, sel.resolved)) {
+          atomicAdd(&my_copy[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+        }
+      }
+    }
+  }
+}
+
+// Adds this block's copies of the round's histogram into the owners' shared memory, then reads
+// the cluster's counts of every bin into sh.cluster_hist. Every block of the cluster calls it;
+// bin threadIdx.x is `owned_bin` of block `owner`'s.
+template <class Comp, class Cluster>
+__device__ __forceinline__ void sum_over_cluster(const Cluster& cluster, ClusterShared<Comp>& sh,
+                                                 int round, unsigned owner, int owned_bin) {
+  using Shared = ClusterShared<Comp>;
+  if (threadIdx.x < kBlockBins) {
+    uint32_t sum = 0;
+#pragma unroll
+    for (int copy = 0; copy < Shared::kHistogramCopies; ++copy) {
+      sum += sh.copies[copy * Shared::kCopyStride + threadIdx.x];
+    }
+    if (sum != 0) atomicAdd(cluster.map_shared_rank(&sh.owned[round][owned_bin], owner), sum);
+  }
+  cluster.sync();
+  if (threadIdx.x < kBlockBins) {
+    sh.cluster_hist[threadIdx.x] = *cluster.map_shared_rank(&sh.owned[round][owned_bin], owner);
+  }
+  __syncthreads();
+}
+
+// A bit a winning slot of this thread. Rounds rarely reach the index bits (ties): the keys
+// decide.
+template <class Key, int Items, class CompositeOfSlot>
+__device__ __forceinline__ uint32_t winning_slots(const uint32_t (&keys)[Items], int slots,
+                                                  const Selection<Composite<Key>>& start,
+                                                  const Selection<Composite<Key>>& sel,
+                                                  CompositeOfSlot composite) {
+  constexpr int kBits = kCompositeBits<Key>;
+  constexpr int kKeyBits = int(sizeof(Key)) * 8;
+  uint32_t won = 0;
+  if (sel.resolved <= kKeyBits) {
+    const int low = kKeyBits - sel.resolved;
+    const uint32_t floor = uint32_t(uint64_t(sel.prefix) << low);  // the lowest winning key
+#pragma unroll
+    for (int i = 0; i < Items; ++i) won |= uint32_t(i < slots && keys[i] >= floor) << i;
+  } else {
+#pragma unroll
+    for (int i = 0; i < Items; ++i) {
+      won |= uint32_t(i < slots && is_winner<kBits>(composite(i), start, sel)) << i;
+    }
+  }
+  return won;
+}
+
+// Unsorted output: each block writes its own winners where those of the lower ranks end, in
+// thread and then slot order: the same places on every call, and no gathering.
+// for_each_winner(visit) calls visit(c) for this thread's `mine` winners.
+template <class T, class Comp, class Cluster, class ForEachWinner>
+__device__ __forceinline__ void write_block_winners(const Cluster& cluster,
+                                                    ClusterShared<Comp>& sh, unsigned rank,
+                                                    uint32_t mine, ForEachWinner for_each_winner,
+                                                    const RowGeometry& g, const T* input,
+                                                    void* values, void* indices, bool index64,
+                                                    bool largest, const RowOffsets& o) {
+  uint32_t block_total;
+  const uint32_t higher = block_suffix_sum<kBlockThreads>(mine, sh.block.scan, block_total);
+  if (threadIdx.x == 0) sh.winners_here = block_total;
+  cluster.sync();  // every block's count is in its shared memory
+  if (threadIdx.x == 0) {
+    // Every count is read, so that the loads go out together (a load behind a branch waited
+    // for the one before: 15 remote latencies for the last block).
+    uint32_t lower_ranks = 0;
+#pragma unroll
+    for (unsigned r = 0; r < unsigned(kClusterBlocks); ++r) {
+      const uint32_t count = *cluster.map_shared_rank(&sh.winners_here, r);
+      lower_ranks += r < rank ? count : 0u;
+    }
+    sh.winners_base = lower_ranks;
+  }
+  cluster.barrier_arrive();  // this block has read the others' counts
+  __syncthreads();
+  int64_t place = int64_t(sh.winners_base) + (block_total - higher - mine);
+  for_each_winner([&](Comp c) {
+    write_winner(g, input, values, indices, index64, largest, o, place++, c);
+  });
+  cluster.barrier_wait();  // no block leaves while another may still read its count
+}
+
+// Sorted output: every block's winners go to block 0's list. Each block reserves its range there
+// with one atomic; each thread's winners take consecutive places of it.
+template <class Comp, class Cluster, class ForEachWinner>
+__device__ __forceinline__ void gather_winners_in_block0(const Cluster& cluster,
+                                                         ClusterShared<Comp>& sh, uint32_t mine,
+                                                         ForEachWinner for_each_winner) {
+  const uint32_t offset = mine != 0 ? atomicAdd(&sh.winners_here, mine) : 0u;
+  __syncthreads();
+  BlockShared<Comp>* const gathered = cluster.map_shared_rank(&sh.block, 0);
+  if (threadIdx.x == 0 && sh.winners_here != 0) {
+    sh.winners_base = atomicAdd(&gathered->winner_count, sh.winners_here);
+  }
+  __syncthreads();
+  Comp* out = gathered->winners + sh.winners_base + offset;
+  for_each_winner([&](Comp c) { *out++ = c; });
+}
+
 // Rows of n <= kClusterBlocks * kBlockThreads * Items elements whose keys are at most 32 bits
 // wide (a key a slot: wider keys would take twice the registers) and k <= kSortCapacity. Block
 // `rank` of a row's cluster holds a contiguous slice of it, one key per slot of each thread,
@@ -75,14 +224,11 @@ __device__ void cluster_select_block(const Cluster& cluster,
   static_assert(sizeof(Key) <= 4, "one 32-bit register a slot");
   static_assert(Items <= 32, "a bit a slot in a word");
   constexpr int kBits = kCompositeBits<Key>;
-  constexpr int kKeyBits = int(sizeof(Key)) * 8;
-  constexpr uint64_t kKeyMask = (uint64_t{1} << kKeyBits) - 1;
   static_assert((kBits + kBlockDigitBits - 1) / kBlockDigitBits <= kClusterMaxRounds,
                 "a set of owned counts a round");
   const unsigned rank = cluster.block_rank();
   const int64_t row = blockIdx.x / kClusterBlocks;
   const RowOffsets o = device_row_offsets(g, row);
-  const T* base = input + o.input;
   // Slices are whole multiples of 32 elements, so warps' loads start on the same alignment.
   const int64_t slice = (g.n + kClusterBlocks * 32 - 1) / (kClusterBlocks * 32) * 32;
   const int64_t begin = min(g.n, int64_t(rank) * slice);
@@ -100,20 +246,8 @@ __device__ void cluster_select_block(const Cluster& cluster,
   cluster.barrier_arrive();
   wait_for_previous_kernel();
   allow_next_kernel();
-  // All loads before any conversion: interleaved with a conversion that branched, they went
-  // out one at a time, a latency each.
-  T raw[Items];
-  int64_t slot_offset = first * g.input_stride;
-  const int64_t slot_step = int64_t(kBlockThreads) * g.input_stride;
-#pragma unroll
-  for (int i = 0; i < Items; ++i, slot_offset += slot_step) {
-    if (i < slots) raw[i] = base[slot_offset];
-  }
   uint32_t keys[Items];
-#pragma unroll
-  for (int i = 0; i < Items; ++i) {
-    keys[i] = i < slots ? uint32_t(selection_key(raw[i], largest)) : 0u;
-  }
+  load_slice_keys(input + o.input, first, g.input_stride, slots, largest, keys);
   auto composite = [&](int i) {
     return make_composite(Key(keys[i]), uint32_t(first + int64_t(i) * kBlockThreads));
   };
@@ -135,62 +269,16 @@ __device__ void cluster_select_block(const Cluster& cluster,
       sh.copies[b] = 0;
     }
     __syncthreads();
-    if (sel.resolved + width <= kKeyBits) {
-      // The digit and the prefix lie in the key: 32-bit work, a few instructions a slot.
-      const int low = kKeyBits - sel.resolved;  // bits of the key below the prefix
-      const uint32_t prefix_mask = sel.resolved == 0 ? 0u : uint32_t(kKeyMask >> low << low);
-      const uint32_t prefix = uint32_t(uint64_t(sel.prefix) << low);
-      const int digit_shift = low - width;
-#pragma unroll
-      for (int i = 0; i < Items; ++i) {
-        if (i < slots && (keys[i] & prefix_mask) == prefix) {
-          atomicAdd(&my_copy[(keys[i] >> digit_shift) & ((1u << width) - 1)], 1u);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < Items; ++i) {
-        if (i < slots) {
-          const Comp c = composite(i);
-          if (has_prefix<kBits>(c, sel.prefix, sel.resolved)) {
-            atomicAdd(&my_copy[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
-          }
-        }
-      }
-    }
+    count_slot_digits<Key>(keys, slots, sel, width, shift, my_copy, composite);
     __syncthreads();
     if (round == 0) cluster.barrier_wait();  // every block's owned counts are cleared
-    if (threadIdx.x < kBlockBins) {
-      uint32_t sum = 0;
-#pragma unroll
-      for (int copy = 0; copy < Shared::kHistogramCopies; ++copy) {
-        sum += sh.copies[copy * Shared::kCopyStride + threadIdx.x];
-      }
-      if (sum != 0) atomicAdd(cluster.map_shared_rank(&sh.owned[round][owned_bin], owner), sum);
-    }
-    cluster.sync();
-    if (threadIdx.x < kBlockBins) {
-      sh.cluster_hist[threadIdx.x] = *cluster.map_shared_rank(&sh.owned[round][owned_bin], owner);
-    }
-    __syncthreads();
+    sum_over_cluster(cluster, sh, round, owner, owned_bin);
     const BucketChoice choice = choose_bucket<kBlockBins, kBlockThreads>(
         sh.cluster_hist, sel.needed, sh.block.scan, &sh.block.choice);
     sel.narrow(choice, width);
   }
   if (round == 0) cluster.barrier_wait();  // block 0's count is cleared
-  // A bit a winning slot. Rounds rarely reach the index bits (ties): the keys decide.
-  uint32_t won = 0;
-  if (sel.resolved <= kKeyBits) {
-    const int low = kKeyBits - sel.resolved;
-    const uint32_t floor = uint32_t(uint64_t(sel.prefix) << low);  // the lowest winning key
-#pragma unroll
-    for (int i = 0; i < Items; ++i) won |= uint32_t(i < slots && keys[i] >= floor) << i;
-  } else {
-#pragma unroll
-    for (int i = 0; i < Items; ++i) {
-      won |= uint32_t(i < slots && is_winner<kBits>(composite(i), start, sel)) << i;
-    }
-  }
+  const uint32_t won = winning_slots<Key>(keys, slots, start, sel, composite);
   // The winning slots' composites, one at a time; rolled, the slot picked by comparison: code
   // unrolled over slots is run once by each warp, and such a copy of this loop (a warp vote a
   // slot) made instruction fetch the kernel's largest stall on the H200 (30% of its samples).
@@ -205,43 +293,11 @@ __device__ void cluster_select_block(const Cluster& cluster,
   };
   const uint32_t mine = uint32_t(__popc(won));
   if (!sorted) {
-    // Each block writes its own winners where those of the lower ranks end, in thread and then
-    // slot order: the same places on every call, and no gathering.
-    uint32_t block_total;
-    const uint32_t higher = block_suffix_sum<kBlockThreads>(mine, sh.block.scan, block_total);
-    if (threadIdx.x == 0) sh.winners_here = block_total;
-    cluster.sync();  // every block's count is in its shared memory
-    if (threadIdx.x == 0) {
-      // Every count is read, so that the loads go out together (a load behind a branch waited
-      // for the one before: 15 remote latencies for the last block).
-      uint32_t lower_ranks = 0;
-#pragma unroll
-      for (unsigned r = 0; r < unsigned(kClusterBlocks); ++r) {
-        const uint32_t count = *cluster.map_shared_rank(&sh.winners_here, r);
-        lower_ranks += r < rank ? count : 0u;
-      }
-      sh.winners_base = lower_ranks;
-    }
-    cluster.barrier_arrive();  // this block has read the others' counts
-    __syncthreads();
-    int64_t place = int64_t(sh.winners_base) + (block_total - higher - mine);
-    for_each_winner([&](Comp c) {
-      write_winner(g, input, values, indices, index64, largest, o, place++, c);
-    });
-    cluster.barrier_wait();  // no block leaves while another may still read its count
+    write_block_winners(cluster, sh, rank, mine, for_each_winner, g, input, values, indices,
+                        index64, largest, o);
     return;
   }
-  // Sorted: all winners go to block 0, which sorts them. Each block reserves its range there
-  // with one atomic; each thread's winners take consecutive places of it.
-  const uint32_t offset = mine != 0 ? atomicAdd(&sh.winners_here, mine) : 0u;
-  __syncthreads();
-  BlockShared<Comp>* const gathered = cluster.map_shared_rank(&sh.block, 0);
-  if (threadIdx.x == 0 && sh.winners_here != 0) {
-    sh.winners_base = atomicAdd(&gathered->winner_count, sh.winners_here);
-  }
-  __syncthreads();
-  Comp* out = gathered->winners + sh.winners_base + offset;
-  for_each_winner([&](Comp c) { *out++ = c; });
+  gather_winners_in_block0(cluster, sh, mine, for_each_winner);
   cluster.sync();  // all k winners are in block 0
   if (rank == 0) sort_and_write(sh.block, int(g.k), g, input, values, indices, index64, largest, o);
 }

@@ -9,12 +9,18 @@
 #include "core/error.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernel_launch.cuh"
-#include "cuda/topk_cluster_kernel.cuh"
 #include "cuda/topk_kernels.cuh"
 #include "cuda/topk_launch.hpp"
+#include "cuda/topk_plan.hpp"
 
 namespace mtk {
 namespace cuda {
+
+// The plan's warp path (topk_config.hpp) is what the warp kernels serve.
+static_assert(kWarpPathMaxK == kWarpMaxK, "the warp path's k is the warp kernels' k");
+static_assert(kWarpPathMaxRowLength == int64_t(kWarpMaxItems) * 32,
+              "the warp path's rows are the warp kernels' rows");
+static_assert(kWarpPathRowsPerBlock == kWarpRowsPerBlock, "the warp path's grid is the kernel's");
 
 struct DescendingComposite {
   template <class Comp>
@@ -35,7 +41,7 @@ size_t merge_sort_temp_bytes_for(int64_t k) {
 constexpr const char* kLaunching = "launching a top-k kernel";
 
 template <int Items, class T>
-void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
+void launch_warp_rows(const TopkProblem& p, const TopkPlan& plan, cudaStream_t stream) {
   const RowGeometry& g = p.geometry;
   const T* input = static_cast<const T*>(p.input);
   const bool index64 = p.index_dtype == MTK_INT64;
@@ -53,7 +59,7 @@ void launch_warp_rows(const TopkProblem& p, cudaStream_t stream) {
     }
   }
   const bool vector_rows = rows_are_whole_vectors<T, Items>(g, input);
-  const unsigned blocks = unsigned((g.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+  const unsigned blocks = unsigned(plan.blocks);
   if (vector_rows) {
     launch_overlapped<warp_topk_kernel<T, Items, true>>(blocks, kWarpRowThreads, 0, stream,
                                                         kLaunching, g, input, p.values,
@@ -76,23 +82,23 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
   switch (plan.path) {
     case TopkPath::Warp:
       switch (plan.warp_items) {
-        case 1: launch_warp_rows<1, T>(p, stream); break;
-        case 2: launch_warp_rows<2, T>(p, stream); break;
-        case 4: launch_warp_rows<4, T>(p, stream); break;
-        case 8: launch_warp_rows<8, T>(p, stream); break;
-        case 16: launch_warp_rows<16, T>(p, stream); break;
-        case 32: launch_warp_rows<32, T>(p, stream); break;
+        case 1: launch_warp_rows<1, T>(p, plan, stream); break;
+        case 2: launch_warp_rows<2, T>(p, plan, stream); break;
+        case 4: launch_warp_rows<4, T>(p, plan, stream); break;
+        case 8: launch_warp_rows<8, T>(p, plan, stream); break;
+        case 16: launch_warp_rows<16, T>(p, plan, stream); break;
+        case 32: launch_warp_rows<32, T>(p, plan, stream); break;
         default: fail(MTK_ERROR_INTERNAL, "warp plan with ", plan.warp_items, " items per lane");
       }
       break;
     case TopkPath::Block:
-      launch_overlapped<block_select_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream,
+      launch_overlapped<block_select_kernel<T>>(unsigned(plan.blocks), kBlockThreads, 0, stream,
                                                 kLaunching, g, input, p.values, p.indices,
                                                 index64, p.largest);
       break;
     case TopkPath::Cluster:
       if constexpr (sizeof(Key) <= 4) {
-        const unsigned grid = unsigned(g.rows * kClusterBlocks);
+        const unsigned grid = unsigned(plan.blocks);
         if (plan.cluster_items == kClusterSmallItems) {
           launch_overlapped_in_clusters<cluster_select_kernel<T, kClusterSmallItems>>(
               kClusterBlocks, grid, kBlockThreads, 0, stream, kLaunching, g, input, p.values,
@@ -107,16 +113,14 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       }
       break;
     case TopkPath::Multi: {
-      const uintptr_t address = reinterpret_cast<uintptr_t>(scratch);
-      char* base = static_cast<char*>(scratch) +
-                   ((kScratchAlignment - address % kScratchAlignment) % kScratchAlignment);
-      auto* states = reinterpret_cast<RowState<Comp>*>(base + plan.states_offset);
-      auto* winners = reinterpret_cast<Comp*>(base + plan.winners_offset);
-      auto* buffer0 = reinterpret_cast<Comp*>(base + plan.candidates_offset[0]);
-      auto* buffer1 = reinterpret_cast<Comp*>(base + plan.candidates_offset[1]);
+      const ScratchRegions regions = carve_scratch(plan, scratch);
+      auto* states = static_cast<RowState<Comp>*>(regions.states);
+      auto* winners = static_cast<Comp*>(regions.winners);
+      auto* buffer0 = static_cast<Comp*>(regions.candidates[0]);
+      auto* buffer1 = static_cast<Comp*>(regions.candidates[1]);
       const MultiLayout layout{plan.blocks_per_row, plan.capacity, plan.l2_prefetch_bytes,
                                plan.split_sample ? plan.sample_rank : 0u};
-      const unsigned grid = unsigned(g.rows * plan.blocks_per_row);
+      const unsigned grid = unsigned(plan.blocks);
       if (plan.sample_rank > 0) {
         // The sample kernel initialises the row state; rows whose threshold missed take their
         // histogram pass in the first filter launch, and rows with many candidates from few
@@ -166,10 +170,10 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                                           layout, states, winners, buffer0, buffer1,
                                           plan.sort_in_block);
       if (!plan.sort_in_block) {
-        void* temp = base + plan.sort_temp_offset;
         for (int64_t row = 0; row < g.rows; ++row) {
-          size_t temp_bytes = plan.sort_temp_bytes;
-          check_cuda(cub::DeviceMergeSort::SortKeys(temp, temp_bytes, winners + row * g.k, g.k,
+          size_t temp_bytes = plan.scratch.sort_temp_bytes;
+          check_cuda(cub::DeviceMergeSort::SortKeys(regions.sort_temp, temp_bytes,
+                                                    winners + row * g.k, g.k,
                                                     DescendingComposite{}, stream),
                      "sorting the winners");
         }

@@ -24,10 +24,8 @@ void launch_topk_key64(const TopkProblem& problem, const TopkPlan& plan, void* s
 // where it runs none (before sm_90, or where it cannot say).
 int max_active_select_clusters();
 
-// sizeof of the per-row pipeline state and of a composite, and CUB's merge-sort scratch for
-// `k` composites, for each key width in bytes (1, 2, 4, 8).
-size_t row_state_bytes(int key_bytes);
-size_t composite_bytes(int key_bytes);
+// CUB's merge-sort scratch for `k` composites of keys of `key_bytes` bytes (1, 2, 4, 8): the
+// plan's MergeSortBytes. CUB may ask the current device.
 size_t merge_sort_temp_bytes(int key_bytes, int64_t k);
 
 }  // namespace cuda

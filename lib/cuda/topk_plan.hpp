@@ -1,6 +1,7 @@
 // The host-side policy of the CUDA backend: which kernel family serves a problem, how the work
-// is split, and the exact scratch it needs. Plans depend only on (dtype, rows, n, k) and the
-// device, so the backend caches them (mtk::LruCache; hits and misses reach mtk_cache_stats).
+// is split, and the exact scratch it needs. Plain C++ (topk_plan.cpp), unit-tested without nvcc
+// or a GPU (tests/cuda/test_plan.cpp). Plans depend only on (dtype, rows, n, k) and the device,
+// so the backend caches them (mtk::LruCache; hits and misses reach mtk_cache_stats).
 //
 // Heuristic:
 //  - Warp: n <= 1024 and k <= 32. A warp per row, everything in registers, no scratch. Covers
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "cuda/topk_config.hpp"
 #include "metaltopk.h"
 
 namespace mtk {
@@ -30,20 +32,31 @@ namespace cuda {
 
 enum class TopkPath { Warp, Block, Cluster, Multi };
 
-// What the threshold pass of a sampled plan histograms of its candidates (topk_plan.cu says
-// when which).
-enum class CandidateHistogram : uint32_t {
-  None,       // few expected: the finish kernel ranks them all from the empty prefix
-  TopDigit,   // the composite's top 11 bits, where the filter passes start
-  KeyPrefix,  // key prefixes (threshold_key_bin): the k-th's bucket, for the finish too
-};
+// Rows longer than this are refused: indices must fit a composite's 32 bits, with the all-ones
+// index kept free (see Composite).
+constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);
+// Blocks one launch may take (a CUDA grid's x dimension).
+constexpr int64_t kMaxGridBlocks = int64_t(0x7fffffff);
 
 // Every region of the scratch layout starts on this boundary, counted from the scratch base
 // rounded up to it (a caller's workspace may be unaligned; workspace_bytes includes the slack).
 constexpr size_t kScratchAlignment = 256;
 
+// Where the Multi path's regions lie, in bytes from the aligned scratch base (carve_scratch).
+struct ScratchLayout {
+  size_t states = 0;             // rows RowStates
+  size_t winners = 0;            // rows * k composites
+  size_t candidates[2] = {0, 0}; // rows * capacity composites each
+  size_t sort_temp = 0;          // CUB's merge-sort scratch, when k > kSortCapacity
+  size_t sort_temp_bytes = 0;
+};
+
 struct TopkPlan {
   TopkPath path = TopkPath::Warp;
+  // The widest launch's grid: Warp ceil(rows / kWarpPathRowsPerBlock) (the dim-0 tile kernel
+  // takes fewer), Block rows, Cluster rows * kClusterBlocks, Multi rows * blocks_per_row (its
+  // passes; the sample and finish launches take fewer).
+  int64_t blocks = 0;
   int warp_items = 0;           // Warp: elements per lane (a power of two, 1..32)
   int cluster_items = 0;        // Cluster: key slots a thread (kClusterSmallItems or ...MaxItems)
   int blocks_per_row = 1;       // Multi
@@ -55,9 +68,8 @@ struct TopkPlan {
   CandidateHistogram candidate_histogram = CandidateHistogram::None;  // Multi, sampled
   bool large_threshold_stage = false;  // Multi, sampled: over two candidates a thread expected
   uint32_t l2_prefetch_bytes = 0;      // Multi, sampled: head of each segment asked into L2
-  size_t states_offset = 0, winners_offset = 0, candidates_offset[2] = {0, 0};
-  size_t sort_temp_offset = 0, sort_temp_bytes = 0;
-  size_t workspace_bytes = 0;   // exact scratch for the call (0 for Warp and Block)
+  ScratchLayout scratch;        // Multi
+  size_t workspace_bytes = 0;   // exact scratch for the call (0 for Warp, Block and Cluster)
 };
 
 struct PlanKey {
@@ -85,8 +97,24 @@ struct DeviceLimits {
   int cluster_rows;
 };
 
-// Throws MTK_ERROR_INVALID_ARGUMENT for rows longer than the backend handles (2^32 - 2).
-TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device);
+// CUB's merge-sort scratch for `k` composites of keys of `key_bytes` bytes: the one size that
+// only nvcc's side can tell (merge_sort_temp_bytes in topk_launch.hpp; tests pass a stand-in).
+using MergeSortBytes = size_t (*)(int key_bytes, int64_t k);
+
+// Throws MTK_ERROR_INVALID_ARGUMENT for rows longer than kMaxRowLength and for more rows than
+// a launch's grid holds.
+TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device,
+                        MergeSortBytes merge_sort_bytes);
+
+// The Multi path's scratch regions in a workspace of at least plan.workspace_bytes bytes that
+// starts at `scratch` (any alignment).
+struct ScratchRegions {
+  void* states;
+  void* winners;
+  void* candidates[2];
+  void* sort_temp;
+};
+ScratchRegions carve_scratch(const TopkPlan& plan, void* scratch);
 
 }  // namespace cuda
 }  // namespace mtk

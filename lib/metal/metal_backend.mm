@@ -255,8 +255,9 @@ ObjcRef<id<MTLComputePipelineState>> MetalDevice::pipeline(const std::string& fu
   });
 }
 
-void encode_metal_topk(MetalDevice& device, const TopkProblem& problem, Workspace workspace, void* stream) {
-  MetalPlan plan = make_metal_plan(problem, device.limits(problem.dtype));
+void encode_metal_topk(MetalDevice& device, const MetalPlan& planned, const TopkProblem& problem, Workspace workspace,
+                       void* stream) {
+  MetalPlan plan = planned;  // with this call's buffer offsets
   // Every byte a tensor's strides reach must lie in one buffer; the kernels address element 0
   // through its offset in that buffer (bound at offset 0, so negative strides stay inside).
   const MetalExtents extents = metal_tensor_extents(problem);
@@ -357,8 +358,8 @@ class MetalBackend final : public MetalDeviceBackend {
   using MetalDeviceBackend::MetalDeviceBackend;
 
   mtk_backend kind() const override { return MTK_BACKEND_METAL; }
-  void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
-    encode_metal_topk(device_, problem, workspace, stream);
+  void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace, void* stream) override {
+    encode_metal_topk(device_, static_cast<const MetalPlannedTopk&>(planned).plan, problem, workspace, stream);
   }
   CacheCounters cache_counters() const override { return device_.pipeline_counters(); }
 };

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -148,9 +149,15 @@ class MetalDevice {
   std::map<mtk_dtype, MetalLimits> limits_;
 };
 
+// The Metal kernels' plan of a problem: the plan of both backends (the MPSGraph backend routes
+// some problems to the kernels, and only those need scratch).
+struct MetalPlannedTopk final : PlannedTopk {
+  MetalPlan plan;
+};
+
 // The Metal backend's top-k, shared with the MPSGraph backend for the problems it routes.
-void encode_metal_topk(MetalDevice& device, const TopkProblem& problem, Workspace workspace,
-                       void* stream);
+void encode_metal_topk(MetalDevice& device, const MetalPlan& plan, const TopkProblem& problem,
+                       Workspace workspace, void* stream);
 
 // The Metal backend's MoE router (one kernel), which the MPSGraph backend also runs.
 void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, void* stream);
@@ -170,9 +177,11 @@ class MetalDeviceBackend : public Backend {
     device_.copy(dst, src, bytes, kind, stream);
   }
   void synchronize(void* stream) override { device_.synchronize(stream); }
-  // Problems the MPSGraph backend routes need the Metal kernels' scratch; its graphs need none.
-  size_t workspace_size(const TopkProblem& problem) override {
-    return make_metal_plan(problem, device_.limits(problem.dtype)).workspace_bytes;
+  std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) override {
+    auto planned = std::make_shared<MetalPlannedTopk>();
+    planned->plan = make_metal_plan(problem, device_.limits(problem.dtype));
+    planned->workspace_bytes = planned->plan.workspace_bytes;
+    return planned;
   }
   // MPSGraph has no fused router (and its top-k's tie order is undocumented): both backends
   // run the Metal kernel, on this context's device and queue.

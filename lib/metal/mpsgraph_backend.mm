@@ -128,7 +128,7 @@ class MpsGraphBackend final : public MetalDeviceBackend {
 
   mtk_backend kind() const override { return MTK_BACKEND_MPSGRAPH; }
 
-  void topk(const TopkProblem& problem, Workspace workspace, void* stream) override {
+  void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace, void* stream) override {
     const RowGeometry& g = problem.geometry;
     MpsGraphBinding binding;
     binding.caller_command_buffer = MetalDevice::caller_command_buffer(stream) != nil;
@@ -141,7 +141,7 @@ class MpsGraphBackend final : public MetalDeviceBackend {
     binding.indices_offset = indices.offset;
     const MpsGraphTopk route = plan_mpsgraph_topk(problem, capabilities_, binding);
     if (!route.use_graph) {
-      encode_metal_topk(device_, problem, workspace, stream);
+      encode_metal_topk(device_, static_cast<const MetalPlannedTopk&>(planned).plan, problem, workspace, stream);
       return;
     }
 

@@ -27,6 +27,7 @@ SCORINGS = {
 
 def _params(k, scoring, bias_tensor, n_group, topk_group, renormalize, scale):
     params = ffi.new("mtk_router_params*")
+    params.struct_size = ffi.sizeof("mtk_router_params")
     params.k = k
     params.scoring = SCORINGS[scoring]
     params.bias = bias_tensor if bias_tensor is not None else ffi.NULL

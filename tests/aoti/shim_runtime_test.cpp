@@ -315,7 +315,7 @@ void test_moe_route() {
           const mtk_tensor in = describe(logits), b = describe(bias), ww = describe(want_weights);
           mtk_tensor wi = describe(want_ids);
           wi.dtype = MTK_INT32;
-          mtk_router_params params{6, MTK_SCORING_SIGMOID, &b, 8, 4, 1, 2.5f};
+          const mtk_router_params params{sizeof params, 6, MTK_SCORING_SIGMOID, &b, 8, 4, 1, 2.5f};
           expect(mtk_moe_route(ctx, &in, &params, &ww, &wi, nullptr) == MTK_SUCCESS,
                  "moe_route: mtk_moe_route failed");
           expect(weights->dtype == kF32 && ids->dtype == kI32, "moe_route: output dtypes");

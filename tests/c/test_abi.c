@@ -1,7 +1,8 @@
 /*
  * The C ABI from a C11 program: every public function of metaltopk.h, every status a caller can
  * provoke (with the message naming the argument and its value), "nothing is written on failure",
- * the allocating variant and its frees, int32 indices, strided outputs and overlap detection.
+ * the allocating variant and its frees, int32 indices, strided outputs and overlap detection,
+ * and the versioned parameter structs' size rule.
  * Uses the testing hooks only to count live allocations and to make one allocation fail.
  */
 #include <math.h>
@@ -518,11 +519,9 @@ static void test_moe_route(mtk_context ctx) {
   const mtk_tensor lg = tensor2d((void*)logits, MTK_FLOAT32, 2, 4, 4, 1);
   const mtk_tensor w = tensor2d(weights, MTK_FLOAT32, 2, 2, 2, 1);
   const mtk_tensor id = tensor2d(ids, MTK_INT32, 2, 2, 2, 1);
-  mtk_router_params params;
-  memset(&params, 0, sizeof params);
+  mtk_router_params params = MTK_ROUTER_PARAMS_INIT;
   params.k = 2;
   params.scoring = MTK_SCORING_NONE;
-  params.scale = 1.0f;
   EXPECT_STATUS(mtk_moe_route(ctx, &lg, &params, &w, &id, NULL), MTK_SUCCESS, NULL);
   EXPECT_STATUS(mtk_synchronize(ctx, NULL), MTK_SUCCESS, NULL);
   CHECK(ids[0] == 1 && ids[1] == 3 && ids[2] == 0 && ids[3] == 2, "ids %d %d %d %d", ids[0],
@@ -549,6 +548,93 @@ static void test_moe_route(mtk_context ctx) {
   int_logits.dtype = MTK_INT32;
   EXPECT_STATUS(mtk_moe_route(ctx, &int_logits, &params, &w, &id, NULL),
                 MTK_ERROR_UNSUPPORTED_DTYPE, "logits.dtype");
+}
+
+/* The failure must name the struct, the size given and this library's size. */
+static void expect_params_rejected(mtk_context ctx, const mtk_tensor* lg, const void* params,
+                                   size_t given, const mtk_tensor* w, const mtk_tensor* id,
+                                   const char* why, int line) {
+  char given_text[32], known_text[48];
+  snprintf(given_text, sizeof given_text, "struct_size = %zu ", given);
+  snprintf(known_text, sizeof known_text, "mtk_router_params has %zu bytes",
+           sizeof(mtk_router_params));
+  const mtk_status status =
+      mtk_moe_route(ctx, lg, (const mtk_router_params*)params, w, id, NULL);
+  const char* message = mtk_last_error_message();
+  CHECK(status == MTK_ERROR_INVALID_ARGUMENT && strstr(message, given_text) != NULL &&
+            strstr(message, known_text) != NULL && strstr(message, why) != NULL,
+        "line %d: status %d, message '%s'", line, (int)status, message);
+}
+
+/* The versioned parameter rule of metaltopk.h's opening comment, on mtk_router_params. */
+static void test_router_params_versions(mtk_context ctx) {
+  const float logits[2][4] = {{0.5f, 2.0f, -1.0f, 2.0f}, {3.0f, 0.0f, 1.0f, -2.0f}};
+  float want_weights[4], weights[4];
+  int32_t want_ids[4], ids[4];
+  const mtk_tensor lg = tensor2d((void*)logits, MTK_FLOAT32, 2, 4, 4, 1);
+  const mtk_tensor want_w = tensor2d(want_weights, MTK_FLOAT32, 2, 2, 2, 1);
+  const mtk_tensor want_id = tensor2d(want_ids, MTK_INT32, 2, 2, 2, 1);
+  const mtk_tensor w = tensor2d(weights, MTK_FLOAT32, 2, 2, 2, 1);
+  const mtk_tensor id = tensor2d(ids, MTK_INT32, 2, 2, 2, 1);
+  mtk_router_params defaults = MTK_ROUTER_PARAMS_INIT;
+  defaults.k = 2;
+  CHECK(defaults.struct_size == sizeof(mtk_router_params) && defaults.scale == 1.0f &&
+            defaults.bias == NULL && defaults.scoring == MTK_SCORING_SOFTMAX,
+        "MTK_ROUTER_PARAMS_INIT");
+  EXPECT_STATUS(mtk_moe_route(ctx, &lg, &defaults, &want_w, &want_id, NULL), MTK_SUCCESS, NULL);
+  /* Softmax, scaled by 1, not renormalised: e^2 / (e^0.5 + 2 e^2 + e^-1). */
+  const float softmax_top = expf(2.0f) / (expf(0.5f) + 2.0f * expf(2.0f) + expf(-1.0f));
+  CHECK(want_ids[0] == 1 && want_ids[1] == 3 && fabsf(want_weights[0] - softmax_top) < 1e-6f,
+        "defaults: ids %d %d, weight %g, want %g", want_ids[0], want_ids[1], want_weights[0],
+        softmax_top);
+
+  /* Older callers: structs ending after k, after scoring and after topk_group. The bytes past
+   * struct_size are garbage (a bias pointer, a scale) that the library must not read. */
+  const size_t older_sizes[3] = {16, 24, 48};
+  for (int v = 0; v < 3; ++v) {
+    union {
+      mtk_router_params params;
+      unsigned char bytes[sizeof(mtk_router_params)];
+    } older;
+    memset(older.bytes, 0xab, sizeof older.bytes);
+    memset(older.bytes, 0, older_sizes[v]);
+    older.params.struct_size = older_sizes[v];
+    older.params.k = 2;
+    if (older_sizes[v] > 16) older.params.scoring = MTK_SCORING_SOFTMAX;
+    memset(weights, 0, sizeof weights);
+    memset(ids, 0, sizeof ids);
+    EXPECT_STATUS(mtk_moe_route(ctx, &lg, &older.params, &w, &id, NULL), MTK_SUCCESS, NULL);
+    CHECK(memcmp(weights, want_weights, sizeof weights) == 0 &&
+              memcmp(ids, want_ids, sizeof ids) == 0,
+          "a %zu-byte struct must route as MTK_ROUTER_PARAMS_INIT's defaults", older_sizes[v]);
+  }
+
+  /* A newer caller: a member this library lacks, zero (accepted) or set (rejected). */
+  struct {
+    mtk_router_params params;
+    int64_t future_member;
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  newer.params = defaults;
+  newer.params.struct_size = sizeof newer;
+  memset(weights, 0, sizeof weights);
+  EXPECT_STATUS(mtk_moe_route(ctx, &lg, &newer.params, &w, &id, NULL), MTK_SUCCESS, NULL);
+  CHECK(memcmp(weights, want_weights, sizeof weights) == 0, "a zero tail must change nothing");
+  newer.future_member = 5;
+  memset(weights, 0x7f, sizeof weights);
+  expect_params_rejected(ctx, &lg, &newer, sizeof newer, &w, &id, "is not zero", __LINE__);
+  CHECK(weights[0] != want_weights[0], "a rejected call wrote its outputs");
+
+  /* Sizes no header ever declared. */
+  mtk_router_params bad = defaults;
+  bad.struct_size = 0;
+  expect_params_rejected(ctx, &lg, &bad, 0, &w, &id, "MTK_ROUTER_PARAMS_INIT", __LINE__);
+  bad.struct_size = sizeof(size_t);
+  expect_params_rejected(ctx, &lg, &bad, sizeof(size_t), &w, &id, "mandatory", __LINE__);
+  bad.struct_size = 20;
+  expect_params_rejected(ctx, &lg, &bad, 20, &w, &id, "multiple", __LINE__);
+  bad.struct_size = (size_t)-8;
+  expect_params_rejected(ctx, &lg, &bad, (size_t)-8, &w, &id, "exceeds", __LINE__);
 }
 
 /* Device backends (where this machine has one): the same call through device memory, with
@@ -642,6 +728,7 @@ int main(void) {
   test_workspace_variant(ctx);
   test_allocating_variant(ctx);
   test_moe_route(ctx);
+  test_router_params_versions(ctx);
   test_thread_local_messages(ctx);
   EXPECT_STATUS(mtk_context_destroy(ctx), MTK_SUCCESS, NULL);
   test_device_backends();

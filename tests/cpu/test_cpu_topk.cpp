@@ -282,19 +282,20 @@ bool run_case(mtk::Backend& backend, const Case& c, std::mt19937_64& rng, bool u
   backend.set_num_threads(c.threads);
   std::vector<unsigned char> workspace;
   mtk::Workspace ws;
+  const std::shared_ptr<const mtk::PlannedTopk> plan = backend.plan_topk(p);
   if (use_workspace) {
-    workspace.resize(backend.workspace_size(p) + 3);
+    workspace.resize(plan->workspace_bytes + 3);
     ws.data = workspace.data() + 3;  // deliberately misaligned
     ws.bytes = workspace.size() - 3;
   }
-  backend.topk(p, ws, nullptr);
+  backend.run_topk(*plan, p, ws, nullptr);
 
   // sorted=false promises the same output every time: with another thread count (and so
   // another split of the rows), the bytes must not change.
   if (!c.sorted) {
     const std::vector<unsigned char> first_values = values, first_indices = indices;
     backend.set_num_threads(c.threads % 4 + 1);
-    backend.topk(p, mtk::Workspace{}, nullptr);
+    backend.run_topk(*backend.plan_topk(p), p, mtk::Workspace{}, nullptr);
     if (values != first_values || indices != first_indices) {
       std::printf("FAIL sorted=false output changed with the thread count: %s\n",
                   describe(c).c_str());

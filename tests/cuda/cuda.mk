@@ -21,7 +21,7 @@ TEST_TARGETS += test-cuda
 WARP_EMULATION := $(BUILD)/tests/cuda_warp_emulation
 BLOCK_EMULATION := $(BUILD)/tests/cuda_block_emulation
 EMULATION_HEADERS := tests/cuda/emulation/fiber_cuda.hpp lib/cuda/topk_warp_kernels.cuh \
-  lib/cuda/device_utils.cuh lib/core/ordered_key.hpp lib/core/problem.hpp
+  lib/cuda/device_utils.cuh lib/cuda/topk_config.hpp lib/core/ordered_key.hpp lib/core/problem.hpp
 # The kernels are device code compiled here by a host compiler. GCC does not know nvcc's (and
 # clang's) `#pragma unroll`, a hint only, and it cannot see that the tile kernel reads a lane's
 # raw[j] under the very condition that wrote it (-Wmaybe-uninitialized): both warnings are off
@@ -34,7 +34,7 @@ $(WARP_EMULATION): tests/cuda/emulation/test_warp_kernels.cpp $(EMULATION_HEADER
 	$(CXX) $(EMULATION_FLAGS) $< -o $@
 
 $(BLOCK_EMULATION): tests/cuda/emulation/test_block_kernels.cpp $(EMULATION_HEADERS) \
-    lib/cuda/topk_kernels.cuh lib/cuda/topk_cluster_kernel.cuh lib/core/key_threshold.hpp
+    $(wildcard lib/cuda/topk_*.cuh) lib/cuda/topk_config.hpp lib/core/key_threshold.hpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMULATION_FLAGS) $< -o $@
 

@@ -90,7 +90,7 @@ mtk_tensor describe_vector(void* data, int64_t size) {
 }
 
 mtk_router_params params_of(const Shape& s, const mtk_tensor* bias) {
-  mtk_router_params p{};
+  mtk_router_params p = MTK_ROUTER_PARAMS_INIT;
   p.k = s.k;
   p.scoring = s.scoring;
   p.bias = bias;

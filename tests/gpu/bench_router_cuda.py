@@ -110,7 +110,7 @@ def direct_call(logits, k, bias, scoring, n_group, topk_group, scale):
     bias_t = tensor_descriptor(bias) if bias is not None else ffi.NULL
     keep.append(bias_t)
     params = ffi.new("mtk_router_params*", {
-        "k": k, "scoring": getattr(lib, f"MTK_SCORING_{scoring.upper()}"), "bias": bias_t,
+        "struct_size": ffi.sizeof("mtk_router_params"), "k": k, "scoring": getattr(lib, f"MTK_SCORING_{scoring.upper()}"), "bias": bias_t,
         "n_group": n_group or 0, "topk_group": topk_group or 0, "renormalize": 1,
         "scale": scale})
     logits_t, weights_t, ids_t = keep[:3]

@@ -217,7 +217,7 @@ class RouterHarness {
     bias_1d.ndim = 1;
     bias_1d.sizes[0] = c.experts;
     bias_1d.strides[0] = bias.col_stride;
-    mtk_router_params params{};
+    mtk_router_params params = MTK_ROUTER_PARAMS_INIT;
     params.k = c.k;
     params.scoring = c.scoring;
     params.bias = c.bias ? &bias_1d : nullptr;

@@ -123,6 +123,15 @@ static void test_windows(void) {
   expect_row(0, 2, (const float[]){4, 3}, (const int64_t[]){2, 0}, __LINE__);
   expect_row(1, 2, (const float[]){0, 0}, (const int64_t[]){-1, -1}, __LINE__);
 
+  /* A caller built when the struct ended after `lengths` gets every later member's default. */
+  struct {
+    size_t struct_size;
+    const mtk_tensor* lengths;
+  } older = {sizeof older, &lengths_t};
+  EXPECT_STATUS(run(NULL, 2, 1, 1, (const mtk_ragged_params*)(const void*)&older), MTK_SUCCESS,
+                NULL);
+  expect_row(0, 2, (const float[]){4, 3}, (const int64_t[]){2, 0}, __LINE__);
+
   /* Starts: indices count from the window start; a length past the end is the rest. */
   int64_t starts[2] = {1, 3};
   mtk_tensor starts_t = vec(starts, MTK_INT64, 2);

@@ -27,9 +27,12 @@ class StandIn final : public mtk::Backend {
     std::memcpy(dst, src, bytes);
   }
   void synchronize(void*) override {}
-  size_t workspace_size(const mtk::TopkProblem&) override { return 0; }
-  void topk(const mtk::TopkProblem&, mtk::Workspace, void*) override {
-    mtk::fail(MTK_ERROR_INTERNAL, "the stand-in's topk ran");
+  std::shared_ptr<const mtk::PlannedTopk> plan_topk(const mtk::TopkProblem&) override {
+    return std::make_shared<mtk::PlannedTopk>();
+  }
+  void run_topk(const mtk::PlannedTopk&, const mtk::TopkProblem&, mtk::Workspace,
+                void*) override {
+    mtk::fail(MTK_ERROR_INTERNAL, "the stand-in's run_topk ran");
   }
   void moe_route(const mtk::RouterProblem&, void*) override {}
   mtk::CacheCounters cache_counters() const override { return {}; }

@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "metaltopk.h"
@@ -441,17 +442,21 @@ static void test_moe_route(void) {
   const mtk_tensor weights = tensor2(weights_data, MTK_FLOAT32, T, KE);
   const mtk_tensor ids = tensor2(ids_data, MTK_INT32, T, KE);
   mtk_tensor bias = tensor1(bias_data, MTK_FLOAT32, E);
-  mtk_router_params p = {KE, MTK_SCORING_SOFTMAX, NULL, 0, 0, 1, 1.0f};
+  mtk_router_params p = MTK_ROUTER_PARAMS_INIT;
+  p.k = KE;
+  p.renormalize = 1;
   EXPECT_OK(mtk_moe_route(ctx, &logits, &p, &weights, &ids, NULL));
 
   mtk_tensor l, w, i;
   mtk_router_params q;
+  /* &q, or a struct of another size that a case builds. */
+  const mtk_router_params* qp;
 #define ROUTE(status, part)                                                            \
   do {                                                                                 \
     memset(weights_data, kSentinel, sizeof weights_data);                             \
     memset(ids_data, kSentinel, sizeof ids_data);                                     \
     memset(overlapping_route, kSentinel, sizeof overlapping_route);                   \
-    expect(__LINE__, "mtk_moe_route", mtk_moe_route(ctx, &l, &q, &w, &i, NULL), (status), (part)); \
+    expect(__LINE__, "mtk_moe_route", mtk_moe_route(ctx, &l, qp, &w, &i, NULL), (status), (part)); \
     const unsigned char* wb = (const unsigned char*)weights_data;                     \
     const unsigned char* ib = (const unsigned char*)ids_data;                         \
     int untouched = 1;                                                                 \
@@ -460,7 +465,7 @@ static void test_moe_route(void) {
     untouched &= bytes_are_sentinels(overlapping_route, sizeof overlapping_route);    \
     EXPECT_TRUE(untouched);                                                            \
   } while (0)
-#define RESET() (l = logits, w = weights, i = ids, q = p)
+#define RESET() (l = logits, w = weights, i = ids, q = p, qp = &q)
 
   EXPECT(mtk_moe_route(ctx, NULL, &p, &weights, &ids, NULL), MTK_ERROR_INVALID_ARGUMENT,
          "logits is NULL");
@@ -470,6 +475,40 @@ static void test_moe_route(void) {
          "weights is NULL");
   EXPECT(mtk_moe_route(ctx, &logits, &p, &weights, NULL, NULL), MTK_ERROR_INVALID_ARGUMENT,
          "ids is NULL");
+  /* The versioned struct's size (metaltopk.h's opening comment). */
+  RESET(); q.struct_size = 0;
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 0 was never set");
+  RESET(); q.struct_size = sizeof(size_t);
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 8 cannot hold the 16 bytes");
+  RESET(); q.struct_size = sizeof q - 4;
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "is not a multiple of 8, the alignment of mtk_router_params");
+  RESET(); q.struct_size = SIZE_MAX;
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "is not a multiple of 8");
+  RESET(); q.struct_size = 1032;
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 1032 exceeds 1024 bytes");
+  struct {
+    mtk_router_params params;
+    uint32_t future_members[2];
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  newer.params = p;
+  newer.params.struct_size = sizeof newer;
+  newer.future_members[1] = 1;
+  RESET(); qp = &newer.params;
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 64 is larger than the mtk_router_params");
+  RESET(); qp = &newer.params;
+  ROUTE(MTK_ERROR_INVALID_ARGUMENT, "knows, and its byte 60 is not zero");
+  newer.future_members[1] = 0;
+  EXPECT_OK(mtk_moe_route(ctx, &logits, &newer.params, &weights, &ids, NULL));
+  /* An older caller's struct, exactly its size on the heap: ASan sees a read past it. */
+  const size_t older_size = 16;
+  const int64_t older_k = KE;
+  unsigned char* older = malloc(older_size);
+  memcpy(older, &older_size, sizeof older_size);
+  memcpy(older + sizeof older_size, &older_k, sizeof older_k);
+  EXPECT_OK(mtk_moe_route(ctx, &logits, (const mtk_router_params*)(void*)older, &weights, &ids,
+                          NULL));
+  free(older);
   RESET(); l.ndim = 3; l.sizes[2] = 1;
   ROUTE(MTK_ERROR_INVALID_ARGUMENT, "logits.ndim = 3");
   RESET(); l.ndim = 9;
@@ -585,7 +624,8 @@ static void test_contexts(void) {
   const mtk_context bad[3] = {NULL, dead, foreign};
   const char* expected[3] = {"ctx is NULL", "is not a live context", "is not a live context"};
   const TopkCall c = valid_call();
-  mtk_router_params p = {1, MTK_SCORING_SOFTMAX, NULL, 0, 0, 0, 1.0f};
+  mtk_router_params p = MTK_ROUTER_PARAMS_INIT;
+  p.k = 1;
   mtk_tensor values_out, indices_out;
   for (int b = 0; b < 3; ++b) {
     const mtk_context x = bad[b];

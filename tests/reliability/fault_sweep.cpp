@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -340,6 +341,8 @@ struct RouteShape {
   mtk_scoring scoring;
   int64_t n_group, topk_group;
   bool bias;
+  // An older caller's smaller mtk_router_params: the members past it take their defaults.
+  size_t params_size = sizeof(mtk_router_params);
 };
 
 // Router results are compared with the same library's unfaulted run: the router's numerics are
@@ -371,8 +374,9 @@ Scenario route_scenario(RouteShape s, std::shared_ptr<RouteResult> expected) {
     bias.ndim = 1;
     bias.sizes[0] = s.experts;
     bias.strides[0] = 1;
-    const mtk_router_params params{s.k,          s.scoring, s.bias ? &bias : nullptr, s.n_group,
-                                   s.topk_group, 1,         2.5f};
+    const mtk_router_params params{s.params_size, s.k,         s.scoring,
+                                   s.bias ? &bias : nullptr, s.n_group, s.topk_group,
+                                   1,             2.5f};
     const mtk_tensor l = matrix(logits_dev.get(), MTK_FLOAT32, s.tokens, s.experts);
     const mtk_tensor w = matrix(weights.get(), MTK_FLOAT32, s.tokens, s.k);
     const mtk_tensor i = matrix(ids.get(), MTK_INT32, s.tokens, s.k);
@@ -515,11 +519,16 @@ std::vector<Entry> entries(mtk_backend backend) {
       {1, 256, 8, MTK_SCORING_SOFTMAX, 0, 0, false},
       {512, 256, 8, MTK_SCORING_SIGMOID, 8, 4, true},
       {300, 128, 6, MTK_SCORING_NONE, 0, 0, true},
+      {64, 128, 4, MTK_SCORING_SOFTMAX, 4, 2, false, offsetof(mtk_router_params, renormalize)},
   };
   for (const RouteShape& r : routes) {
     const std::string label = "mtk_moe_route [" + std::to_string(r.tokens) + "x" +
                               std::to_string(r.experts) + " k=" + std::to_string(r.k) +
-                              (r.n_group > 1 ? " grouped" : "") + (r.bias ? " bias" : "") + "]";
+                              (r.n_group > 1 ? " grouped" : "") + (r.bias ? " bias" : "") +
+                              (r.params_size < sizeof(mtk_router_params)
+                                   ? " struct_size=" + std::to_string(r.params_size)
+                                   : "") +
+                              "]";
     list.push_back({label, route_scenario(r, std::make_shared<RouteResult>()), true});
   }
   list.push_back({"mtk_context_create", context_create_scenario(backend), false});

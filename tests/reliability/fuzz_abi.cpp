@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <string>
@@ -550,7 +551,7 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   place(fdp, logits, input_arena, lt.size);
   const int64_t tokens = logits.sizes[0], experts = logits.sizes[1];
 
-  mtk_router_params params{};
+  mtk_router_params params = MTK_ROUTER_PARAMS_INIT;
   params.k = rare(fdp, 32)
                  ? fdp.ConsumeIntegral<int64_t>()
                  : fdp.ConsumeIntegralInRange<int64_t>(0, std::clamp<int64_t>(experts, 0, 40) + 1);
@@ -591,6 +592,36 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   place(fdp, w, placement == 15 ? input_arena : values_arena, wt.size);
   place(fdp, ids, placement == 14 ? values_arena : placement == 13 ? bias_arena : indices_arena, it.size);
 
+  // The struct as a caller of another header version lays it out (metaltopk.h's versioned
+  // rule): rarely an older caller's (the oracle's params take the defaults past its size, the
+  // library's copy holds garbage there), a newer caller's with a zero or a nonzero tail, or a
+  // size no header declares.
+  struct {
+    mtk_router_params params;
+    unsigned char newer_members[16];
+  } given{};
+  given.params = params;
+  bool struct_size_valid = true;
+  if (rare(fdp, 8)) {
+    static const size_t sizes[] = {0,  8,  16, 20, 24, 48, sizeof params + 8, sizeof given,
+                                   1032, SIZE_MAX};
+    const size_t size = sizes[fdp.ConsumeIntegralInRange<size_t>(0, std::size(sizes) - 1)];
+    given.params.struct_size = size;
+    struct_size_valid = size >= 16 && size % 8 == 0 && size <= 1024;
+    if (struct_size_valid && size > sizeof params && fdp.ConsumeBool()) {
+      given.newer_members[fdp.ConsumeIntegralInRange<size_t>(0, size - sizeof params - 1)] = 1;
+      struct_size_valid = false;
+    }
+    if (struct_size_valid && size < sizeof params) {
+      const mtk_router_params defaults = MTK_ROUTER_PARAMS_INIT;
+      std::memcpy(reinterpret_cast<unsigned char*>(&params) + size,
+                  reinterpret_cast<const unsigned char*>(&defaults) + size, sizeof params - size);
+      std::memset(reinterpret_cast<unsigned char*>(&given.params) + size, 0xA5,
+                  sizeof params - size);
+      std::memcpy(&scoring_raw, &params.scoring, sizeof scoring_raw);
+    }
+  }
+
   const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
   std::memset(input_arena, 0, kArenaBytes);
   if (!data.empty()) std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
@@ -601,7 +632,7 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   // The oracle.
   const Extent el = extent_of(logits), ew = extent_of(w), eid = extent_of(ids);
   const bool grouped = params.n_group > 1;
-  bool valid = logits.ndim == 2 && el.ok && lt.known && logits_raw <= MTK_BFLOAT16 &&
+  bool valid = struct_size_valid && logits.ndim == 2 && el.ok && lt.known && logits_raw <= MTK_BFLOAT16 &&
                (el.numel == 0 || logits.data != nullptr) && experts >= 1 && params.k >= 1 &&
                params.k <= experts && scoring_raw >= 0 && scoring_raw <= 2 && params.n_group >= 0;
   if (valid && grouped) {
@@ -646,14 +677,14 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   }
 
   if (verbose) {
-    std::fprintf(stderr, "mtk_moe_route k=%lld scoring=%d n_group=%lld topk_group=%lld bias=%d valid=%d\n",
-                 static_cast<long long>(params.k), scoring_raw, static_cast<long long>(params.n_group),
+    std::fprintf(stderr, "mtk_moe_route struct_size=%zu k=%lld scoring=%d n_group=%lld topk_group=%lld bias=%d valid=%d\n",
+                 given.params.struct_size, static_cast<long long>(params.k), scoring_raw, static_cast<long long>(params.n_group),
                  static_cast<long long>(params.topk_group), params.bias != nullptr, valid);
     describe("logits", logits, input_arena);
     describe("weights", w, values_arena);
     describe("ids", ids, indices_arena);
   }
-  const mtk_status status = mtk_moe_route(ctx, &logits, &params, &w, &ids, nullptr);
+  const mtk_status status = mtk_moe_route(ctx, &logits, &given.params, &w, &ids, nullptr);
   const std::string message = mtk_last_error_message();
   if (status != MTK_SUCCESS) {
     if (status != MTK_ERROR_INVALID_ARGUMENT && status != MTK_ERROR_UNSUPPORTED_DTYPE) {
@@ -703,7 +734,7 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   expect_only_allowed_changes(indices_arena, allowed_ids);
   // Deterministic: the same call again gives the same bits.
   const std::vector<unsigned char> first_ids(indices_arena, indices_arena + kArenaBytes);
-  if (mtk_moe_route(ctx, &logits, &params, &w, &ids, nullptr) != MTK_SUCCESS ||
+  if (mtk_moe_route(ctx, &logits, &given.params, &w, &ids, nullptr) != MTK_SUCCESS ||
       std::memcmp(first_weights.data(), values_arena, kArenaBytes) != 0 ||
       std::memcmp(first_ids.data(), indices_arena, kArenaBytes) != 0) {
     crash("moe_route: a repeated call gave different results");

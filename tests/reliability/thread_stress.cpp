@@ -238,7 +238,7 @@ mtk_status run_route(mtk_context ctx, RouteCase& c, std::vector<float>& weights,
   const mtk_tensor l = matrix(c.logits.data(), MTK_FLOAT32, c.tokens, c.experts);
   const mtk_tensor w = matrix(weights.data(), MTK_FLOAT32, c.tokens, c.k);
   const mtk_tensor i = matrix(ids.data(), MTK_INT32, c.tokens, c.k);
-  const mtk_router_params params{c.k, MTK_SCORING_SOFTMAX, nullptr, 0, 0, 1, 1.0f};
+  const mtk_router_params params{sizeof params, c.k, MTK_SCORING_SOFTMAX, nullptr, 0, 0, 1, 1.0f};
   return mtk_moe_route(ctx, &l, &params, &w, &i, nullptr);
 }
 

@@ -244,7 +244,8 @@ def test_output_errors_at_the_c_abi():
     logits = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
     weights = np.full((4, 2), -7.0, np.float32)
     ids = np.full((4, 2), -7, np.int32)
-    params = ffi.new("mtk_router_params*", {"k": 2, "scoring": lib.MTK_SCORING_SOFTMAX,
+    params = ffi.new("mtk_router_params*", {"struct_size": ffi.sizeof("mtk_router_params"),
+                                            "k": 2, "scoring": lib.MTK_SCORING_SOFTMAX,
                                             "renormalize": 1, "scale": 1.0})
     lt = _tensor(ffi, logits.ctypes.data, lib.MTK_FLOAT32, (4, 16))
     good_w = _tensor(ffi, weights.ctypes.data, lib.MTK_FLOAT32, (4, 2))

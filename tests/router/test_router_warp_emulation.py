@@ -65,6 +65,7 @@ def emulate(emulator, logits, k, *, scoring="softmax", bias=None, n_group=None,
     ids = np.full((tokens, k), -7, dtype=index_dtype)
     bias_t = _tensor(ffi, bias) if bias is not None else ffi.NULL
     params = ffi.new("mtk_router_params*", {
+        "struct_size": ffi.sizeof("mtk_router_params"),
         "k": k, "scoring": SCORING_CODES[scoring], "bias": bias_t,
         "n_group": n_group or 0, "topk_group": topk_group or 0,
         "renormalize": int(renormalize), "scale": scale})

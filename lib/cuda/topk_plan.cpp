@@ -1,11 +1,12 @@
-// make_topk_plan: the shape-class heuristic and the exact scratch layout (see topk_plan.hpp).
+// make_topk_plan: the shape-class heuristic, the grid and the exact scratch layout, which
+// carve_scratch alone turns into addresses (see topk_plan.hpp).
+#include "cuda/topk_plan.hpp"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "cuda/topk_launch.cuh"
-#include "cuda/topk_plan.hpp"
 
 namespace mtk {
 namespace cuda {
@@ -15,7 +16,6 @@ constexpr int64_t kTargetBlocksPerSm = 8;
 constexpr int64_t kMinElementsPerBlock = 2048;
 constexpr int64_t kMinCapacity = 16384;
 constexpr int64_t kCapacityDivisor = 32;  // candidate buffer: 1/32 of the row, at least 16384
-constexpr int64_t kMaxRowLength = int64_t(0xfffffffe);  // indices fit 32 bits, see Composite
 // Below this many input bytes the sample kernel's launch costs more than the read it saves.
 constexpr int64_t kSampledMinBytes = int64_t(4) << 20;
 constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
@@ -46,7 +46,8 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 // for ~4 us more sampling.
 void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
                      int sm_count, int64_t l2_bytes) {
-  if (rows * n * element_bytes < kSampledMinBytes) return;
+  // In floating point: rows of a broadcast input (stride 0) may hold more bytes than int64.
+  if (double(rows) * double(n) * double(element_bytes) < double(kSampledMinBytes)) return;
   auto counting_fits = [](const SampleChoice& c) {
     return c.expected_candidates + 6 * c.candidates_sd <= double(kBlockThreads);
   };
@@ -105,38 +106,57 @@ size_t align_up(size_t bytes) {
   return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
 }
 
-template <class Key>
-size_t row_state_bytes_of() { return sizeof(RowState<Composite<Key>>); }
-
-}  // namespace
-
-size_t row_state_bytes(int key_bytes) {
-  switch (key_bytes) {
-    case 1: return row_state_bytes_of<uint8_t>();
-    case 2: return row_state_bytes_of<uint16_t>();
-    case 4: return row_state_bytes_of<uint32_t>();
-    default: return row_state_bytes_of<uint64_t>();
-  }
-}
-
+// Keys of 8 bytes rank by 128-bit composites, narrower ones by 64-bit composites.
 size_t composite_bytes(int key_bytes) {
   return key_bytes == 8 ? sizeof(Composite<uint64_t>) : sizeof(Composite<uint32_t>);
 }
 
-size_t merge_sort_temp_bytes(int key_bytes, int64_t k) {
-  return key_bytes == 8 ? merge_sort_temp_bytes_for<Composite<uint64_t>>(k)
-                        : merge_sort_temp_bytes_for<Composite<uint32_t>>(k);
+size_t row_state_bytes(int key_bytes) {
+  return key_bytes == 8 ? sizeof(RowState<Composite<uint64_t>>)
+                        : sizeof(RowState<Composite<uint32_t>>);
 }
 
-TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device) {
+// The Multi path's regions, one after another, each on a kScratchAlignment boundary.
+ScratchLayout multi_scratch_layout(int64_t rows, int64_t k, int64_t capacity, bool sort_in_block,
+                                   int key_bytes, MergeSortBytes merge_sort_bytes,
+                                   size_t& total) {
+  const size_t comp = composite_bytes(key_bytes);
+  ScratchLayout layout;
+  size_t offset = 0;
+  layout.states = offset;
+  offset += align_up(size_t(rows) * row_state_bytes(key_bytes));
+  layout.winners = offset;
+  offset += align_up(size_t(rows) * size_t(k) * comp);
+  for (size_t& buffer : layout.candidates) {
+    buffer = offset;
+    offset += align_up(size_t(rows) * size_t(capacity) * comp);
+  }
+  if (!sort_in_block) {
+    layout.sort_temp = offset;
+    layout.sort_temp_bytes = merge_sort_bytes(key_bytes, k);
+    offset += align_up(layout.sort_temp_bytes);
+  }
+  total = offset;
+  return layout;
+}
+
+// The blocks of the plan's widest launch (see TopkPlan::blocks); rows > 0.
+int64_t widest_grid(const TopkPlan& plan, int64_t rows) {
+  switch (plan.path) {
+    case TopkPath::Warp: return (rows + kWarpPathRowsPerBlock - 1) / kWarpPathRowsPerBlock;
+    case TopkPath::Block: return rows;
+    case TopkPath::Cluster: return rows * kClusterBlocks;
+    case TopkPath::Multi: break;
+  }
+  return rows * plan.blocks_per_row;
+}
+
+// The path and its parameters, without the grid and scratch.
+TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   const int64_t rows = key.rows, n = key.n, k = key.k;
   const int sm_count = device.sm_count;
-  if (n > kMaxRowLength) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "rows of ", n, " elements exceed the CUDA backend's limit of ",
-         kMaxRowLength, " elements per row");
-  }
   TopkPlan plan;
-  if (n <= int64_t(kWarpMaxItems) * 32 && k <= kWarpMaxK) {
+  if (n <= kWarpPathMaxRowLength && k <= kWarpPathMaxK) {
     plan.path = TopkPath::Warp;
     plan.warp_items = 1;
     while (int64_t(plan.warp_items) * 32 < n) plan.warp_items *= 2;
@@ -163,26 +183,43 @@ TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device) {
   plan.blocks_per_row = int(blocks_per_row);
   plan.capacity = std::min(n, std::max(kMinCapacity, n / kCapacityDivisor));
   plan.sort_in_block = k <= kSortCapacity;
-
   choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes);
-  const size_t comp = composite_bytes(key_bytes);
-  size_t offset = 0;
-  plan.states_offset = offset;
-  offset += align_up(size_t(rows) * row_state_bytes(key_bytes));
-  plan.winners_offset = offset;
-  offset += align_up(size_t(rows) * size_t(k) * comp);
-  for (size_t& buffer : plan.candidates_offset) {
-    buffer = offset;
-    offset += align_up(size_t(rows) * size_t(plan.capacity) * comp);
-  }
-  if (!plan.sort_in_block) {
-    plan.sort_temp_offset = offset;
-    plan.sort_temp_bytes = merge_sort_temp_bytes(key_bytes, k);
-    offset += align_up(plan.sort_temp_bytes);
-  }
-  // Caller workspaces may start anywhere: room to align the layout's base (see kScratchAlignment).
-  plan.workspace_bytes = offset + kScratchAlignment - 1;
   return plan;
+}
+
+}  // namespace
+
+TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device,
+                        MergeSortBytes merge_sort_bytes) {
+  if (key.n > kMaxRowLength) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "rows of ", key.n,
+         " elements exceed the CUDA backend's limit of ", kMaxRowLength, " elements per row");
+  }
+  TopkPlan plan = choose_path(key, device);
+  plan.blocks = widest_grid(plan, key.rows);
+  if (plan.blocks > kMaxGridBlocks) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, key.rows, " rows take ", plan.blocks,
+         " blocks of one launch, more than the CUDA backend's limit of ", kMaxGridBlocks);
+  }
+  if (plan.path != TopkPath::Multi) return plan;
+  size_t layout_bytes = 0;
+  plan.scratch = multi_scratch_layout(key.rows, key.k, plan.capacity, plan.sort_in_block,
+                                      int(dtype_info(key.dtype)->size), merge_sort_bytes,
+                                      layout_bytes);
+  // Caller workspaces may start anywhere: room to align the layout's base (see kScratchAlignment).
+  plan.workspace_bytes = layout_bytes + kScratchAlignment - 1;
+  return plan;
+}
+
+ScratchRegions carve_scratch(const TopkPlan& plan, void* scratch) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(scratch);
+  char* base = static_cast<char*>(scratch) +
+               ((kScratchAlignment - address % kScratchAlignment) % kScratchAlignment);
+  const ScratchLayout& layout = plan.scratch;
+  return ScratchRegions{base + layout.states,
+                        base + layout.winners,
+                        {base + layout.candidates[0], base + layout.candidates[1]},
+                        base + layout.sort_temp};
 }
 
 }  // namespace cuda

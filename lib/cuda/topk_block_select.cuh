@@ -1,0 +1,245 @@
+// Block-wide radix select: one block narrows a row (or a candidate buffer) over 8-bit digits of
+// the composite until its bucket holds exactly the winners still needed, then gathers the
+// winners and sorts them in shared memory. block_select_kernel is exactly that, a block per
+// row, for many medium rows; the cluster kernel and the multi-block finish reuse the pieces.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/device_utils.cuh"
+#include "cuda/topk_config.hpp"
+
+namespace mtk {
+namespace cuda {
+
+constexpr int kBlockDigitBits = 8;
+constexpr int kBlockBins = 1 << kBlockDigitBits;
+
+// The selection so far: elements whose top `resolved` composite bits equal `prefix` are still in
+// play (`in_bucket` of them); `needed` more winners must come from them.
+template <class Comp>
+struct Selection {
+  Comp prefix;
+  int resolved;
+  uint32_t needed;
+  uint32_t in_bucket;
+
+  // Keeps the bucket that `choice` names among the next `width` bits' digits.
+  __device__ __forceinline__ void narrow(const BucketChoice& choice, int width) {
+    prefix = (prefix << width) | Comp(choice.digit);
+    resolved += width;
+    needed -= choice.above;
+    in_bucket = choice.count;
+  }
+};
+
+template <int Bits, class Comp>
+__device__ __forceinline__ bool has_prefix(Comp c, Comp prefix, int resolved) {
+  return resolved == 0 || (c >> (Bits - resolved)) == prefix;
+}
+
+template <class Comp>
+struct BufferSource {
+  const Comp* items;
+  int64_t n;
+  __device__ __forceinline__ Comp composite(int64_t i) const { return items[i]; }
+};
+
+template <class Comp>
+struct BlockShared {
+  uint32_t hist[kBlockBins];
+  uint32_t scan[kBlockThreads / 32];
+  BucketChoice choice;
+  uint32_t winner_count;
+  Comp winners[kSortCapacity];
+};
+
+
+// How many of items[begin, end) rank above c: its rank among them, composites being unique.
+template <class Comp>
+__device__ __forceinline__ uint32_t count_above(const Comp* items, uint32_t begin, uint32_t end,
+                                                Comp c) {
+  uint32_t above = 0;
+#pragma unroll 4
+  for (uint32_t j = begin; j < end; ++j) above += items[j] > c ? 1u : 0u;
+  return above;
+}
+
+// Calls visit(c) for every composite of `source`, spread over the block's Threads threads.
+// Loads are issued in batches so that each thread waits for one memory latency per batch, not
+// per element: these loops run once per digit in a single block (or over a short buffer in a
+// few blocks), where nothing else hides that latency.
+constexpr int kCompositeBatch = 4;  // loads per thread in flight in for_each_composite
+
+template <int Threads = kBlockThreads, class Source, class Visit>
+__device__ __forceinline__ void for_each_composite(const Source& source, Visit&& visit) {
+  constexpr int kBatch = kCompositeBatch;
+  using Comp = decltype(source.composite(0));
+  for (int64_t first = threadIdx.x; first < source.n; first += int64_t(Threads) * kBatch) {
+    Comp batch[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = first + int64_t(u) * Threads;
+      batch[u] = i < source.n ? source.composite(i) : Comp(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (first + int64_t(u) * Threads < source.n) visit(batch[u]);
+    }
+  }
+}
+
+// Narrows `sel` digit by digit over `source` (elements outside `sel`'s prefix are ignored) until
+// its bucket holds exactly the winners still needed. Every thread returns the same selection.
+template <int Bits, class Comp, class Source>
+__device__ Selection<Comp> block_refine(const Source& source, Selection<Comp> sel,
+                                        BlockShared<Comp>& sh) {
+  // A full-width prefix names one element (composites are unique), so the loop always ends
+  // there at the latest; the bound only keeps a broken invariant from spinning.
+  while (sel.in_bucket != sel.needed && sel.resolved < Bits) {
+    const int width = min(kBlockDigitBits, Bits - sel.resolved);
+    const int shift = Bits - sel.resolved - width;
+    for (int b = threadIdx.x; b < kBlockBins; b += kBlockThreads) sh.hist[b] = 0;
+    __syncthreads();
+    for_each_composite(source, [&](Comp c) {
+      if (has_prefix<Bits>(c, sel.prefix, sel.resolved)) {
+        atomicAdd(&sh.hist[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+      }
+    });
+    __syncthreads();
+    const BucketChoice choice =
+        choose_bucket<kBlockBins, kBlockThreads>(sh.hist, sel.needed, sh.scan, &sh.choice);
+    sel.narrow(choice, width);
+  }
+  return sel;
+}
+
+// Elements of `source` under `start`'s prefix that rank at or above `final`'s prefix: exactly
+// start.needed of them once block_refine has produced `final`.
+template <int Bits, class Comp>
+__device__ __forceinline__ bool is_winner(Comp c, const Selection<Comp>& start,
+                                          const Selection<Comp>& final_sel) {
+  if (!has_prefix<Bits>(c, start.prefix, start.resolved)) return false;
+  return final_sel.resolved == 0 || (c >> (Bits - final_sel.resolved)) >= final_sel.prefix;
+}
+
+template <class Comp>
+__device__ __forceinline__ Comp shuffle_xor(Comp value, int lane_mask) {
+  if constexpr (sizeof(Comp) == 8) {
+    return Comp(__shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(value), lane_mask));
+  } else {
+    const unsigned long long low = static_cast<unsigned long long>(value);
+    const unsigned long long high = static_cast<unsigned long long>(value >> 64);
+    return (Comp(__shfl_xor_sync(0xffffffffu, high, lane_mask)) << 64) |
+           Comp(__shfl_xor_sync(0xffffffffu, low, lane_mask));
+  }
+}
+
+// A bitonic sort's compare-exchanges of one (span, stride) stage, on the two adjacent elements a
+// lane holds (a at the even index `first`, b after it) when stride < kWarpSortSpan: the partner
+// of each is in the same lane (stride 1) or in lane ^ stride / 2 of the same warp.
+template <class Comp>
+__device__ __forceinline__ void warp_bitonic_stage(Comp& a, Comp& b, int first, int span,
+                                                   int stride) {
+  const bool descending = (first & span) == 0;
+  if (stride == 1) {
+    if (descending ? a < b : a > b) {
+      const Comp t = a;
+      a = b;
+      b = t;
+    }
+    return;
+  }
+  const Comp partner_a = shuffle_xor(a, stride >> 1), partner_b = shuffle_xor(b, stride >> 1);
+  const bool keep_larger = ((first & stride) == 0) == descending;
+  a = (a > partner_a) == keep_larger ? a : partner_a;
+  b = (b > partner_b) == keep_larger ? b : partner_b;
+}
+
+// Elements a warp sorts in registers, two per lane: bitonic stages with a smaller stride need no
+// barrier.
+constexpr int kWarpSortSpan = 64;
+
+// Runs, for every span from first_span to last_span, the stages with strides below
+// kWarpSortSpan, in registers, on each warp's groups of kWarpSortSpan elements of items[0, size).
+template <class Comp>
+__device__ void warp_bitonic_stages(Comp* items, int size, int first_span, int last_span) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  for (int group = warp; group * kWarpSortSpan < size; group += kBlockThreads / 32) {
+    const int first = group * kWarpSortSpan + 2 * lane;
+    Comp a = items[first], b = items[first + 1];
+    for (int span = first_span; span <= last_span; span <<= 1) {
+      for (int stride = min(span, kWarpSortSpan) >> 1; stride > 0; stride >>= 1) {
+        warp_bitonic_stage(a, b, first, span, stride);
+      }
+    }
+    items[first] = a;
+    items[first + 1] = b;
+  }
+}
+
+// Sorts `count` composites in shared memory into descending order (bitonic; zero padding sinks
+// to the end) and writes the row's outputs. Stages whose stride is below kWarpSortSpan run in
+// registers (warp_bitonic_stages), so a sort of 1024 takes 14 barriers instead of 55.
+template <class T, class Comp>
+__device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
+                               const T* input, void* values, void* indices, bool index64,
+                               bool largest, const RowOffsets& o) {
+  static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
+  int size = kWarpSortSpan;
+  while (size < count) size <<= 1;
+  for (int i = count + threadIdx.x; i < size; i += kBlockThreads) sh.winners[i] = Comp(0);
+  __syncthreads();
+  warp_bitonic_stages(sh.winners, size, 2, kWarpSortSpan);
+  __syncthreads();
+  for (int span = 2 * kWarpSortSpan; span <= size; span <<= 1) {
+    for (int stride = span >> 1; stride >= kWarpSortSpan; stride >>= 1) {
+      for (int i = threadIdx.x; i < size; i += kBlockThreads) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const Comp a = sh.winners[i], b = sh.winners[j];
+          const bool descending = (i & span) == 0;
+          if (descending ? a < b : a > b) {
+            sh.winners[i] = b;
+            sh.winners[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+    warp_bitonic_stages(sh.winners, size, span, span);
+    __syncthreads();
+  }
+  for (int r = threadIdx.x; r < count; r += kBlockThreads) {
+    write_winner(g, input, values, indices, index64, largest, o, r, sh.winners[r]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                        bool largest) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ BlockShared<Comp> sh;
+  const int64_t row = blockIdx.x;
+  const RowOffsets o = device_row_offsets(g, row);
+  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+
+  const Selection<Comp> start{Comp(0), 0, uint32_t(g.k), uint32_t(g.n)};
+  const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+  if (threadIdx.x == 0) sh.winner_count = 0;
+  __syncthreads();
+  for_each_composite(source, [&](Comp c) {
+    if (is_winner<kBits>(c, start, final_sel)) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+  });
+  __syncthreads();
+  sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,295 @@
+// The end of the multi-block pipeline: one block per row resolves the last bits and writes the
+// row (finish_kernel), or, for k above kSortCapacity, writes the rows CUB sorted
+// (write_sorted_kernel).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/topk_block_select.cuh"
+#include "cuda/topk_key_bins.cuh"
+#include "cuda/topk_multi_pass.cuh"
+
+namespace mtk {
+namespace cuda {
+
+// The finish kernel's shared memory: BlockShared, the k-th's bucket when it starts small, and
+// the threshold pass's key-prefix bins above it (see finish_by_key_bins).
+template <class Comp>
+struct FinishShared {
+  static constexpr int kBins = kFinishByKeyBins<Comp> ? kMultiBins : 1;
+  BlockShared<Comp> block;
+  uint32_t bucket_count;
+  Comp bucket[kBlockThreads];
+  uint32_t bin_count[kBins];
+  uint32_t bin_next[kBins];
+
+  // Gathers c into the bucket; a broken invariant (more than a block of them) cannot overrun it.
+  __device__ __forceinline__ void add_to_bucket(Comp c) {
+    const uint32_t slot = atomicAdd(&bucket_count, 1u);
+    if (slot < uint32_t(kBlockThreads)) bucket[slot] = c;
+  }
+};
+
+struct BinRange {
+  uint32_t begin, end;
+};
+
+// Writes the winners of a row ranked within their key-prefix bins: winners[0, above) holds each
+// bin's elements in the range range_of(bin) returns, higher bins first, and the k-th's bucket
+// (bucket_count elements, `needed` of which win) ranks after them.
+template <class T, class Comp, class RangeOf>
+__device__ void write_binned_winners(const RowGeometry& g, const T* input, void* values,
+                                     void* indices, bool index64, bool largest,
+                                     const RowOffsets& o, const RowState<Comp>* state,
+                                     const Comp* winners, uint32_t above, RangeOf range_of,
+                                     const Comp* bucket, uint32_t bucket_count, uint32_t needed) {
+  using Key = typename KeyTraits<T>::Key;
+  const Key threshold_key = Key(state->threshold >> 32);
+  const int key_shift = int(state->threshold_shift);
+  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
+    const Comp c = winners[p];
+    const BinRange range = range_of(threshold_key_bin(Key(c >> 32), threshold_key, key_shift));
+    const uint32_t rank = range.begin + count_above(winners, range.begin, range.end, c);
+    write_winner(g, input, values, indices, index64, largest, o, rank, c);
+  }
+  if (threadIdx.x < bucket_count) {
+    const Comp c = bucket[threadIdx.x];
+    const uint32_t rank = count_above(bucket, 0, bucket_count, c);
+    if (rank < needed) write_winner(g, input, values, indices, index64, largest, o, above + rank, c);
+  }
+}
+
+// A direct finish that knows the k-th's key-prefix bin (see threshold_key_bin) and whose bucket
+// holds at most a block of elements. The threshold pass's histogram, kept in the row state,
+// gives each bin above the bucket its first output rank, so each winner goes to its bin's range
+// and is ranked by counting within its bin, and the bucket's winners follow: the k winners need
+// no sort, which was a chain of barriers. Returns false, having written no output, when ranking
+// within the bins would cost more than kBinRankingBudget (top keys crowded into few bins); every
+// thread returns the same.
+template <class T, class Comp, class Source>
+__device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
+                                   void* indices, bool index64, bool largest,
+                                   const RowOffsets& o, const RowState<Comp>* state,
+                                   const Source& source, const Selection<Comp>& start,
+                                   FinishShared<Comp>& fs) {
+  using Key = typename KeyTraits<T>::Key;
+  BlockShared<Comp>& sh = fs.block;
+  const Key threshold_key = Key(state->threshold >> 32);
+  const int key_shift = int(state->threshold_shift);
+  const uint32_t kth_bin = kth_key_bin<Key>(state);
+
+  constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
+  static_assert(kMultiBins % kBlockThreads == 0, "whole bins per thread");
+  if (threadIdx.x == 0) fs.bucket_count = 0;
+  const int first = int(threadIdx.x) * kBinsPerThread;
+  uint32_t counts[kBinsPerThread];
+  uint32_t mine = 0;
+#pragma unroll
+  for (int u = 0; u < kBinsPerThread; ++u) {
+    const uint32_t bin = uint32_t(first + u);
+    counts[u] = bin > kth_bin ? __ldcg(&state->hist[bin]) : 0u;
+    mine += counts[u];
+  }
+  if (bin_ranking_work<kBlockThreads>(counts, sh.scan) > kBinRankingBudget) return false;
+  uint32_t above;
+  // Higher threads hold higher bins, whose elements rank first.
+  uint32_t next = block_suffix_sum<kBlockThreads>(mine, sh.scan, above);
+#pragma unroll
+  for (int u = kBinsPerThread - 1; u >= 0; --u) {
+    fs.bin_count[first + u] = counts[u];
+    fs.bin_next[first + u] = next;
+    next += counts[u];
+  }
+  __syncthreads();
+  for_each_composite(source, [&](Comp c) {
+    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    if (bin > kth_bin) {
+      sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
+    } else if (bin == kth_bin) {
+      fs.add_to_bucket(c);
+    }
+  });
+  __syncthreads();
+  // Each bin's range now ends where its next slot stands.
+  write_binned_winners(g, input, values, indices, index64, largest, o, state, sh.winners, above,
+                       [&](uint32_t bin) {
+                         const uint32_t end = fs.bin_next[bin];
+                         return BinRange{end - fs.bin_count[bin], end};
+                       },
+                       fs.bucket, min(fs.bucket_count, uint32_t(kBlockThreads)), start.needed);
+  return true;
+}
+
+// The finish of a row whose winners the first filter launch placed (place_winners_by_bins):
+// each bin's range of winners ends at its entry of the row's histogram and begins at the next
+// higher bin's end; the winners and the k-th's bucket move to shared memory to be ranked there.
+template <class T, class Comp>
+__device__ void finish_placed_winners(const RowGeometry& g, const T* input, void* values,
+                                      void* indices, bool index64, bool largest,
+                                      const RowOffsets& o, const RowState<Comp>* state,
+                                      const Comp* row_winners, const Comp* bucket,
+                                      FinishShared<Comp>& fs) {
+  const uint32_t needed = state->needed;
+  const uint32_t above = uint32_t(g.k) - needed;
+  const uint32_t bucket_count = min(__ldcg(&state->next_count), uint32_t(kBlockThreads));
+  for (int b = threadIdx.x; b < kMultiBins; b += kBlockThreads) {
+    fs.bin_next[b] = __ldcg(&state->hist[b]);
+  }
+  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
+    fs.block.winners[p] = __ldcg(&row_winners[p]);
+  }
+  if (threadIdx.x < bucket_count) fs.bucket[threadIdx.x] = __ldcg(&bucket[threadIdx.x]);
+  __syncthreads();
+  write_binned_winners(g, input, values, indices, index64, largest, o, state, fs.block.winners,
+                       above,
+                       [&](uint32_t bin) {
+                         const uint32_t begin =
+                             bin + 1 < uint32_t(kMultiBins) ? fs.bin_next[bin + 1] : 0u;
+                         return BinRange{begin, fs.bin_next[bin]};
+                       },
+                       fs.bucket, bucket_count, needed);
+}
+
+// One block per row: resolves the remaining bits of an unfinished row from its candidates (in
+// the buffer the last pass wrote, or the input after an overflow), appends the last winners,
+// and sorts the row when k fits.
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                  bool largest, MultiLayout layout,
+                  RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                  Composite<typename KeyTraits<T>::Key>* winners,
+                  const Composite<typename KeyTraits<T>::Key>* candidates,
+                  const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  constexpr int kBits = kCompositeBits<Key>;
+  __shared__ FinishShared<Comp> finish_shared;
+  BlockShared<Comp>& sh = finish_shared.block;
+  const int64_t row = blockIdx.x;
+  RowState<Comp>* state = states + row;
+  Comp* row_winners = winners + row * g.k;
+  const RowOffsets o = device_row_offsets(g, row);
+  const Comp* const row_candidates =
+      (state->in_first_output ? first_output : candidates) + row * layout.capacity;
+  if constexpr (kFinishByKeyBins<Comp>) {
+    if (state->winners_placed) {  // the bucket is in the first filter launch's output
+      finish_placed_winners(g, input, values, indices, index64, largest, o, state, row_winners,
+                            first_output + row * layout.capacity, finish_shared);
+      return;
+    }
+  }
+
+  // A sampled threshold that left at most a block's worth of candidates and nothing else
+  // selected (the direct case; k <= count by then): each thread ranks one candidate by counting
+  // those above it, and that rank is its output slot. One staging copy and one pass over shared
+  // memory instead of radix rounds and a sort, each a chain of barriers (k = 50 of 150k took
+  // 12 us that way).
+  static_assert(kSortCapacity >= kBlockThreads, "the counting rank stages in sh.winners");
+  if (state->finish_direct && sort_here && state->source_count <= kBlockThreads) {
+    const uint32_t count = state->source_count;
+    Comp* const stage = sh.winners;
+    const bool ranks = threadIdx.x < count;
+    const Comp mine = ranks ? row_candidates[threadIdx.x] : Comp(0);
+    if (ranks) stage[threadIdx.x] = mine;
+    __syncthreads();
+    if (ranks) {
+      const uint32_t rank = count_above(stage, 0, count, mine);
+      if (rank < uint32_t(g.k)) {
+        write_winner(g, input, values, indices, index64, largest, o, rank, mine);
+      }
+    }
+    return;
+  }
+  // When the row is sorted here, the winners of the filter passes move to shared memory first
+  // and the last ones join them there: a global append makes each warp wait on an L2 atomic.
+  if (sort_here) {
+    const uint32_t earlier = state->winners;
+    for (uint32_t r = threadIdx.x; r < earlier; r += kBlockThreads) sh.winners[r] = row_winners[r];
+    if (threadIdx.x == 0) sh.winner_count = earlier;
+    __syncthreads();
+  }
+  auto append = [&](bool take, Comp c) {
+    if (sort_here) {
+      if (take) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+    } else {
+      warp_append(take, c, row_winners, &state->winners);
+    }
+  };
+  if (!state->complete) {
+    const Selection<Comp> start{state->prefix, int(state->resolved), state->needed,
+                                state->in_bucket};
+    if (state->source_is_buffer) {
+      const BufferSource<Comp> source{row_candidates, int64_t(state->source_count)};
+      // A direct finish holds every candidate, those above the bucket the threshold pass chose
+      // included: its winners are all the buffer's elements at or above the final prefix.
+      const Selection<Comp> taken_from =
+          state->finish_direct ? Selection<Comp>{Comp(0), 0, uint32_t(g.k), state->source_count}
+                               : start;
+      if (state->finish_direct && start.resolved > 0 &&
+          start.in_bucket <= uint32_t(kBlockThreads)) {
+        // The threshold pass's key-prefix bins left the k-th's bucket within a block (k = 1024
+        // of 150k: a few dozen; bf16 2^26's ties of a key: ~130): one pass takes everything
+        // above it and gathers the bucket, whose elements are then ranked by counting, instead
+        // of radix rounds over the whole buffer and a pass to collect the winners (k = 1024:
+        // 79.4 -> 77.6 us). After the filter passes the same measured 1.2 us slower than the
+        // rounds, so they keep those. Where ranking within the bins above the bucket fits
+        // kBinRankingBudget, the winners need no sort either (k = 1024: 69.5 us).
+        if constexpr (kFinishByKeyBins<Comp>) {
+          if (sort_here && finish_by_key_bins(g, input, values, indices, index64, largest, o,
+                                              state, source, start, finish_shared)) {
+            return;
+          }
+        }
+        if (threadIdx.x == 0) finish_shared.bucket_count = 0;
+        __syncthreads();
+        const int start_shift = kBits - start.resolved;
+        for_each_composite(source, [&](Comp c) {
+          const bool under = has_prefix<kBits>(c, taken_from.prefix, taken_from.resolved);
+          const Comp top = c >> start_shift;
+          append(under && top > start.prefix, c);
+          if (under && top == start.prefix) finish_shared.add_to_bucket(c);
+        });
+        __syncthreads();
+        const uint32_t count = min(finish_shared.bucket_count, uint32_t(kBlockThreads));
+        const bool ranks = threadIdx.x < count;
+        const Comp mine = ranks ? finish_shared.bucket[threadIdx.x] : Comp(0);
+        const uint32_t rank = ranks ? count_above(finish_shared.bucket, 0, count, mine) : 0u;
+        append(ranks && rank < start.needed, mine);
+      } else {
+        const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+        for_each_composite(source,
+                           [&](Comp c) { append(is_winner<kBits>(c, taken_from, final_sel), c); });
+      }
+    } else {
+      const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+      const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+      for_each_composite(source,
+                         [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });
+    }
+  }
+  if (!sort_here) return;
+  __syncthreads();
+  sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
+}
+
+// Writes rows whose winners were sorted in global memory (k above kSortCapacity).
+template <class T>
+__global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
+                                    bool index64, bool largest,
+                                    const Composite<typename KeyTraits<T>::Key>* winners) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int64_t total = g.rows * g.k;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = t / g.k, rank = t % g.k;
+    write_winner(g, input, values, indices, index64, largest, device_row_offsets(g, row), rank,
+                 winners[t]);
+  }
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,281 @@
+// The threshold pass of sampled plans (multi_threshold_kernel): the one full read of the input,
+// which keeps the elements at or above the row's sampled threshold as candidates.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/key_threshold.hpp"
+#include "cuda/topk_key_bins.cuh"
+#include "cuda/topk_multi_pass.cuh"
+#include "cuda/topk_multi_sample.cuh"
+
+namespace mtk {
+namespace cuda {
+
+// Run by the threshold pass's last block on a direct row past kDirectFinishCandidates whose
+// k-th's bucket fits a block: turns the row's histogram counts of the bins above the k-th's
+// into each bin's first output rank (higher bins rank first), so that the first filter launch
+// can place the winners (place_winners_by_bins), and leaves each bin's end there. Returns
+// false, writing nothing, when ranking within those bins would exceed kBinRankingBudget; every
+// thread returns the same. `counts_in` is the histogram in shared memory.
+template <class Comp>
+__device__ bool start_bin_ranges(RowState<Comp>* state, const uint32_t* counts_in,
+                                 uint32_t kth_bin, uint32_t* scan) {
+  constexpr int kBinsPerThread = kMultiBins / kMultiThreads;
+  static_assert(kMultiBins % kMultiThreads == 0, "whole bins per thread");
+  const int first = int(threadIdx.x) * kBinsPerThread;
+  uint32_t counts[kBinsPerThread];
+  uint32_t mine = 0;
+#pragma unroll
+  for (int u = 0; u < kBinsPerThread; ++u) {
+    counts[u] = uint32_t(first + u) > kth_bin ? counts_in[first + u] : 0u;
+    mine += counts[u];
+  }
+  if (bin_ranking_work<kMultiThreads>(counts, scan) > kBinRankingBudget) return false;
+  uint32_t above;
+  uint32_t next = block_suffix_sum<kMultiThreads>(mine, scan, above);
+#pragma unroll
+  for (int u = kBinsPerThread - 1; u >= 0; --u) {
+    if (uint32_t(first + u) > kth_bin) state->hist[first + u] = next;
+    next += counts[u];
+  }
+  return true;
+}
+
+// Candidates a threshold thread stages in its own slots of shared memory before spilling to
+// global appends. Own slots need no atomic: a candidate costs one shared store, where a
+// block-wide counter cost each an atomic whose result the next store waited for (the k = 1024
+// pass ran 61 us against 42 for k = 50). The stage's size is the plan's choice: the shared
+// memory of four resident blocks slows the streaming itself (a 32 KB stage cost the pass over
+// 2^28 16%, 24 KB 3%), so only plans expecting more than two candidates a thread take the
+// large one. A sampling row of 150k with k = 1024 leaves ~5.4 a thread: with 12 slots one
+// thread in 260 spills there.
+constexpr int kSmallThresholdStageBytes = 8192;
+constexpr int kLargeThresholdStageBytes = 24576;
+template <class Entry, int StageBytes>
+constexpr int kThresholdSlotsPerThread = int(StageBytes / (kMultiThreads * sizeof(Entry)));
+
+// A staged candidate of the threshold pass: its raw bits above its index, in a composite's width
+// (so the stage takes no more shared memory than composites would).
+template <class T> using StageEntry = Composite<typename KeyTraits<T>::Key>;
+
+template <class T>
+__device__ __forceinline__ StageEntry<T> stage_entry(const T& value, uint32_t index) {
+  Bits<T> bits;
+  memcpy(&bits, &value, sizeof(T));
+  return (StageEntry<T>(bits) << 32) | StageEntry<T>(index);
+}
+
+template <class T>
+__device__ __forceinline__ T stage_value(StageEntry<T> entry) {
+  const Bits<T> bits = Bits<T>(entry >> 32);
+  T value;
+  memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
+template <class Entry>
+__device__ __forceinline__ uint32_t stage_index(Entry entry) { return uint32_t(entry); }
+
+
+// The row's threshold key and the width of its key bins: merged from the parts of a split
+// sample (and recorded for the kernels after this one), or as the sample kernel left them.
+template <class Key, class Comp>
+__device__ __forceinline__ void read_row_threshold(RowState<Comp>* state,
+                                                   const MultiLayout& layout, int seg,
+                                                   Key& threshold_key, int& key_shift) {
+  if (layout.split_sample_rank > 0) {
+    merge_split_sample(state, layout.split_sample_rank, threshold_key, key_shift);
+    // Every block of the row holds the same.
+    if (seg == 0 && threadIdx.x == 0) {
+      state->threshold = Comp(threshold_key) << 32;
+      state->threshold_shift = uint32_t(key_shift);
+    }
+  } else {
+    threshold_key = Key(state->threshold >> 32);
+    key_shift = int(state->threshold_shift);
+  }
+}
+
+// Run by the last threshold block of a row, once every block's candidates are counted: either
+// leaves few candidates to the finish kernel alone (placing the winners by bins where that
+// pays, start_bin_ranges), or chooses the first digit over them for the filter passes, or, when
+// the threshold missed, clears what the pass left and flags the row for the exact passes over
+// the input. `pass.hist` is free for its use.
+template <class Key, class Comp>
+__device__ __forceinline__ void conclude_threshold_pass(RowState<Comp>* state, int64_t k,
+                                                        uint32_t capacity,
+                                                        CandidateHistogram histogram,
+                                                        Key threshold_key, int key_shift,
+                                                        MultiPassShared& pass) {
+  const bool histogram_candidates = histogram != CandidateHistogram::None;
+  const bool key_prefix = histogram == CandidateHistogram::KeyPrefix;
+  const uint32_t count = __ldcg(&state->next_count);
+  bool hit = count >= uint32_t(k) && count <= capacity;
+  bool direct = hit && count <= kDirectFinishCandidates;
+  // Without the histogram the filter passes cannot start: more candidates than the finish
+  // kernel takes count as a miss (the plan makes that negligibly rare).
+  if (!histogram_candidates) hit = direct;
+  bool placed = false;
+  BucketChoice key_choice{};
+  if (hit && key_prefix) {
+    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) {
+      pass.hist[b] = __ldcg(&state->hist[b]);
+    }
+    __syncthreads();
+    key_choice = choose_bucket<kMultiBins, kMultiThreads>(pass.hist, uint32_t(k), pass.scan,
+                                                          &pass.choice);
+    if (key_choice.digit == uint32_t(kMultiBins - 1)) hit = false;  // beyond the bins
+    if constexpr (kFinishByKeyBins<Comp>) {
+      // The finish ranks the placed winners in shared memory, as it sorts them.
+      if (hit && !direct && k <= kSortCapacity &&
+          key_choice.count <= uint32_t(kBlockThreads)) {
+        placed = start_bin_ranges(state, pass.hist, key_choice.digit, pass.scan);
+        direct = placed;
+      }
+    }
+    // A direct row's histogram stays (as counts, or as placed ranges): the finish kernel or
+    // the first filter launch places the winners by their bins. The filter passes histogram
+    // into a cleared one. (Every call's sample kernel clears the row state; a miss is cleared
+    // below.)
+    if (hit && !direct) {
+      for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
+    }
+  }
+  __syncthreads();  // every thread has its count before thread 0 resets it
+  if (threadIdx.x == 0) {
+    state->blocks_done = 0;
+    state->next_count = 0;
+    state->needed = uint32_t(k);
+    state->in_bucket = count;  // under the empty prefix: the whole buffer
+    state->source_is_buffer = hit ? 1u : 0u;
+    state->source_count = hit ? count : 0u;
+    state->fallback = hit ? 0u : 1u;
+    state->finish_direct = hit && direct ? 1u : 0u;
+    state->winners_placed = placed ? 1u : 0u;
+    if (hit && key_prefix) {
+      // The prefix of the k-th's key: the finish or the filter passes go on from its bucket.
+      constexpr int kKeyBits = int(sizeof(Key)) * 8;
+      state->prefix = Comp((threshold_key >> key_shift) + Key(key_choice.digit));
+      state->resolved = uint32_t(kKeyBits - key_shift);
+      state->digit_bits = state->resolved;
+      state->needed = uint32_t(k) - key_choice.above;
+      state->in_bucket = key_choice.count;
+    }
+  }
+  __syncthreads();
+  if (hit && !direct && histogram == CandidateHistogram::TopDigit) {
+    choose_multi_digit(state, pass.hist, pass.scan, &pass.choice);
+  } else if (!hit) {
+    for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) state->hist[b] = 0;
+  }
+}
+
+// The one read of the input for sampled plans: candidates (the elements that pass the row's
+// threshold test, see key_threshold.hpp) go to the buffer and their top digit to the row's
+// histogram; the last block of the row then decides how the row goes on
+// (conclude_threshold_pass).
+//
+// Candidates are staged in shared memory and copied out once per block: a global atomic whose
+// result a warp waits for costs an L2 round trip, and on a single long row every warp would wait
+// on the same counter. Beyond the stage's capacity they go straight to the buffer.
+template <class T, int StageBytes>
+__global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(sizeof(T))))
+    multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                           Composite<typename KeyTraits<T>::Key>* candidates,
+                           CandidateHistogram histogram) {
+  const int64_t row = blockIdx.x / layout.blocks_per_row;
+  const int seg = int(blockIdx.x % layout.blocks_per_row);
+  const RowOffsets o = device_row_offsets(g, row);
+  int64_t begin, end;
+  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  // The input is not an earlier kernel's output: its prefetch need not wait.
+  if (threadIdx.x == 0) {
+    prefetch_segment_head(input + o.input, g.input_stride, begin, end, layout.l2_prefetch_bytes);
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  __shared__ MultiPassShared pass;
+  constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>, StageBytes>;
+  __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
+  __shared__ uint32_t staged_base;
+
+  RowState<Comp>* state = states + row;
+  Key threshold_key;
+  int key_shift;
+  read_row_threshold(state, layout, seg, threshold_key, key_shift);
+  const uint32_t capacity = uint32_t(layout.capacity);
+  Comp* row_candidates = candidates + row * layout.capacity;
+
+  for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
+  __syncthreads();
+  int staged_count = 0;  // this thread's slots in use
+  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+  const bool histogram_candidates = histogram != CandidateHistogram::None;
+  const bool key_prefix = histogram == CandidateHistogram::KeyPrefix;
+  auto candidate_bin = [&](Comp c) {
+    return key_prefix ? threshold_key_bin(Key(c >> 32), threshold_key, key_shift)
+                      : uint32_t(c >> (kCompositeBits<Key> - kMultiDigitBits));
+  };
+  // A candidate's key is built here, once it leaves the stage (or skips it): its bin goes to the
+  // histogram, the composite to its slot of the buffer while the buffer has room.
+  auto keep_candidate = [&](const T& value, uint32_t index, uint32_t slot) {
+    const Comp c = make_composite(selection_key(value, largest), index);
+    if (histogram_candidates) atomicAdd(&pass.hist[candidate_bin(c)], 1u);
+    if (slot < capacity) row_candidates[slot] = c;
+  };
+  KeyThreshold<T>::make(threshold_key, largest).with_fixed_test([&](const auto& passes) {
+    visit_row_elements<kMultiThreads>(source, begin, end, [&](const auto& elements,
+                                                              uint32_t first) {
+      constexpr int kCount = int(sizeof(elements) / sizeof(elements[0]));
+      bool take[kCount];
+      bool any = false;
+  #pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        take[e] = passes(elements[e]);
+        any |= take[e];
+      }
+      if (!any) return;
+      // A candidate costs its thread a store of its raw bits and index; its key waits for the
+      // copy-out below, where every thread of the block has one to build (built here, they made
+      // the few lanes holding candidates run ~90 instructions a vector while the rest of the
+      // warp waited, and k ~ 1024 rows have a candidate in most vectors). Past the thread's
+      // slots (heavy ties, adversarial rows) a candidate takes a global atomic of its own: rare,
+      // and kept out of the registers of the common path.
+  #pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        if (!take[e]) continue;
+        const uint32_t index = first + uint32_t(e);
+        if (staged_count < kSlots) {
+          staged[staged_count++][threadIdx.x] = stage_entry(elements[e], index);
+        } else {
+          keep_candidate(elements[e], index, atomicAdd(&state->next_count, 1u));
+        }
+      }
+    });
+  });
+  uint32_t stage_size;
+  const uint32_t after_mine =
+      block_suffix_sum<kMultiThreads>(uint32_t(staged_count), pass.scan, stage_size);
+  if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
+  __syncthreads();
+  for (int j = 0; j < staged_count; ++j) {
+    const StageEntry<T> entry = staged[j][threadIdx.x];
+    const uint32_t slot = staged_base + after_mine + uint32_t(j);
+    keep_candidate(stage_value<T>(entry), stage_index(entry), slot);
+  }
+  if (histogram_candidates) {
+    __syncthreads();
+    add_to_row_histogram(state->hist, pass.hist);
+  }
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
+    conclude_threshold_pass(state, g.k, capacity, histogram, threshold_key, key_shift, pass);
+  }
+}
+
+}  // namespace cuda
+}  // namespace mtk
