@@ -232,3 +232,12 @@ def test_backends_without_ragged_kernels_refuse_by_name():
     for backend in backends:
         with pytest.raises(RuntimeError, match=backend):
             metaltopk.topk(SCORES, 2, lengths=[3, 4], backend=backend)
+
+
+def test_torch_inputs_are_not_taken_yet():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(SCORES)
+    with pytest.raises(NotImplementedError, match="numpy"):
+        metaltopk.topk(x, 2, lengths=torch.tensor([3, 4]))
+    indices = metaltopk.topk(x, 2, return_values=False, backend="cpu")
+    assert isinstance(indices, torch.Tensor) and indices.tolist() == [[4, 2], [0, 2]]
