@@ -115,9 +115,11 @@ struct NewOutputs {
   mtk::TopkProblem problem;
 };
 
+// `index_dtype` by reference: a caller's value outside the enum is checked as an int before
+// C++ loads it as an mtk_dtype (see require_known_dtype_argument).
 NewOutputs checked_problem_with_new_outputs(Context& ctx, const mtk_tensor* input, int64_t k,
                                             int64_t dim, int largest, int sorted,
-                                            mtk_dtype index_dtype) {
+                                            const mtk_dtype& index_dtype) {
   const int d = mtk::validate_input_dim_k(input, k, dim);
   require_known_dtype_argument(index_dtype, "indices.dtype");
   NewOutputs out{};
