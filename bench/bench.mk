@@ -34,3 +34,6 @@ $(CPU_KERNEL_TIME): bench/cpu_kernel_time.c include/metaltopk.h $(LIBRARY)
 .PHONY: bench-cpu-kernel
 bench-cpu-kernel: $(CPU_KERNEL_TIME)
 	$(CPU_KERNEL_TIME)
+
+# The GPU benchmarks' C++ and CUDA harnesses (tests/gpu/run_all.sh runs them on the H200).
+include bench/gpu/gpu.mk

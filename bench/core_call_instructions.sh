@@ -14,7 +14,7 @@ calls=$(valgrind --tool=callgrind --callgrind-out-file="$work/out" "$work/probe"
 callgrind_annotate --inclusive=yes "$work/out" 2>/dev/null | awk -v calls="$calls" '
   { gsub(",", "", $1) }
   / \?\?\?:mtk_topk / { total = $1 }
-  /CpuBackend::topk\(/ { backend = $1 }
+  /CpuBackend::(plan|run)_topk\(/ { backend += $1 }
   END {
     if (!total || !backend) { print "core_call_instructions: counts not found" > "/dev/stderr"; exit 1 }
     printf "mtk_topk outside the backend: %.0f instructions a call (%d calls)\n", (total - backend) / calls, calls

@@ -7,7 +7,7 @@
 //     values are counted as index ties; anything else is a mismatch, reported),
 //   - timed: replay of a CUDA graph of `graph_calls` captured calls (the primary number, launch
 //     gaps removed) and back-to-back calls between CUDA events (median of `reps` bursts).
-// Inputs that fit in L2 rotate over 4 buffers, as tests/gpu/bench_c_abi.cpp does.
+// Inputs that fit in L2 rotate over 4 buffers, as bench/gpu/bench_c_abi.cpp does.
 //
 // Usage: peers_bench [--probe | --self-test] [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
 //                    [--graph-calls N] [--replays N]
@@ -234,7 +234,7 @@ struct TopkShape {
   }
 };
 
-// BENCHMARKS.md's GPU shapes (tests/gpu/bench_cuda.py's SHAPES).
+// BENCHMARKS.md's GPU shapes (bench/gpu/bench_cuda.py's SHAPES).
 std::vector<TopkShape> topk_shapes() {
   return {
       {"moe", 1, 256, 8, true, -1},          {"moe", 128, 256, 8, true, -1},

@@ -42,7 +42,8 @@ class MtkTensor(ctypes.Structure):
 
 
 class MtkRouterParams(ctypes.Structure):
-    _fields_ = [("k", ctypes.c_int64), ("scoring", ctypes.c_int),
+    _fields_ = [("struct_size", ctypes.c_size_t), ("k", ctypes.c_int64),
+                ("scoring", ctypes.c_int),
                 ("bias", ctypes.POINTER(MtkTensor)), ("n_group", ctypes.c_int64),
                 ("topk_group", ctypes.c_int64), ("renormalize", ctypes.c_int),
                 ("scale", ctypes.c_float)]
@@ -224,7 +225,8 @@ def bench(torch, gate, mtk, deepseek, tokens, experts, k, args):
     weights = torch.empty(tokens, k, device="cuda", dtype=torch.float32)
     ids = torch.empty(tokens, k, device="cuda", dtype=torch.int32)
     bias_t = Metaltopk.describe(bias, MTK_FLOAT32)
-    params = MtkRouterParams(k=k, scoring=MTK_SCORING_SIGMOID if deepseek else MTK_SCORING_SOFTMAX,
+    params = MtkRouterParams(struct_size=ctypes.sizeof(MtkRouterParams), k=k,
+                             scoring=MTK_SCORING_SIGMOID if deepseek else MTK_SCORING_SOFTMAX,
                              bias=ctypes.pointer(bias_t) if deepseek else None,
                              n_group=GROUPS if deepseek else 0,
                              topk_group=TOPK_GROUPS if deepseek else 0, renormalize=1, scale=1.0)

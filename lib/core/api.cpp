@@ -2,6 +2,7 @@
 #include <cstring>
 #include <memory>
 
+#include "abi_enums.hpp"
 #include "context.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
@@ -90,14 +91,14 @@ mtk_tensor contiguous_output(const mtk_tensor& input, int64_t k, int dim, mtk_dt
 // its enum type (see mtk::abi_enum_value).
 void require_known_dtype_argument(const mtk_dtype& dtype, const char* name) {
   const int raw = mtk::abi_enum_value(dtype);
-  if (raw < MTK_FLOAT32 || raw > MTK_INT64) {
+  if (!mtk::is_known_dtype(raw)) {
     fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, " = ", raw, " is not a known mtk_dtype");
   }
 }
 
 void require_known_backend(const mtk_backend& backend) {
   const int raw = mtk::abi_enum_value(backend);
-  if (raw < MTK_BACKEND_DEFAULT || raw > MTK_BACKEND_MPSGRAPH) {
+  if (!mtk::is_known_backend(raw)) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "backend = ", raw, " is not a known mtk_backend");
   }
 }

@@ -2,6 +2,7 @@
 // the library loaded, so what is compiled in is what registered.
 #include <array>
 
+#include "abi_enums.hpp"
 #include "context.hpp"
 #include "error.hpp"
 
@@ -15,17 +16,15 @@ struct Entry {
   int default_rank = 0;
 };
 
-constexpr int kKinds = MTK_BACKEND_MPSGRAPH + 1;
-
 // Filled by the registrations of static initialisation, read-only afterwards. A function-local
 // static, so that it exists before the first registration whatever the order of initialisation.
-std::array<Entry, kKinds>& registry() {
-  static std::array<Entry, kKinds> entries;
+std::array<Entry, kBackendKinds>& registry() {
+  static std::array<Entry, kBackendKinds> entries;
   return entries;
 }
 
 const Entry* registered(mtk_backend backend) {
-  if (backend <= MTK_BACKEND_DEFAULT || backend >= kKinds) return nullptr;
+  if (backend <= MTK_BACKEND_DEFAULT || backend >= kBackendKinds) return nullptr;
   const Entry& entry = registry()[backend];
   return entry.make != nullptr ? &entry : nullptr;
 }
@@ -50,7 +49,7 @@ bool backend_available(mtk_backend backend) {
 mtk_backend resolve_default_backend() {
   mtk_backend best = MTK_BACKEND_DEFAULT;
   int best_rank = 0;
-  for (int kind = MTK_BACKEND_DEFAULT + 1; kind < kKinds; ++kind) {
+  for (int kind = MTK_BACKEND_DEFAULT + 1; kind < kBackendKinds; ++kind) {
     const Entry* entry = registered(static_cast<mtk_backend>(kind));
     if (entry != nullptr && entry->default_rank > best_rank && entry->available()) {
       best = static_cast<mtk_backend>(kind);

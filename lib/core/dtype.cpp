@@ -1,5 +1,6 @@
 #include "dtype.hpp"
 
+#include "abi_enums.hpp"
 #include "error.hpp"
 
 namespace mtk {
@@ -15,6 +16,8 @@ constexpr DtypeInfo kDtypes[] = {
     {MTK_INT32, "int32", 4, DtypeKind::SignedInt},
     {MTK_INT64, "int64", 8, DtypeKind::SignedInt},
 };
+static_assert(sizeof kDtypes / sizeof kDtypes[0] == kLastDtype - kFirstDtype + 1,
+              "one entry for every mtk_dtype");
 }  // namespace
 
 const DtypeInfo* dtype_info(mtk_dtype dtype) noexcept {

@@ -12,8 +12,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "float_formats.hpp"
 #include "ordered_key.hpp"
 
 namespace mtk {
@@ -29,11 +29,6 @@ struct FloatThresholdTest {
 };
 
 namespace key_threshold_detail {
-
-template <class Bits>
-MTK_HOST_DEVICE Bits key_to_float_bits(Bits key, Bits sign_mask) {
-  return (key & sign_mask) ? Bits(key & Bits(~sign_mask)) : Bits(~key);
-}
 
 // The test for keys of a float format (`Bits` with the given masks); widen(bits) turns a bit
 // pattern of the format into the comparison type exactly.
@@ -68,82 +63,7 @@ MTK_HOST_DEVICE FloatThresholdTest<Wide> float_test(Bits threshold, bool largest
   return {widen(Bits(sign_mask | Bits(magnitude - 1))), false};
 }
 
-MTK_HOST_DEVICE float float_from_bits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-MTK_HOST_DEVICE double double_from_bits(uint64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, 8);
-  return d;
-}
-
-// IEEE half to float, exact (subnormals normalised; NaN stays NaN).
-MTK_HOST_DEVICE float float_from_half_bits(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1fu) return float_from_bits(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent == 0) {
-    if (mantissa == 0) return float_from_bits(sign);
-    exponent = 1;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    mantissa &= 0x3ffu;
-  }
-  return float_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
 }  // namespace key_threshold_detail
-
-// Float formats: bit patterns, masks and the exact widening to the comparison type.
-template <class T> struct FloatFormat;
-template <> struct FloatFormat<float> {
-  using Bits = uint32_t;
-  using Wide = float;
-  static constexpr Bits kSign = 0x80000000u, kExponent = 0x7f800000u;
-  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
-    return key_threshold_detail::float_from_bits(b);
-  }
-  static MTK_HOST_DEVICE Wide widen(float v) { return v; }
-};
-template <> struct FloatFormat<double> {
-  using Bits = uint64_t;
-  using Wide = double;
-  static constexpr Bits kSign = 0x8000000000000000ull, kExponent = 0x7ff0000000000000ull;
-  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
-    return key_threshold_detail::double_from_bits(b);
-  }
-  static MTK_HOST_DEVICE Wide widen(double v) { return v; }
-};
-template <> struct FloatFormat<bf16_bits> {
-  using Bits = uint16_t;
-  using Wide = float;
-  static constexpr Bits kSign = 0x8000, kExponent = 0x7f80;
-  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
-    return key_threshold_detail::float_from_bits(uint32_t(b) << 16);
-  }
-  static MTK_HOST_DEVICE Wide widen(bf16_bits v) { return widen_bits(v.bits); }
-};
-template <> struct FloatFormat<f16_bits> {
-  using Bits = uint16_t;
-  using Wide = float;
-  static constexpr Bits kSign = 0x8000, kExponent = 0x7c00;
-  static MTK_HOST_DEVICE Wide widen_bits(Bits b) {
-#if defined(__CUDA_ARCH__)
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
-    return f;
-#else
-    return key_threshold_detail::float_from_half_bits(b);
-#endif
-  }
-  static MTK_HOST_DEVICE Wide widen(f16_bits v) { return widen_bits(v.bits); }
-};
 
 // KeyThreshold<T>::make(threshold, largest) builds the test; passes(v) applies it.
 // with_fixed_test(visit) calls visit(test) with a callable T -> bool whose kind of comparison is

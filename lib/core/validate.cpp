@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "abi_enums.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 #include "versioned_params.hpp"
@@ -57,7 +58,7 @@ CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
     }
   }
   const int raw_dtype = abi_enum_value(t->dtype);
-  out.dtype = raw_dtype >= MTK_FLOAT32 && raw_dtype <= MTK_INT64 ? dtype_info(t->dtype) : nullptr;
+  out.dtype = is_known_dtype(raw_dtype) ? dtype_info(t->dtype) : nullptr;
   if (out.dtype == nullptr) {
     fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, ".dtype = ", raw_dtype, " is not a known mtk_dtype");
   }

@@ -8,56 +8,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/fault_injection.hpp"
-#include "core/ordered_key.hpp"
+#include "core/float_formats.hpp"
 
 namespace mtk::cpu {
 namespace {
 
-float f32_from_bits(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-float bf16_to_f32(uint16_t bits) { return f32_from_bits(uint32_t{bits} << 16); }
-
-// IEEE half to float, exact for every value including subnormals, infinities and NaN payloads.
-float f16_to_f32(uint16_t bits) {
-  const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fu;
-  uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0x1f) return f32_from_bits(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0) return f32_from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  if (mantissa == 0) return f32_from_bits(sign);
-  // Subnormal half: normalise it (the value is mantissa * 2^-24).
-  int shift = 0;
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    ++shift;
-  }
-  return f32_from_bits(sign | uint32_t(113 - shift) << 23 | ((mantissa & 0x3ffu) << 13));
-}
-
-uint32_t key_of(float value) { return KeyTraits<float>::key(value); }
-
-// The float a key came from, up to what keys forget (the sign of zero, NaN payloads), which no
-// later step can observe: group scores are sums of keyed selection scores.
-float float_from_key(uint32_t key) {
-  return f32_from_bits((key & 0x80000000u) ? (key ^ 0x80000000u) : ~key);
-}
-
 // An expert (or group) and its rank key in one integer: a larger rank is better, and equal keys
 // rank the lower index higher, so plain integer order is the router's order.
-uint64_t rank_of(uint32_t key, int64_t index) {
-  return uint64_t{key} << 32 | uint32_t(~uint32_t(index));
-}
-int64_t index_of(uint64_t rank) { return int64_t(uint32_t(~uint32_t(rank))); }
+using RankPacking = KeyIndexPacking<uint64_t, 32>;
+uint64_t rank_of(uint32_t key, int64_t index) { return RankPacking::pack(key, uint32_t(index)); }
+int64_t index_of(uint64_t rank) { return int64_t(RankPacking::index(rank)); }
+uint32_t key_of_rank(uint64_t rank) { return uint32_t(RankPacking::key(rank)); }
 
 // Fills best[0, k) with the ranks of the k highest keys[0, n), highest first; key 0 marks an
 // excluded entry (never selected while k real ones exist). `ranks` is n words of scratch.
@@ -77,14 +43,14 @@ void select_highest(const uint32_t* keys, int64_t n, int64_t k, uint64_t* best,
     for (; at > 0 && best[at - 1] < r; --at) best[at] = best[at - 1];
     best[at] = r;
   }
-  uint32_t floor_key = uint32_t(best[k - 1] >> 32);
+  uint32_t floor_key = key_of_rank(best[k - 1]);
   for (int64_t i = k; i < n; ++i) {
     if (keys[i] <= floor_key) continue;
     const uint64_t r = rank_of(keys[i], i);
     int64_t at = k - 1;
     for (; at > 0 && best[at - 1] < r; --at) best[at] = best[at - 1];
     best[at] = r;
-    floor_key = uint32_t(best[k - 1] >> 32);
+    floor_key = key_of_rank(best[k - 1]);
   }
 }
 
@@ -118,7 +84,7 @@ class TokenRouter {
     if (p_.bias == nullptr && p_.n_group == 1) {
       // Plain: rank the logits themselves; only the selected scores (and S for unnormalised
       // softmax) are computed afterwards.
-      for (int64_t i = 0; i < e; ++i) s.keys[i] = key_of(s.x[i]);
+      for (int64_t i = 0; i < e; ++i) s.keys[i] = key_from_f32(s.x[i]);
       select_highest(s.keys.data(), e, p_.k, s.best.data(), s.ranks.data());
       const float m = s.x[index_of(s.best[0])];  // the largest logit
       for (int64_t r = 0; r < p_.k; ++r) {
@@ -140,7 +106,7 @@ class TokenRouter {
     for (int64_t i = 0; i < e; ++i) {
       const float c = p_.bias != nullptr ? s.u[i] / total + p_.bias[i * p_.bias_stride]
                                          : s.u[i] / total;
-      s.keys[i] = key_of(c);
+      s.keys[i] = key_from_f32(c);
     }
     if (p_.n_group > 1) exclude_dropped_groups(s);
     select_highest(s.keys.data(), e, p_.k, s.best.data(), s.ranks.data());
@@ -182,7 +148,7 @@ class TokenRouter {
         uint32_t max_key = 0;
         float m = 0.0f;
         for (int64_t i = 0; i < e; ++i) {
-          const uint32_t key = key_of(s.x[i]);
+          const uint32_t key = key_from_f32(s.x[i]);
           if (key > max_key) max_key = key, m = s.x[i];
         }
         double total = 0.0;
@@ -215,7 +181,7 @@ class TokenRouter {
       }
       const float score = size == 1 ? float_from_key(first)
                                     : float_from_key(first) + float_from_key(second);
-      s.group_keys[g] = key_of(score);
+      s.group_keys[g] = key_from_f32(score);
     }
     select_highest(s.group_keys.data(), p_.n_group, p_.topk_group, s.best.data(),
                    s.ranks.data());

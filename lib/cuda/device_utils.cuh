@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/float_formats.hpp"
 #include "core/ordered_key.hpp"
 #include "core/problem.hpp"
 #include "cuda/topk_config.hpp"
@@ -12,14 +13,16 @@ namespace mtk {
 namespace cuda {
 
 // An element's composite (topk_config.hpp): its key above the complement of its index.
+template <class Comp> using CompositePacking = KeyIndexPacking<Comp, 32>;
+
 template <class Key>
 __device__ __forceinline__ Composite<Key> make_composite(Key key, uint32_t index) {
-  return (Composite<Key>(key) << 32) | Composite<Key>(~index);
+  return CompositePacking<Composite<Key>>::pack(key, index);
 }
 
 template <class Comp>
 __device__ __forceinline__ uint32_t composite_index(Comp c) {
-  return ~uint32_t(c);
+  return CompositePacking<Comp>::index(c);
 }
 
 // Same-size unsigned storage, for bit-exact value copies.

@@ -12,18 +12,9 @@
 // already and fetches each selection's from the lane that holds it (RegisterPlan says why).
 // Past 512 experts, route_streaming re-reads the row for each step, one warp per token.
 //
-// The routines are __host__ __device__ templates over `Lanes`, the group's collective operations:
-// on the GPU they are shuffles and redux (GroupLanes, below); the host tests run the very
-// same code with 32 fibers playing the lanes (tests/router/warp_emulation.cpp), so the selection
-// logic is checked on machines without a GPU.
-//
-// Lanes provides `static constexpr int kSize` (lanes per token: 1, 2, ..., 32) and five
-// primitives over the aligned group of kSize lanes that routes this lane's token, called by all
-// 32 lanes of the warp together (every group of a warp runs the same steps): int lane() (0 ..
-// kSize - 1); uint32_t shuffle_xor(uint32_t value, int lane_mask) (lane_mask < kSize);
-// uint32_t shuffle(uint32_t value, int source_lane); uint32_t reduce_max(uint32_t value);
-// uint32_t ballot(bool predicate) (bit l: lane l's predicate). Every reduction below gives all
-// lanes of the group bit-identical results.
+// moe_route_lanes.cuh holds the scalar helpers and the group collectives (`Lanes`, which the
+// host tests emulate with fibers), moe_route_select.cuh the selection rounds and merges; this
+// file the register plan and the routines themselves.
 #pragma once
 
 #include <cmath>
@@ -31,316 +22,13 @@
 #include <cstring>
 
 #include "core/problem.hpp"
-
-#if defined(__CUDACC__)
-#include <cuda_fp16.h>
-#define MTK_ROUTER_HD __host__ __device__ __forceinline__
-#else
-#define MTK_ROUTER_HD inline
-#endif
-
-// Unrolling keeps per-lane arrays in registers on the device; host compilers need no hint (and
-// GCC, nvcc's host compiler, warns about the pragma).
-#if defined(__CUDA_ARCH__)
-#define MTK_ROUTER_UNROLL _Pragma("unroll")
-#define MTK_ROUTER_NO_UNROLL _Pragma("unroll 1")
-#else
-#define MTK_ROUTER_UNROLL
-#define MTK_ROUTER_NO_UNROLL
-#endif
+#include "cuda/moe_route_lanes.cuh"
+#include "cuda/moe_route_select.cuh"
 
 namespace mtk::cuda_router {
 
-constexpr int kWarpSize = 32;
 // The widest token the register routines take.
 constexpr int64_t kMaxRegisterExperts = 512;
-
-MTK_ROUTER_HD float float_from_bits(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-#endif
-}
-
-MTK_ROUTER_HD uint32_t bits_from_float(float value) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(value);
-#else
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-#endif
-}
-
-// core/ordered_key.hpp's key of a float's bits (NaN above +inf, all NaNs equal, -0.0 == +0.0),
-// without branches: `sign` is the format's sign bit, `infinity` the bits of +inf. The emulation
-// tests compare it with ordered_key.hpp on every 16-bit pattern and the f32 edge cases.
-MTK_ROUTER_HD uint32_t float_bits_key(uint32_t bits, uint32_t sign, uint32_t infinity) {
-  const uint32_t all = sign | (sign - 1u);
-  const uint32_t key = bits > sign ? ~bits & all : bits | sign;  // negative, non-zero: reversed
-  return (bits & (sign - 1u)) > infinity ? all : key;            // NaN, of either sign
-}
-
-MTK_ROUTER_HD uint32_t key_of(float value) {
-  return float_bits_key(bits_from_float(value), 0x80000000u, 0x7f800000u);
-}
-
-// The float a key came from, up to what keys forget (the sign of zero, NaN payloads), which no
-// later step can observe.
-MTK_ROUTER_HD float float_from_key(uint32_t key) {
-  return float_from_bits((key & 0x80000000u) ? (key ^ 0x80000000u) : ~key);
-}
-
-// Logit element types, by storage. The plain path ranks experts by the keys of the stored bits
-// (a 16-bit float's key orders exactly as the key of its float32 value), packed with the expert
-// into `PlainRank`: 32 bits for 16-bit logits, so a selection round reduces one word.
-struct F32 {
-  using Storage = float;
-  using PlainRank = uint64_t;
-};
-struct F16 {
-  using Storage = uint16_t;
-  using PlainRank = uint32_t;
-};
-struct BF16 {
-  using Storage = uint16_t;
-  using PlainRank = uint32_t;
-};
-
-MTK_ROUTER_HD float to_float(float v, F32) { return v; }
-MTK_ROUTER_HD float to_float(uint16_t bits, BF16) { return float_from_bits(uint32_t{bits} << 16); }
-MTK_ROUTER_HD float to_float(uint16_t bits, F16) {
-#if defined(__CUDA_ARCH__)
-  return __half2float(__ushort_as_half(bits));
-#else
-  const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fu;
-  uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0x1f) return float_from_bits(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0) return float_from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  if (mantissa == 0) return float_from_bits(sign);
-  int shift = 0;  // subnormal half: normalise
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    ++shift;
-  }
-  return float_from_bits(sign | uint32_t(113 - shift) << 23 | ((mantissa & 0x3ffu) << 13));
-#endif
-}
-
-MTK_ROUTER_HD uint32_t storage_key(float v, F32) { return key_of(v); }
-MTK_ROUTER_HD uint32_t storage_key(uint16_t bits, F16) {
-  return float_bits_key(bits, 0x8000u, 0x7c00u);
-}
-MTK_ROUTER_HD uint32_t storage_key(uint16_t bits, BF16) {
-  return float_bits_key(bits, 0x8000u, 0x7f80u);
-}
-
-MTK_ROUTER_HD float exp_f32(float x) {
-#if defined(__CUDA_ARCH__)
-  return expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-
-MTK_ROUTER_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
-
-// Key and index in one unsigned word, the key in the high half: integer order is the router's
-// order (key descending, then index ascending). The index is stored as kIndexBase - index, so no
-// real rank is 0 (no key is 0 either) and none is ~0 (the low half is at most kIndexBase), which
-// leaves 0 for "nothing" and ~0 for "above everything".
-template <class Rank>
-constexpr int kRankIndexBits = int(sizeof(Rank)) * 4;
-template <class Rank>
-constexpr uint32_t kRankIndexBase = uint32_t((uint64_t{1} << kRankIndexBits<Rank>) - 2);
-
-template <class Rank>
-MTK_ROUTER_HD Rank make_rank(uint32_t key, int64_t index) {
-  return Rank(key) << kRankIndexBits<Rank> | Rank(kRankIndexBase<Rank> - uint32_t(index));
-}
-template <class Rank>
-MTK_ROUTER_HD int64_t rank_index(Rank rank) {
-  constexpr Rank kLowHalf = Rank(kRankIndexBase<Rank>) | 1u;
-  return int64_t(kRankIndexBase<Rank> - uint32_t(rank & kLowHalf));
-}
-MTK_ROUTER_HD uint64_t rank_of(uint32_t key, int64_t index) {
-  return make_rank<uint64_t>(key, index);
-}
-MTK_ROUTER_HD uint32_t rank_key(uint64_t rank) { return uint32_t(rank >> 32); }
-
-// ---- Group collectives ---------------------------------------------------------------------
-
-template <class Lanes>
-MTK_ROUTER_HD uint32_t group_max(Lanes& lanes, uint32_t value) {
-  return lanes.reduce_max(value);
-}
-
-// The high words first, then the low words of the lanes that hold the highest high word.
-template <class Lanes>
-MTK_ROUTER_HD uint64_t group_max(Lanes& lanes, uint64_t value) {
-  const uint32_t high = lanes.reduce_max(uint32_t(value >> 32));
-  const uint32_t low = lanes.reduce_max(uint32_t(value >> 32) == high ? uint32_t(value) : 0u);
-  return uint64_t{high} << 32 | low;
-}
-
-// Partners add each other's partial sums; a + b == b + a, so every lane ends with the same bits.
-template <class Lanes>
-MTK_ROUTER_HD float group_sum(Lanes& lanes, float value) {
-  for (int mask = Lanes::kSize / 2; mask > 0; mask >>= 1) {
-    value += float_from_bits(lanes.shuffle_xor(bits_from_float(value), mask));
-  }
-  return value;
-}
-
-MTK_ROUTER_HD int lowest_set_bit(uint32_t mask) {
-#if defined(__CUDA_ARCH__)
-  return __ffs(mask) - 1;
-#else
-  return __builtin_ctz(mask);
-#endif
-}
-
-// The group maximum of ranks laid out in lane order (wherever two lanes hold ranks of one key,
-// the lower lane holds the higher rank, as when lane l holds experts [l * kItems, (l + 1) *
-// kItems)), and whether this lane holds it. For 64-bit ranks in a group narrower than a warp,
-// where each maximum is a butterfly, the lowest lane holding the highest key holds the maximum:
-// a vote finds it instead of a second butterfly over the low words, and the low word comes by
-// one shuffle that the holder's `holds` does not wait for (tests/gpu/warp_collectives: 16
-// lanes, 4 selections 1138 cycles against 1292). A whole warp's redux.sync makes the second
-// maximum cheaper than the vote (710 cycles against 818).
-template <class Lanes>
-MTK_ROUTER_HD uint32_t lane_ordered_max(Lanes& lanes, uint32_t rank, bool& holds) {
-  const uint32_t best = lanes.reduce_max(rank);
-  holds = rank == best;
-  return best;
-}
-
-template <class Lanes>
-MTK_ROUTER_HD uint64_t lane_ordered_max(Lanes& lanes, uint64_t rank, bool& holds) {
-  if constexpr (Lanes::kSize == kWarpSize) {
-    const uint64_t best = group_max(lanes, rank);
-    holds = rank == best;
-    return best;
-  } else {
-    const uint32_t high = lanes.reduce_max(uint32_t(rank >> 32));
-    const int holder = lowest_set_bit(lanes.ballot(uint32_t(rank >> 32) == high));
-    holds = lanes.lane() == holder;
-    return uint64_t{high} << 32 | lanes.shuffle(uint32_t(rank), holder);
-  }
-}
-
-template <class Lanes>
-MTK_ROUTER_HD float group_broadcast(Lanes& lanes, float value, int source_lane) {
-  return float_from_bits(lanes.shuffle(bits_from_float(value), source_lane));
-}
-
-// A compile-time index that converts to int on host and device.
-template <int I>
-struct Index {
-  static constexpr int value = I;
-  MTK_ROUTER_HD constexpr operator int() const { return I; }
-};
-
-// Calls f(Index<i>{}) for i = 0 .. N - 1: indices stay compile-time constants whatever the
-// unroller decides, so arrays stay in registers.
-template <int N, int I = 0, class F>
-MTK_ROUTER_HD void for_each_index(F&& f) {
-  if constexpr (I < N) {
-    f(Index<I>{});
-    for_each_index<N, I + 1>(f);
-  }
-}
-
-// v[i], or 0 for i outside the array: a lane's item picked by a run-time index without sending
-// the array to local memory.
-template <int N>
-MTK_ROUTER_HD float item_at(const float (&v)[N], int i) {
-  float picked = 0.0f;
-  for_each_index<N>([&](auto j) {
-    if (j == i) picked = v[j];
-  });
-  return picked;
-}
-
-MTK_ROUTER_HD uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
-MTK_ROUTER_HD uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
-
-// The two highest keys of a multiset (first >= second); 0 where there are fewer.
-struct TopTwo {
-  uint32_t first = 0, second = 0;
-  // Branch-free: a new first pushes the old one down, anything else competes for second.
-  MTK_ROUTER_HD void add(uint32_t key) {
-    second = max_u32(second, min_u32(first, key));
-    first = max_u32(first, key);
-  }
-  // Merges a disjoint set's top two: the runner-up is the lower first or the higher second.
-  MTK_ROUTER_HD void merge(uint32_t other_first, uint32_t other_second) {
-    second = max_u32(min_u32(first, other_first), max_u32(second, other_second));
-    first = max_u32(first, other_first);
-  }
-};
-
-// Merges the top twos of the aligned runs of `span` lanes (a power of two up to kSize).
-template <class Lanes>
-MTK_ROUTER_HD TopTwo top_two_over(Lanes& lanes, TopTwo top, int span) {
-  for (int mask = span / 2; mask > 0; mask >>= 1) {
-    const uint32_t other_first = lanes.shuffle_xor(top.first, mask);
-    const uint32_t other_second = lanes.shuffle_xor(top.second, mask);
-    top.merge(other_first, other_second);
-  }
-  return top;
-}
-
-// A group's score from its top two selection keys: c_first + c_second (c_first alone for
-// single-expert groups).
-MTK_ROUTER_HD uint32_t group_score_key(const TopTwo& top, int64_t group_size) {
-  const float best = float_from_key(top.first);
-  return key_of(group_size == 1 ? best : best + float_from_key(top.second));
-}
-
-#if defined(__CUDACC__)
-// The GPU's Lanes: the collectives over the aligned group of kLanes lanes that routes this
-// thread's token. Every lane of a warp runs every collective (route_token keeps groups past the
-// last token in step), so the full mask is always right; it is also what keeps them cheap: a
-// redux.sync whose mask differs between the groups of a warp is serialised per distinct mask, so
-// groups narrower than a warp take their maximum by a butterfly, which never leaves the group.
-template <int kLanes>
-struct GroupLanes {
-  static constexpr int kSize = kLanes;
-  static constexpr unsigned kWholeWarp = 0xffffffffu;
-
-  __device__ __forceinline__ int lane() const { return int(threadIdx.x) % kLanes; }
-  __device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) const {
-    return __shfl_xor_sync(kWholeWarp, value, lane_mask, kLanes);
-  }
-  __device__ __forceinline__ uint32_t shuffle(uint32_t value, int source_lane) const {
-    return __shfl_sync(kWholeWarp, value, source_lane, kLanes);
-  }
-  __device__ __forceinline__ uint32_t ballot(bool predicate) const {
-    const uint32_t votes = __ballot_sync(kWholeWarp, predicate);
-    if constexpr (kLanes == kWarpSize) {
-      return votes;
-    } else {
-      return (votes >> (int(threadIdx.x) % kWarpSize / kLanes * kLanes)) & ((1u << kLanes) - 1u);
-    }
-  }
-  __device__ __forceinline__ uint32_t reduce_max(uint32_t value) const {
-    if constexpr (kLanes == kWarpSize) {
-      return __reduce_max_sync(kWholeWarp, value);
-    } else {
-#pragma unroll
-      for (int mask = kLanes / 2; mask > 0; mask >>= 1) {
-        value = max(value, shuffle_xor(value, mask));
-      }
-      return value;
-    }
-  }
-};
-#endif
 
 // ---- Register layout, chosen on the host for the launch and the emulation alike -------------
 
@@ -420,7 +108,7 @@ inline RegisterPlan plan_registers(const RouterProblem& p, int items, int lanes,
   return plan;
 }
 
-MTK_ROUTER_HD bool is_plain(const RouterProblem& p) { return p.bias == nullptr && p.n_group == 1; }
+MTK_HOST_DEVICE bool is_plain(const RouterProblem& p) { return p.bias == nullptr && p.n_group == 1; }
 
 // ---- Per-lane building blocks ---------------------------------------------------------------
 // On the register path E <= 512, so experts, k and positions are plain ints.
@@ -432,7 +120,7 @@ struct Chunk {
 };
 
 template <int kItems, class Lanes>
-MTK_ROUTER_HD Chunk chunk_of(const RouterProblem& p, Lanes& lanes) {
+MTK_HOST_DEVICE Chunk chunk_of(const RouterProblem& p, Lanes& lanes) {
   const int first = lanes.lane() * kItems;
   const int experts = int(p.experts);
   return {first, first >= experts ? 0 : experts - first < kItems ? experts - first : kItems};
@@ -442,7 +130,7 @@ MTK_ROUTER_HD Chunk chunk_of(const RouterProblem& p, Lanes& lanes) {
 // With `vectors` (stride 1, row aligned to kVectorBytes) a full chunk is read as 16-byte words.
 // `out` must be 16-byte aligned.
 template <int kItems, class T>
-MTK_ROUTER_HD void load_chunk(const T* row, Chunk chunk, int64_t stride, bool vectors,
+MTK_HOST_DEVICE void load_chunk(const T* row, Chunk chunk, int64_t stride, bool vectors,
                               T (&out)[kItems]) {
   constexpr int kBytes = kItems * int(sizeof(T));
   static_assert(kBytes % kVectorBytes == 0, "a chunk is whole 16-byte words");
@@ -462,175 +150,27 @@ MTK_ROUTER_UNROLL
   }
 }
 
-// The compare-exchange of both sorting networks below: the larger value first.
-template <class T>
-MTK_ROUTER_HD void order_descending(T& first, T& second) {
-  const T high = first > second ? first : second;
-  const T low = first > second ? second : first;
-  first = high;
-  second = low;
-}
-
-// Sorts a lane's ranks into descending order in registers: Batcher's odd-even merge sort (19
-// compare-exchanges for 8 items, 63 for 16). Unrolled by templates rather than pragmas, so every
-// index is a compile-time constant whatever the unroller decides and nothing goes to local memory.
-// Pass (P, K) compares item A with A + K where A lies in an even K-block counted from K % P and
-// both lie in one 2P-block.
-template <int N, int P, int K, int A, class T>
-MTK_ROUTER_HD void merge_pass_from(T (&v)[N]) {
-  if constexpr (A + K < N) {
-    constexpr int kOffset = A - K % P;
-    if constexpr (kOffset >= 0 && kOffset / K % 2 == 0 && A / (2 * P) == (A + K) / (2 * P)) {
-      order_descending(v[A], v[A + K]);
-    }
-    merge_pass_from<N, P, K, A + 1>(v);
-  }
-}
-
-template <int N, int P, int K, class T>
-MTK_ROUTER_HD void merge_passes(T (&v)[N]) {
-  merge_pass_from<N, P, K, 0>(v);
-  if constexpr (K > 1) merge_passes<N, P, K / 2>(v);
-}
-
-template <int N, int P = 1, class T>
-MTK_ROUTER_HD void sort_descending(T (&v)[N]) {
-  if constexpr (P < N) {
-    merge_passes<N, P, P>(v);
-    sort_descending<N, 2 * P>(v);
-  }
-}
-
-// k rounds of a group maximum over the lanes' best ranks, each lane's ranks sorted descending
-// and laid out in lane order (lane_ordered_max); rank 0 never wins: k never exceeds the real
-// candidates. Selection r = slot * kSize + owner is handed to take(slot, owner, rank) on every
-// lane, in order; the winner's lane shifts its ranks down by one. The owner loop stays rolled:
-// unrolled, the shifts become register renaming that costs more moves than the shifts.
-template <int kItems, class Rank, class Lanes, class Take>
-MTK_ROUTER_HD void select_sorted(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
-  constexpr int kLanes = Lanes::kSize;
-MTK_ROUTER_UNROLL
-  for (int slot = 0; slot < kItems; ++slot) {
-    if (slot * kLanes >= k) break;
-MTK_ROUTER_NO_UNROLL
-    for (int owner = 0; owner < kLanes && slot * kLanes + owner < k; ++owner) {
-      bool won;
-      const Rank winner = lane_ordered_max(lanes, rank[0], won);
-      take(slot, owner, winner);
-      if (won) {
-MTK_ROUTER_UNROLL
-        for (int i = 0; i + 1 < kItems; ++i) rank[i] = rank[i + 1];
-        rank[kItems - 1] = 0;
-      }
-    }
-  }
-}
-
-template <class Lanes>
-MTK_ROUTER_HD uint32_t shuffle_xor_rank(Lanes& lanes, uint32_t rank, int lane_mask) {
-  return lanes.shuffle_xor(rank, lane_mask);
-}
-template <class Lanes>
-MTK_ROUTER_HD uint64_t shuffle_xor_rank(Lanes& lanes, uint64_t rank, int lane_mask) {
-  return uint64_t{lanes.shuffle_xor(uint32_t(rank >> 32), lane_mask)} << 32 |
-         lanes.shuffle_xor(uint32_t(rank), lane_mask);
-}
-
-// Sorts a bitonic sequence into descending order: half-cleaners of span N/2, N/4, ..., 1.
-template <int N, int J, int A, class T>
-MTK_ROUTER_HD void half_clean_from(T (&v)[N]) {
-  if constexpr (A < N) {
-    if constexpr ((A & J) == 0) order_descending(v[A], v[A + J]);
-    half_clean_from<N, J, A + 1>(v);
-  }
-}
-
-template <int N, int J = N / 2, class T>
-MTK_ROUTER_HD void sort_bitonic_descending(T (&v)[N]) {
-  if constexpr (J > 0) {
-    half_clean_from<N, J, 0>(v);
-    sort_bitonic_descending<N, J / 2>(v);
-  }
-}
-
-// Leaves the group's kItems best ranks, sorted descending, on every lane; each lane's ranks must
-// be sorted descending. At each butterfly step partners merge their lists: the larger of a[i]
-// and b[kItems - 1 - i], for every i, is a bitonic sequence holding the best kItems of both, which
-// half-cleaners sort. Ranks are distinct (each carries its expert), so all lanes agree. Its
-// log2(kSize) steps are independent shuffles and compare-exchanges, where select_sorted pays one
-// dependent group maximum per selection.
-template <int kLaneMask, int kItems, class Rank, class Lanes>
-MTK_ROUTER_HD void merge_best_from(Lanes& lanes, Rank (&rank)[kItems]) {
-  if constexpr (kLaneMask < Lanes::kSize) {
-    Rank other[kItems];
-    for_each_index<kItems>([&](auto i) {
-      other[i] = shuffle_xor_rank(lanes, rank[i], kLaneMask);
-    });
-    for_each_index<kItems>([&](auto i) {
-      constexpr int kMirror = kItems - 1 - decltype(i)::value;
-      rank[i] = rank[i] > other[kMirror] ? rank[i] : other[kMirror];
-    });
-    sort_bitonic_descending(rank);
-    merge_best_from<2 * kLaneMask>(lanes, rank);
-  }
-}
-
-// select_sorted's hand-over for k <= kItems, from the merged list: selection r is its rank r.
-template <int kItems, class Rank, class Lanes, class Take>
-MTK_ROUTER_HD void select_merged(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
-  constexpr int kLanes = Lanes::kSize;
-  merge_best_from<1>(lanes, rank);
-  for_each_index<kItems>([&](auto r) {
-    if (r < k) take(r / kLanes, r % kLanes, rank[r]);
-  });
-}
-
-// The take that keeps only the experts: selection r's lands in lane r % kSize, slot r / kSize.
-template <int kItems, class Lanes>
-MTK_ROUTER_HD auto keep_experts(Lanes& lanes, int (&chosen)[kItems]) {
-  return [&lanes, &chosen](int slot, int owner, auto winner) {
-    if (lanes.lane() == owner) chosen[slot] = int(rank_index(winner));
-  };
-}
-
-// Selections in select_sorted's layout. A group narrower than a warp takes each maximum by a
-// butterfly of shuffles, and the merge's one butterfly is shorter from kMergeFromK selections on.
-// A whole warp takes a maximum with redux.sync and keeps the rounds: shorter for 64-bit ranks at
-// every k <= 8; for 32-bit ranks the merge is shorter from 6 selections but issues more
-// instructions, untried in a kernel. tests/gpu/warp_collectives.cu times both ways.
-template <class Rank>
-constexpr int kMergeFromK = sizeof(Rank) == 4 ? 3 : 7;
-
-template <int kItems, class Rank, class Lanes, class Take>
-MTK_ROUTER_HD void select_best(Lanes& lanes, int k, Rank (&rank)[kItems], Take&& take) {
-  if (Lanes::kSize < kWarpSize && k >= kMergeFromK<Rank> && k <= kItems) {
-    select_merged(lanes, k, rank, take);
-  } else {
-    select_sorted(lanes, k, rank, take);
-  }
-}
-
 // u of a logit: the weight numerator (m: softmax's largest logit).
-MTK_ROUTER_HD float numerator(mtk_scoring scoring, float x, float m) {
+MTK_HOST_DEVICE float numerator(mtk_scoring scoring, float x, float m) {
   return scoring == MTK_SCORING_SOFTMAX   ? exp_f32(x - m)
          : scoring == MTK_SCORING_SIGMOID ? sigmoid(x)
                                           : x;
 }
 
 template <class Logit>
-MTK_ROUTER_HD const typename Logit::Storage* logits_row(const RouterProblem& p, int64_t token) {
+MTK_HOST_DEVICE const typename Logit::Storage* logits_row(const RouterProblem& p, int64_t token) {
   return static_cast<const typename Logit::Storage*>(p.logits) + token * p.logits_token_stride;
 }
 
 // The selections this lane holds: slot s is selection s * kSize + lane, for those below k.
 template <class Lanes>
-MTK_ROUTER_HD bool selections_held(Lanes& lanes, int slot, int k) {
+MTK_HOST_DEVICE bool selections_held(Lanes& lanes, int slot, int k) {
   return slot * Lanes::kSize + lanes.lane() < k;
 }
 
 // The logits of the selections this lane holds (0 in the other slots), re-read from the row.
 template <class Logit, int kItems, class Lanes>
-MTK_ROUTER_HD void chosen_logits(const RouterProblem& p, const typename Logit::Storage* row,
+MTK_HOST_DEVICE void chosen_logits(const RouterProblem& p, const typename Logit::Storage* row,
                                  Lanes& lanes, int k, const int (&chosen)[kItems],
                                  float (&x)[kItems]) {
 MTK_ROUTER_UNROLL
@@ -643,7 +183,7 @@ MTK_ROUTER_UNROLL
 
 // u of the selections this lane holds (0 in the other slots).
 template <int kItems, class Lanes>
-MTK_ROUTER_HD void chosen_numerators(mtk_scoring scoring, Lanes& lanes, int k,
+MTK_HOST_DEVICE void chosen_numerators(mtk_scoring scoring, Lanes& lanes, int k,
                                      const float (&x)[kItems], float m, float (&u)[kItems]) {
 MTK_ROUTER_UNROLL
   for (int slot = 0; slot < kItems; ++slot) u[slot] = 0.0f;
@@ -655,7 +195,7 @@ MTK_ROUTER_UNROLL
 
 // U = u_0 + u_1 + ... + u_{k-1}, left to right, on every lane of the group.
 template <int kItems, class Lanes>
-MTK_ROUTER_HD float sum_in_selection_order(Lanes& lanes, int k, const float (&u)[kItems]) {
+MTK_HOST_DEVICE float sum_in_selection_order(Lanes& lanes, int k, const float (&u)[kItems]) {
   constexpr int kLanes = Lanes::kSize;
   float total = 0.0f;
 MTK_ROUTER_UNROLL
@@ -669,7 +209,7 @@ MTK_ROUTER_UNROLL
 }
 
 template <int kItems, class Lanes>
-MTK_ROUTER_HD void write_selections(const RouterProblem& p, int64_t token, Lanes& lanes, int k,
+MTK_HOST_DEVICE void write_selections(const RouterProblem& p, int64_t token, Lanes& lanes, int k,
                                     const int (&chosen)[kItems], const float (&u)[kItems],
                                     float denominator) {
   float* weights = p.weights + token * p.weights_token_stride;
@@ -691,7 +231,7 @@ MTK_ROUTER_UNROLL
 // The plain path: no bias, no groups. Experts are ranked by the logits' own keys (every scoring
 // is monotone), so only the k selected numerators (and S for unnormalised softmax) are computed.
 template <class Logit, int kItems, class Lanes>
-MTK_ROUTER_HD void route_plain(const RouterProblem& p, int64_t token, bool owns_token,
+MTK_HOST_DEVICE void route_plain(const RouterProblem& p, int64_t token, bool owns_token,
                                const RegisterPlan& plan, Lanes& lanes) {
   using Storage = typename Logit::Storage;
   using Rank = typename Logit::PlainRank;
@@ -745,7 +285,7 @@ MTK_ROUTER_UNROLL
 // 2.79 against 2.97 us in `peers_bench`). Lanes past the last expert form whole groups of their
 // own, which no count includes and which hold no eligible item.
 template <int kItems, class Lanes>
-MTK_ROUTER_HD void keep_lane_aligned_groups(const RouterProblem& p, const RegisterPlan& plan,
+MTK_HOST_DEVICE void keep_lane_aligned_groups(const RouterProblem& p, const RegisterPlan& plan,
                                             Lanes& lanes, Chunk chunk,
                                             const uint32_t (&c_key)[kItems],
                                             uint32_t& eligible) {
@@ -772,7 +312,7 @@ MTK_ROUTER_UNROLL
 // The same for any grouping: groups one at a time, each one's top two reduced over the token's
 // lanes. Group g's rank lands in lane g % kSize, slot g / kSize (n_group <= E <= kSize * kItems).
 template <int kItems, class Lanes>
-MTK_ROUTER_HD void keep_any_groups(const RouterProblem& p, const RegisterPlan& plan,
+MTK_HOST_DEVICE void keep_any_groups(const RouterProblem& p, const RegisterPlan& plan,
                                    Lanes& lanes, Chunk chunk, const uint32_t (&c_key)[kItems],
                                    uint32_t& eligible) {
   constexpr int kLanes = Lanes::kSize;
@@ -826,7 +366,7 @@ MTK_ROUTER_UNROLL
 
 // The general path: bias and/or groups. Selection runs on c = s + bias, inside the kept groups.
 template <class Logit, int kItems, bool kNumeratorsInRounds, class Lanes>
-MTK_ROUTER_HD void route_general(const RouterProblem& p, int64_t token, bool owns_token,
+MTK_HOST_DEVICE void route_general(const RouterProblem& p, int64_t token, bool owns_token,
                                  const RegisterPlan& plan, Lanes& lanes) {
   using Storage = typename Logit::Storage;
   const int k = int(p.k);
@@ -853,7 +393,7 @@ MTK_ROUTER_UNROLL
     uint32_t max_key = 0;
 MTK_ROUTER_UNROLL
     for (int i = 0; i < kItems; ++i) {
-      if (i < chunk.valid && key_of(s[i]) > max_key) max_key = key_of(s[i]);
+      if (i < chunk.valid && key_from_f32(s[i]) > max_key) max_key = key_from_f32(s[i]);
     }
     m = float_from_key(group_max(lanes, max_key));
     float local = 0.0f;
@@ -888,7 +428,7 @@ MTK_ROUTER_UNROLL
   }
   uint32_t c_key[kItems];
 MTK_ROUTER_UNROLL
-  for (int i = 0; i < kItems; ++i) c_key[i] = key_of(s[i]);
+  for (int i = 0; i < kItems; ++i) c_key[i] = key_from_f32(s[i]);
   uint32_t eligible = (1u << chunk.valid) - 1u;  // bit i: item i may be selected
   if (p.n_group > 1) {
     if (plan.group_lane_shift >= 0) {
@@ -963,7 +503,7 @@ void visit_register_path(const RouterProblem& p, const RegisterPlan& plan, Visit
 // Routes `token` with the group of lanes that `lanes` describes. Groups past the last token (in
 // the last warp) run the steps on the last token, for the collectives, and write nothing.
 template <class Logit, int kItems, RegisterPath kPath, class Lanes>
-MTK_ROUTER_HD void route_token(const RouterProblem& p, int64_t token, const RegisterPlan& plan,
+MTK_HOST_DEVICE void route_token(const RouterProblem& p, int64_t token, const RegisterPlan& plan,
                                Lanes& lanes) {
   const bool owns_token = token < p.tokens;
   if (!owns_token) token = p.tokens - 1;
@@ -986,11 +526,11 @@ template <class Logit>
 struct RowReader {
   const typename Logit::Storage* row;
   int64_t stride;
-  MTK_ROUTER_HD float operator()(int64_t e) const { return to_float(row[e * stride], Logit{}); }
+  MTK_HOST_DEVICE float operator()(int64_t e) const { return to_float(row[e * stride], Logit{}); }
 };
 
 template <class Logit, class Lanes>
-MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes& lanes) {
+MTK_HOST_DEVICE void route_streaming(const RouterProblem& p, int64_t token, Lanes& lanes) {
   static_assert(Lanes::kSize == kWarpSize, "one warp per token");
   const int lane = lanes.lane();
   const RowReader<Logit> x{logits_row<Logit>(p, token), p.logits_expert_stride};
@@ -1000,7 +540,7 @@ MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes&
   if (!plain && p.scoring == MTK_SCORING_SOFTMAX) {
     uint32_t max_key = 0;
     for (int64_t e = lane; e < p.experts; e += kWarpSize) {
-      const uint32_t key = key_of(x(e));
+      const uint32_t key = key_from_f32(x(e));
       max_key = key > max_key ? key : max_key;
     }
     m = float_from_key(group_max(lanes, max_key));
@@ -1010,10 +550,10 @@ MTK_ROUTER_HD void route_streaming(const RouterProblem& p, int64_t token, Lanes&
   }
   auto rank_at = [&](int64_t e) {
     const float xe = x(e);
-    if (plain) return rank_of(key_of(xe), e);
+    if (plain) return rank_of(key_from_f32(xe), e);
     float c = numerator(p.scoring, xe, m) / total;
     if (p.bias != nullptr) c += p.bias[e * p.bias_stride];
-    return rank_of(key_of(c), e);
+    return rank_of(key_from_f32(c), e);
   };
   const int64_t group_size = p.experts / p.n_group;
   auto group_rank = [&](int64_t g) {

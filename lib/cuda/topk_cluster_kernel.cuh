@@ -23,7 +23,7 @@ namespace cuda {
 // Each block owns kClusterBlocks-th of the bins: every block adds its counts of those bins into
 // the owner's shared memory, and reads the cluster's counts back from the owners: per round a
 // block sends and receives one word a bin. Every block reading every other block's whole
-// histogram took ~1.1 us a round on the H200, this ~0.6 (tests/gpu/launch_floor's skeleton).
+// histogram took ~1.1 us a round on the H200, this ~0.6 (bench/gpu/launch_floor's skeleton).
 constexpr int kBinsPerOwner = kBlockBins / kClusterBlocks;
 static_assert(kBinsPerOwner * kClusterBlocks == kBlockBins, "whole bins per block");
 // Radix rounds of a composite of a key of at most 32 bits and its 32-bit index, at most.

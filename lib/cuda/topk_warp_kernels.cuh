@@ -39,12 +39,13 @@ template <class Key> constexpr int kPackedIndexBits = sizeof(Key) <= 2 ? 16 : 32
 
 template <class T> using KeyOf = typename KeyTraits<T>::Key;
 template <class T> using PackedFor = typename PackedOf<KeyOf<T>>::type;
+
 template <class T>
-constexpr uint32_t kComplementMask = uint32_t((uint64_t(1) << kPackedIndexBits<KeyOf<T>>) - 1);
+using PositionPacking = KeyIndexPacking<PackedFor<T>, kPackedIndexBits<KeyOf<T>>>;
 
 template <class T>
 __device__ __forceinline__ uint32_t position_complement(int position) {
-  return ~uint32_t(position) & kComplementMask<T>;
+  return PositionPacking<T>::field(uint32_t(position));
 }
 
 // Rows of 32- and 64-bit keys are first selected on truncated slots: one key-sized word, the
@@ -61,7 +62,7 @@ using SlotFor = typename std::conditional<Truncated, KeyOf<T>, PackedFor<T>>::ty
 template <bool Truncated, class Slot>
 __device__ __forceinline__ uint32_t slot_position(Slot s) {
   constexpr int kIndexBits = Truncated ? kTruncatedIndexBits : sizeof(Slot) == 4 ? 16 : 32;
-  return ~uint32_t(s) & uint32_t((uint64_t(1) << kIndexBits) - 1);
+  return KeyIndexPacking<Slot, kIndexBits>::index(s);
 }
 
 template <class T, bool Truncated>
@@ -71,7 +72,7 @@ __device__ __forceinline__ SlotFor<T, Truncated> pack_key(KeyOf<T> key, uint32_t
     constexpr KeyOf<T> kIndexMask = (KeyOf<T>(1) << kTruncatedIndexBits) - 1;
     return (key & ~kIndexMask) | (KeyOf<T>(complement) & kIndexMask);
   } else {
-    return (PackedFor<T>(key) << kPackedIndexBits<KeyOf<T>>) | PackedFor<T>(complement);
+    return PositionPacking<T>::pack_field(key, complement);
   }
 }
 
@@ -93,22 +94,10 @@ __device__ __forceinline__ SlotFor<T, Truncated> pack_exact(Bits<T> bits, uint32
 // special cases. The loaders compute these plain keys first and
 // load a row again with selection_key when it holds NaN or +-0. Other types have no special
 // values: selection_key is branch-free for them already.
-template <class T> struct FloatLayout { static constexpr bool kFloat = false; };
-template <> struct FloatLayout<float> {
+template <class T, class = void> struct FloatLayout { static constexpr bool kFloat = false; };
+template <class T>
+struct FloatLayout<T, decltype(void(FloatFormat<T>::kSign))> : FloatFormat<T> {
   static constexpr bool kFloat = true;
-  static constexpr uint32_t kSign = 0x80000000u, kExponent = 0x7f800000u;
-};
-template <> struct FloatLayout<double> {
-  static constexpr bool kFloat = true;
-  static constexpr uint64_t kSign = 0x8000000000000000ull, kExponent = 0x7ff0000000000000ull;
-};
-template <> struct FloatLayout<f16_bits> {
-  static constexpr bool kFloat = true;
-  static constexpr uint16_t kSign = 0x8000, kExponent = 0x7c00;
-};
-template <> struct FloatLayout<bf16_bits> {
-  static constexpr bool kFloat = true;
-  static constexpr uint16_t kSign = 0x8000, kExponent = 0x7f80;
 };
 template <class T> constexpr bool kPlainFirst = FloatLayout<T>::kFloat;
 

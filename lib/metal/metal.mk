@@ -4,10 +4,12 @@
 # one source string and compiled on the Mac at run time; the Objective-C++ glue is built with
 # manual retain/release everywhere (Debian's GNUstep has no ARC, and one discipline is checked).
 
-METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/metal/topk_params.h lib/metal/topk_kernels.h \
+METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/core/float_formats.hpp lib/metal/topk_params.h \
+                        lib/metal/topk_kernels.h \
                         lib/metal/topk.metal lib/metal/router_params.h lib/metal/router_kernels.h \
                         lib/metal/moe_route.metal
-METAL_GLUE := lib/metal/metal_backend.mm lib/metal/mpsgraph_backend.mm
+METAL_GLUE := lib/metal/metal_device.mm lib/metal/metal_backend.mm lib/metal/mpsgraph_backend.mm
+METAL_GLUE_HEADERS := lib/metal/objc_ref.h lib/metal/metal_device.h lib/metal/metal_device_backend.h
 METAL_EMBEDDED := $(BUILD)/lib/metal/metal_sources.cpp
 
 $(METAL_EMBEDDED): $(METAL_KERNEL_SOURCES) lib/metal/embed_metal_sources.sh
@@ -17,20 +19,24 @@ $(METAL_EMBEDDED): $(METAL_KERNEL_SOURCES) lib/metal/embed_metal_sources.sh
 $(BUILD)/lib/metal/metal_sources.o: $(METAL_EMBEDDED)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-# The dispatch plan (lib/metal/metal_plan.*): portable C++ that only the Metal glue calls. It is
-# compiled into the library on every platform, as it was when it lived in lib/core, so every
-# build (sanitizer builds and both compilers included) compiles it with the library's flags;
-# test-metal links it into the plan tests and the PoCL harnesses as well.
-METAL_PLAN_HEADERS := lib/metal/metal_plan.hpp lib/metal/topk_params.h lib/metal/router_params.h
-BACKEND_OBJ += $(BUILD)/lib/metal/metal_plan.o
-$(BUILD)/lib/metal/metal_plan.o: $(METAL_PLAN_HEADERS)
+# The dispatch plans (top-k, router, MPSGraph routing, and what they share): portable C++ that
+# only the Metal glue calls. They are compiled into the library on every platform, as they were
+# when they lived in lib/core, so every build (sanitizer builds and both compilers included)
+# compiles them with the library's flags; test-metal links them into the plan tests and the PoCL
+# harnesses as well.
+METAL_PLAN_NAMES := metal_plan_common metal_topk_plan metal_router_plan mpsgraph_plan
+METAL_PLAN_HEADERS := $(patsubst %,lib/metal/%.hpp,$(METAL_PLAN_NAMES)) lib/metal/topk_params.h \
+                      lib/metal/router_params.h
+METAL_PLAN_OBJ := $(patsubst %,$(BUILD)/lib/metal/%.o,$(METAL_PLAN_NAMES))
+BACKEND_OBJ += $(METAL_PLAN_OBJ)
+$(METAL_PLAN_OBJ): $(METAL_PLAN_HEADERS)
 
 ifeq ($(UNAME),Darwin)
 BACKEND_OBJ += $(patsubst %.mm,$(BUILD)/%.o,$(METAL_GLUE)) $(BUILD)/lib/metal/metal_sources.o
 LDLIBS += -framework Metal -framework MetalPerformanceShaders -framework MetalPerformanceShadersGraph \
           -framework Foundation
 
-$(BUILD)/lib/metal/%.o: lib/metal/%.mm lib/metal/metal_device.h $(METAL_PLAN_HEADERS) \
+$(BUILD)/lib/metal/%.o: lib/metal/%.mm $(METAL_GLUE_HEADERS) $(METAL_PLAN_HEADERS) \
                         $(wildcard include/*.h lib/core/*.hpp) lib/metal/metal.mk
 	@mkdir -p $(dir $@)
 	$(CXX) -x objective-c++ -fno-objc-arc -fobjc-exceptions $(CPPFLAGS) -Ilib/metal \
@@ -48,7 +54,7 @@ METAL_TEST_DIR := $(BUILD)/tests/metal
 METAL_CLANG ?= clang
 METAL_CLCPP := $(METAL_CLANG) -x clcpp -cl-std=clc++ -Xclang -finclude-default-header \
                -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -Werror
-METAL_PLAN_SRC := lib/metal/metal_plan.cpp lib/core/dtype.cpp
+METAL_PLAN_SRC := $(patsubst %,lib/metal/%.cpp,$(METAL_PLAN_NAMES)) lib/core/dtype.cpp
 
 TEST_TARGETS += test-metal
 

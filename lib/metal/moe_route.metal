@@ -1,5 +1,5 @@
 // Per-dtype instantiations of the MoE router kernel. The host looks pipelines up by these names:
-// "mtk_moe_route_<dtype suffix>" (lib/metal/metal_plan.cpp builds the same strings).
+// "mtk_moe_route_<dtype suffix>" (lib/metal/metal_router_plan.cpp builds the same strings).
 #include "router_kernels.h"
 
 #define MTK_INSTANTIATE_ROUTER(DT, suffix) \

@@ -1,9 +1,9 @@
 // The MPSGraph backend: ExecuTorch's original top-k (an MPSGraph per shape) done right. Graphs
 // are cached with hit/miss counts, indices are widened to int64 inside the graph, `largest` and
 // `sorted` are honoured, and everything MPSGraph is not documented to handle goes to the Metal
-// kernels (lib/metal/metal_plan.cpp plan_mpsgraph_topk decides; docs/METAL.md lists the rules).
+// kernels (lib/metal/mpsgraph_plan.cpp plan_mpsgraph_topk decides; docs/METAL.md lists the rules).
 // Memory, copies and synchronisation are the Metal backend's (same device state).
-#include "metal_device.h"
+#include "metal_device_backend.h"
 
 #if defined(__APPLE__)
 #import <MetalPerformanceShaders/MetalPerformanceShaders.h>
@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "core/dtype.hpp"
+#include "metal/mpsgraph_plan.hpp"
 
 namespace mtk {
 namespace metal {

@@ -1,5 +1,6 @@
-// The small Metal dialect every metaltopk kernel is written in. Kernels use only what this file
-// and <metal_stdlib> provide, so the same sources parse as C++ for OpenCL against
+// The small Metal dialect every metaltopk kernel is written in. Kernels use only what this file,
+// <metal_stdlib> and lib/core/float_formats.hpp (the float keys and widenings every backend
+// shares) provide, so the same sources parse as C++ for OpenCL against
 // tests/metal/compat/metal_stdlib and run on the CPU through PoCL (see docs/METAL.md).
 //
 // Rules: threadgroup memory arrives only as kernel parameters (`[[threadgroup(i)]]`); SIMD-group
@@ -56,7 +57,7 @@ inline uint simd_exclusive_sum(uint value, uint lane, threadgroup uint* lane_scr
 }
 
 // Words of threadgroup memory threadgroup_exclusive_sum needs for `threads` threads (the host
-// plan mirrors this in kScanScratchWords).
+// plan mirrors this in scan_scratch_words, lib/metal/metal_topk_plan.cpp).
 inline uint scan_scratch_words(uint threads) { return 2 * kSimdWidth + threads; }
 
 // Exclusive prefix sum of one value per thread over the whole threadgroup, in thread order;

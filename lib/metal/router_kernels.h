@@ -21,29 +21,17 @@
 #include "router_params.h"
 #include "topk_kernels.h"
 
-// ---- Logits to float32 (exact for every value) -------------------------------------------
+// ---- Logits to float32 (exact for every value; lib/core/float_formats.hpp) ----------------
 
 inline float logit_value(DtF32, uint bits) { return as_type<float>(bits); }
+inline float logit_value(DtBF16, ushort bits) { return mtk::bf16_to_f32(bits); }
+inline float logit_value(DtF16, ushort bits) { return mtk::f16_to_f32(bits); }
 
-inline float logit_value(DtBF16, ushort bits) { return as_type<float>(uint(bits) << 16); }
-
-// By bits, so no `half` arithmetic is needed; subnormals (mantissa * 2^-24) are exact in float.
-inline float logit_value(DtF16, ushort bits) {
-  const uint sign = uint(bits & 0x8000u) << 16;
-  const uint exponent = (uint(bits) >> 10) & 0x1fu;
-  const uint mantissa = uint(bits) & 0x3ffu;
-  if (exponent == 0x1fu) return as_type<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0u) return as_type<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-  return as_type<float>(sign | as_type<uint>(float(mantissa) * 5.9604644775390625e-8f));
-}
-
-inline uint score_key(float value) { return DtF32::key(as_type<uint>(value)); }
+inline uint score_key(float value) { return mtk::key_from_f32(value); }
 
 // The float a key came from, up to what keys forget (the sign of zero, NaN payloads), as the
 // CPU backend computes group scores.
-inline float score_from_key(uint key) {
-  return as_type<float>((key & 0x80000000u) != 0u ? (key ^ 0x80000000u) : ~key);
-}
+inline float score_from_key(uint key) { return mtk::float_from_key(key); }
 
 // ---- Threadgroup arg-max and sum ---------------------------------------------------------
 
@@ -91,7 +79,7 @@ inline RankedEntry simd_best(RankedEntry mine, uint lane, threadgroup uint* lane
 }
 
 // Words of threadgroup memory threadgroup_best and threadgroup_sum need for `threads` threads
-// (the host plan mirrors this in kRouterReduceWords).
+// (the host plan mirrors this in router_reduce_words, lib/metal/metal_router_plan.cpp).
 inline uint router_reduce_words(uint threads) { return 2 * kSimdWidth + 2 * threads; }
 
 // The best of one entry per thread over the whole threadgroup, returned to every thread.
@@ -191,7 +179,7 @@ inline void exclude_dropped_groups(constant MtkRouterParams& p, threadgroup uint
 }
 
 // ---- The kernel --------------------------------------------------------------------------
-// Threadgroup buffers (sized by lib/metal/metal_plan.cpp plan_metal_router):
+// Threadgroup buffers (sized by lib/metal/metal_router_plan.cpp, make_metal_router_plan):
 //   0 scores:  E floats: the logits, then (biased or grouped) u
 //   1 keys:    E words: selection keys; 0 once taken or excluded
 //   2 reduce:  router_reduce_words(threads) words for the arg-max and sum

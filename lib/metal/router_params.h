@@ -1,6 +1,6 @@
 // Parameter block of the MoE router kernel, shared bit for bit by the host plan (C++) and the
 // kernel (MSL). Only fixed-width fields, largest first; the host static_asserts the size
-// (lib/metal/metal_plan.hpp).
+// (lib/metal/metal_router_plan.hpp).
 #pragma once
 
 #include "topk_params.h"

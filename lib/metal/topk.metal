@@ -1,5 +1,5 @@
 // Per-dtype instantiations of the top-k kernels. The host looks pipelines up by these names:
-// "<kernel>_<dtype suffix>" (lib/metal/metal_plan.cpp builds the same strings).
+// "<kernel>_<dtype suffix>" (lib/metal/metal_topk_plan.cpp builds the same strings).
 #include "topk_kernels.h"
 
 #define MTK_INSTANTIATE(kernel_name, DT, suffix) \

@@ -3,7 +3,7 @@
 // Every problem is "select the k largest keys, ties to the lower index": values map to unsigned
 // keys exactly as lib/core/ordered_key.hpp does (NaN above +inf, all NaNs equal, -0 == +0,
 // complemented for largest = false). Keys come from the raw bits, so values are copied, never
-// converted. Three shape classes (the host plan, lib/metal/metal_plan.cpp, picks one):
+// converted. Three shape classes (the host plan, lib/metal/metal_topk_plan.cpp, picks one):
 //   short rows: one threadgroup per row, keys cached in threadgroup memory (mtk_rows_short);
 //   long rows:  one threadgroup per row, keys re-read from device memory (mtk_rows_long);
 //   huge rows:  many threadgroups per row, histograms through device memory
@@ -17,35 +17,31 @@
 #pragma once
 
 #include "mtk_dialect.h"
+#include "../core/float_formats.hpp"
 #include "topk_params.h"
 
 // ---- Element types ----------------------------------------------------------------------
-// Storage is the raw element as loaded and stored; Key its order-preserving unsigned key.
-
-inline uint float_bits_key(uint bits, uint sign, uint exponent, uint mantissa, uint all) {
-  if ((bits & exponent) == exponent && (bits & mantissa) != 0u) return all;  // every NaN
-  if ((bits & (all ^ sign)) == 0u) bits = 0u;                                // -0 -> +0
-  return (bits & sign) != 0u ? (~bits & all) : (bits | sign);
-}
+// Storage is the raw element as loaded and stored; Key its order-preserving unsigned key (the
+// float keys are lib/core/float_formats.hpp's, shared with the CPU and CUDA backends).
 
 struct DtF32 {
   typedef uint Storage;
   typedef uint Key;
   enum : uint { key_bits = 32 };
-  static Key key(Storage s) { return float_bits_key(s, 0x80000000u, 0x7f800000u, 0x007fffffu, 0xffffffffu); }
+  static Key key(Storage s) { return mtk::key_from_f32_bits(s); }
 };
 struct DtF16 {
   typedef ushort Storage;
   typedef uint Key;
   enum : uint { key_bits = 16 };
-  static Key key(Storage s) { return float_bits_key(uint(s), 0x8000u, 0x7c00u, 0x03ffu, 0xffffu); }
+  static Key key(Storage s) { return uint(mtk::key_from_f16_bits(s)); }
 };
 // bfloat16 is carried as its raw 16 bits: no `bfloat` type (macOS 14) is needed.
 struct DtBF16 {
   typedef ushort Storage;
   typedef uint Key;
   enum : uint { key_bits = 16 };
-  static Key key(Storage s) { return float_bits_key(uint(s), 0x8000u, 0x7f80u, 0x007fu, 0xffffu); }
+  static Key key(Storage s) { return uint(mtk::key_from_bf16_bits(s)); }
 };
 struct DtI8 {
   typedef char Storage;

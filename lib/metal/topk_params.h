@@ -1,6 +1,6 @@
 // Parameter blocks shared bit for bit by the host plan (C++) and the Metal kernels. Only
 // fixed-width fields, largest first, so both compilers lay them out identically; the host side
-// static_asserts the sizes (lib/metal/metal_plan.hpp).
+// static_asserts the sizes (lib/metal/metal_topk_plan.hpp).
 #pragma once
 
 #if defined(__METAL_VERSION__) || defined(__OPENCL_CPP_VERSION__) || defined(__OPENCL_C_VERSION__)

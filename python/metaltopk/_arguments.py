@@ -6,11 +6,20 @@ plain bools and ints (the hot path) pays one comparison per argument.
 """
 
 import operator
-import sys
 
 import numpy as np
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+# The types of traced sizes (torch.SymInt, registered by metaltopk.torch), which pass unchecked:
+# the op's fake kernel checks their range. A registry rather than a look-up of torch in
+# sys.modules, which Dynamo cannot trace (it iterates that dict while imports change it).
+_symbolic_int_types = ()
+
+
+def register_symbolic_int_type(symbolic_int_type: type) -> None:
+    global _symbolic_int_types
+    _symbolic_int_types += (symbolic_int_type,)
 
 # Names the backend argument accepts; None means "default".
 BACKEND_NAMES = ("default", "cpu", "cuda", "metal", "mpsgraph")
@@ -33,9 +42,8 @@ def integer(value, name: str, function: str, out_of_range=ValueError) -> int:
     `out_of_range` (ValueError for sizes such as k, IndexError for dim), as the library's own
     range check would."""
     if value.__class__ is not int:
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(value, torch.SymInt):
-            return value  # a traced size: the op's fake kernel checks its range
+        if isinstance(value, _symbolic_int_types):
+            return value
         if isinstance(value, (bool, np.bool_)):
             raise TypeError(f"metaltopk.{function}: {name} must be an integer, not bool")
         try:
@@ -106,6 +114,8 @@ def check_static_k_and_dim(shape, k, dim, function: str = "topk") -> None:
     if not 0 <= k <= size:
         raise ValueError(f"metaltopk.{function}: k = {k} is out of range for a dimension of size "
                          f"{size} (expected 0 <= k <= {size})")
+
+
 def check_backend_matches(backend, device_backend: str, device: str, function: str) -> None:
     """A device tensor runs on its own device's backend: `backend` may only name that one."""
     if backend is not None and backend != device_backend:

@@ -4,9 +4,10 @@ there and back), and a device tensor that an array adapter described (torch, CuP
 
 import numpy as np
 
-from ._abi import (CALL_LAYOUTS, DeviceBuffers, DeviceTensor, acquire_block, byte_extent,
-                   call_geometry, check, context, contiguous_strides, describe, dtype_name,
-                   free_blocks, memcpy, normalized_dim_and_k, output_shape, stream_handle)
+from ._abi import (CALL_LAYOUTS, DTYPE_CODES, DeviceBuffers, DeviceTensor, acquire_block,
+                   byte_extent, call_geometry, check, context, contiguous_strides, describe,
+                   dtype_name, free_blocks, memcpy, normalized_dim_and_k, output_shape,
+                   stream_handle)
 from ._arguments import check_backend_matches
 from ._ffi import ffi, lib
 

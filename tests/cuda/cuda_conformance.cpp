@@ -674,7 +674,7 @@ void check_sampled_plans(const Contexts& ctx, std::mt19937_64& rng, bool quick,
 // The cluster kernel (lib/cuda/topk_cluster_kernel.cuh) under memcheck and racecheck: its code
 // paths once each, in few launches of few rows, since racecheck makes each of its launches
 // about a hundred times slower (the --cluster set, 120 launches, did not finish in 300 s). The
-// plan (lib/cuda/topk_plan.cu) sends a problem there when it is neither Warp nor Block (n > 2048
+// plan (lib/cuda/topk_plan.cpp) sends a problem there when it is neither Warp nor Block (n > 2048
 // here, with few rows), rows <= the clusters the device co-schedules, keys of at most 32 bits
 // and k <= 2048, for rows up to 16 blocks x 512 threads x 32 slots = 262144: 8 slots a thread
 // up to 65536, 32 above. Each case must plan no scratch, which among these shapes only the

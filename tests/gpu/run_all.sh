@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (device time is scarce; see bench/CUDA_NOTES.md):
 #   build for sm_90 -> exhaustive CUDA conformance -> benchmark (Python, torch and the C-ABI
-#   harness tests/gpu/bench_c_abi in one table) -> fused-router tests and benchmark
+#   harness bench/gpu/bench_c_abi in one table) -> fused-router tests and benchmark
 #   (warp_collectives timing its selection steps in cycles, then bench_router_cuda.py with its
-#   C-ABI harness tests/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
+#   C-ABI harness bench/gpu/bench_router_c_abi) -> pytest (CUDA params + torch/CuPy interop) ->
 #   the torch integration (ops, capture, AOTInductor on CUDA) and its host-cost benchmark ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
@@ -11,7 +11,7 @@
 #        on the cluster kernel's shapes alone, also part of sanitize), distributed-smoke (one-GPU
 #        NCCL world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
-#        tests/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
+#        bench/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
 #        shapes). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -49,9 +49,9 @@ for s in $STEPS; do
   case $s in
     build)
       step build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" all \
-        "$BUILD/tests/cuda_conformance" "$BUILD/tests/bench_c_abi" \
-        "$BUILD/tests/bench_router_c_abi" "$BUILD/tests/launch_floor" \
-        "$BUILD/tests/warp_collectives" \
+        "$BUILD/tests/cuda_conformance" "$BUILD/bench/gpu/bench_c_abi" \
+        "$BUILD/bench/gpu/bench_router_c_abi" "$BUILD/bench/gpu/launch_floor" \
+        "$BUILD/bench/gpu/warp_collectives" \
         "$BUILD/tests/reliability/fault_sweep" "$BUILD/tests/aoti/aoti_runner" \
         "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
@@ -84,13 +84,13 @@ for s in $STEPS; do
       step router-pytest 240 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/router/test_router.py tests/router/test_router_torch_cuda.py -k cuda ;;
     router-bench)
-      step warp-collectives 30 "$BUILD/tests/warp_collectives"
-      step router-bench 260 python3 tests/gpu/bench_router_cuda.py \
-        --json "$OUT/bench_router_cuda.json" --c-abi-bench "$BUILD/tests/bench_router_c_abi" ;;
+      step warp-collectives 30 "$BUILD/bench/gpu/warp_collectives"
+      step router-bench 260 python3 bench/gpu/bench_router_cuda.py \
+        --json "$OUT/bench_router_cuda.json" --c-abi-bench "$BUILD/bench/gpu/bench_router_c_abi" ;;
     bench)
-      step launch-floor 30 "$BUILD/tests/launch_floor"
-      step bench 240 python3 tests/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" \
-        --c-abi-bench "$BUILD/tests/bench_c_abi" ${BENCH_ARGS:-} ;;
+      step launch-floor 30 "$BUILD/bench/gpu/launch_floor"
+      step bench 240 python3 bench/gpu/bench_cuda.py --json "$OUT/bench_cuda.json" \
+        --c-abi-bench "$BUILD/bench/gpu/bench_c_abi" ${BENCH_ARGS:-} ;;
     faults)
       step fault-sweep 120 "$BUILD/tests/reliability/fault_sweep" ;;
     ncu)
@@ -102,17 +102,17 @@ for s in $STEPS; do
           --launch-count 1 -k "regex:$kernel" --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section LaunchStats \
-          "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
+          "$BUILD/bench/gpu/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
       done ;;
     split)
       # Each kernel of one call on its own (ncu serialises them, so the overlap of dependent
       # launches is gone; no cache flush, clocks as they run): what every stage of the pipeline
-      # costs, for NCU_SHAPES given as shapes (tests/gpu/kernel_split.py lists the last call's).
+      # costs, for NCU_SHAPES given as shapes (bench/gpu/kernel_split.py lists the last call's).
       for shape in ${NCU_SHAPES:-}; do
         step "split-${shape//:/_}" 90 ncu --clock-control none --cache-control none \
           --metrics gpu__time_duration.sum,sm__cycles_active.avg,gpc__cycles_elapsed.max \
-          "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
-        python3 tests/gpu/kernel_split.py "$OUT/split-${shape//:/_}.log" | tee -a "$SUMMARY"
+          "$BUILD/bench/gpu/bench_c_abi" --calls 3 --reps 1 --singles 1 "$shape"
+        python3 bench/gpu/kernel_split.py "$OUT/split-${shape//:/_}.log" | tee -a "$SUMMARY"
       done ;;
     ncu-source)
       # Where the kernel's warps stall, instruction by instruction: the page is a large CSV, its
@@ -124,8 +124,8 @@ for s in $STEPS; do
         step "$name" 90 ncu --clock-control none --launch-skip 2 --launch-count 1 \
           ${NCU_SAMPLING_INTERVAL:+--warp-sampling-interval "$NCU_SAMPLING_INTERVAL"} \
           -k "regex:$kernel" --section SourceCounters --section WarpStateStats --page source \
-          --print-source sass --csv "$BUILD/tests/bench_c_abi" --calls 3 --reps 1 --singles 1 \
-          "$shape" && python3 tests/gpu/sass_stalls.py "$OUT/$name.log" 30 > "$OUT/$name.txt"
+          --print-source sass --csv "$BUILD/bench/gpu/bench_c_abi" --calls 3 --reps 1 --singles 1 \
+          "$shape" && python3 bench/gpu/sass_stalls.py "$OUT/$name.log" 30 > "$OUT/$name.txt"
       done ;;
     *) note "unknown step $s" ;;
   esac

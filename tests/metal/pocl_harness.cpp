@@ -2,7 +2,7 @@
 //
 // The kernels (lib/metal/*.metal, unchanged) are compiled offline to SPIR by `make test-metal`
 // and wrapped in OpenCL entry points (pocl_kernels.clcpp). Every case is planned by
-// lib/metal/metal_plan.cpp exactly as the Metal backend plans it, so what runs here is the plan's
+// lib/metal/metal_topk_plan.cpp exactly as the Metal backend plans it, so what runs here is the plan's
 // sequence of kernels, grids, threadgroup sizes and threadgroup memory. Each result is compared
 // with the CPU backend through the library's C ABI and with a brute-force stable sort, values as
 // bits and indices exactly (as index-ordered sets for sorted = false, whose order is unspecified).
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "metal/metal_plan.hpp"
+#include "metal/metal_topk_plan.hpp"
 #include "core/ordered_key.hpp"
 #include "metaltopk.h"
 #include "pocl_runtime.hpp"

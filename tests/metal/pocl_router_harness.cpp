@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "metal/metal_plan.hpp"
+#include "metal/metal_router_plan.hpp"
 #include "metaltopk.h"
 #include "pocl_runtime.hpp"
 

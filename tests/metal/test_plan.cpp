@@ -1,7 +1,8 @@
-// Unit tests of the Metal dispatch plan (lib/metal/metal_plan.cpp): shape-class choice for the
-// benchmark shapes, Apple's 32 KB threadgroup-memory limit, grids covering every element,
-// workspace regions, the overflow and dtype checks, and, by emulating the bitonic kernels on
-// the host, that the planned sort passes really sort.
+// Unit tests of the Metal plans (lib/metal/metal_topk_plan, metal_router_plan, mpsgraph_plan):
+// for top-k, shape-class choice for the benchmark shapes, Apple's 32 KB threadgroup-memory
+// limit, grids covering every element, workspace regions, the overflow and dtype checks, and, by
+// emulating the bitonic kernels on the host, that the planned sort passes really sort; then
+// MPSGraph routing and the router's plan.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "metal/metal_plan.hpp"
+#include "metal/metal_router_plan.hpp"
+#include "metal/metal_topk_plan.hpp"
+#include "metal/mpsgraph_plan.hpp"
 
 namespace {
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/abi_enums.hpp"
 #include "metaltopk.h"
 
 extern "C" mtk_status fuzz_topk_alloc_raw(mtk_context ctx, const mtk_tensor* input, int64_t k,
@@ -262,7 +263,7 @@ int64_t pick_stride(FuzzedDataProvider& fdp) {
 }
 
 int pick_dtype(FuzzedDataProvider& fdp) {
-  if (!rare(fdp, 32)) return fdp.ConsumeIntegralInRange<int>(0, 8);
+  if (!rare(fdp, 32)) return fdp.ConsumeIntegralInRange<int>(mtk::kFirstDtype, mtk::kLastDtype);
   return fdp.ConsumeIntegral<int>();
 }
 

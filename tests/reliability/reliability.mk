@@ -8,14 +8,14 @@
 #   make fuzz FUZZ_SECONDS=1200   a longer fuzzing run (results go in FUZZ_RESULTS.md by hand)
 #
 # Sanitizer builds are CPU-only (NVCC pointed at nothing): ASan and TSan do not cover device
-# code, which compute-sanitizer checks instead (tests/gpu/). Each lives in its own BUILD dir.
+# code, which compute-sanitizer checks instead (tests/gpu/run_all.sh). Each lives in its own BUILD dir.
 # ASan, UBSan and TSan run with clang and with GCC; libFuzzer is clang's, so with GCC
 # test-sanitize skips the fuzzer (a clang pass, like .ci/run's first, runs it).
 
 REL_DIR := tests/reliability
 REL_OUT := $(BUILD)/tests/reliability
 REL_CC_FLAGS := -std=c11 -O1 -g -Wall -Wextra -Werror -Iinclude
-REL_CXX_FLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Iinclude -pthread
+REL_CXX_FLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Iinclude -Ilib -pthread
 
 REL_ASAN_BUILD ?= build-asan
 REL_TSAN_BUILD ?= build-tsan

@@ -1,6 +1,7 @@
 """The CUDA router's per-token routine, run on the host by warp_emulation.cpp (32 fibers as the
-lanes of a warp), against the float64 reference: the kernel's selection logic is checked on
-machines without a GPU. On a GPU, test_router.py runs the real kernel through the library."""
+lanes of a warp, on the CUDA kernels' fiber emulation, tests/cuda/emulation/fiber_cuda.hpp),
+against the float64 reference: the kernel's selection logic is checked on machines without a
+GPU. On a GPU, test_router.py runs the real kernel through the library."""
 
 import itertools
 import os
@@ -27,6 +28,7 @@ def emulator(tmp_path_factory):
     library = tmp_path_factory.mktemp("warp") / "libwarp_emulation.so"
     subprocess.run([compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra",
                     "-Werror", f"-I{REPO / 'include'}", f"-I{REPO / 'lib'}",
+                    f"-I{REPO / 'tests' / 'cuda' / 'emulation'}",
                     str(HERE / "warp_emulation.cpp"),
                     *(str(REPO / "lib" / "core" / name)
                       for name in ("validate.cpp", "dtype.cpp", "error.cpp")),

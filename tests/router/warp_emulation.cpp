@@ -1,15 +1,17 @@
-// Runs the CUDA router's per-token routines (lib/cuda/moe_route_warp.cuh) on the host: 32 fibers
-// play the 32 lanes of a warp, and a shuffle, a vote or a group maximum is a barrier round trip
-// through shared slots. The code under test is the kernel's own template, instantiated for the
-// host, with the same dispatch (register layout and plan by expert count, several tokens per warp
-// for short rows, vector loads, streaming past 512 experts), so its selection logic, butterflies
-// and slot bookkeeping are checked without a GPU. The only host substitutions are exp (std::exp
-// for expf) and loads (memcpy for vector words).
+// Runs the CUDA router's per-token routines (lib/cuda/moe_route_warp.cuh) on the host, on the
+// fiber emulation the top-k kernels' tests use (tests/cuda/emulation/fiber_cuda.hpp): a block of
+// one warp whose 32 lanes are fibers, and shuffles, votes and maxima are its emulated warp
+// collectives. The code under test is the kernel's own template, instantiated for the host, with
+// the same dispatch (register layout and plan by expert count, several tokens per warp for short
+// rows, vector loads, streaming past 512 experts), so its selection logic, butterflies and slot
+// bookkeeping are checked without a GPU; a collective that not every lane reaches aborts, as it
+// would hang a GPU. The only host substitutions are exp (std::exp for expf) and loads (memcpy for
+// vector words).
 //
 // Built by tests/router/test_router_warp_emulation.py into a shared library exporting
 // emulate_moe_route, which takes the C ABI's descriptors (assumed valid: the tests pass only
 // problems the core accepts).
-#include <ucontext.h>
+#include "fiber_cuda.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -24,121 +26,68 @@ namespace {
 
 using namespace mtk::cuda_router;
 
+// The streaming routine keeps more on a lane's stack than the top-k kernels do.
 constexpr size_t kFiberStack = 256 * 1024;
 
-// 32 fibers in a ring. A barrier switches to the next lane; since every lane reaches the same
-// barriers in the same order (collectives sit in warp-uniform control flow, as on the GPU), lane
-// 0 resumes only once all 32 have arrived.
-class Warp {
- public:
-  template <class Body>
-  void run(Body& body) {
-    body_ = &body;
-    run_body_ = [](void* b, int lane) { (*static_cast<Body*>(b))(lane); };
-    stacks_.assign(kWarpSize, std::vector<char>(kFiberStack));
-    for (int lane = 0; lane < kWarpSize; ++lane) {
-      getcontext(&fibers_[lane]);
-      fibers_[lane].uc_stack.ss_sp = stacks_[lane].data();
-      fibers_[lane].uc_stack.ss_size = kFiberStack;
-      // A finished lane hands over to the next one; the last returns to the caller.
-      fibers_[lane].uc_link = lane + 1 < kWarpSize ? &fibers_[lane + 1] : &caller_;
-      makecontext(&fibers_[lane], reinterpret_cast<void (*)()>(&Warp::entry), 1, lane);
-    }
-    current_ = this;
-    swapcontext(&caller_, &fibers_[0]);
-  }
-
-  void barrier(int lane) { swapcontext(&fibers_[lane], &fibers_[(lane + 1) % kWarpSize]); }
-
-  uint32_t exchange(int lane, uint32_t value, int source_lane) {
-    slots_[lane] = value;
-    barrier(lane);
-    const uint32_t result = slots_[source_lane];
-    barrier(lane);
-    return result;
-  }
-
-  // The maximum over the aligned group of `group_lanes` lanes that holds `lane` (redux.sync).
-  uint32_t group_max(int lane, uint32_t value, int group_lanes) {
-    slots_[lane] = value;
-    barrier(lane);
-    const int first = lane / group_lanes * group_lanes;
-    uint32_t result = 0;
-    for (int l = first; l < first + group_lanes; ++l) {
-      result = slots_[l] > result ? slots_[l] : result;
-    }
-    barrier(lane);
-    return result;
-  }
-
-  // Bit l: the predicate of lane l of the aligned group of `group_lanes` lanes (ballot.sync).
-  uint32_t group_ballot(int lane, bool predicate, int group_lanes) {
-    slots_[lane] = predicate;
-    barrier(lane);
-    const int first = lane / group_lanes * group_lanes;
-    uint32_t votes = 0;
-    for (int l = first; l < first + group_lanes; ++l) votes |= (slots_[l] != 0u) << (l - first);
-    barrier(lane);
-    return votes;
-  }
-
- private:
-  static void entry(int lane) { current_->run_body_(current_->body_, lane); }
-
-  static thread_local Warp* current_;
-  void* body_ = nullptr;
-  void (*run_body_)(void*, int) = nullptr;
-  ucontext_t caller_{}, fibers_[kWarpSize]{};
-  std::vector<std::vector<char>> stacks_;
-  uint32_t slots_[kWarpSize] = {};
-};
-
-thread_local Warp* Warp::current_ = nullptr;
-
-// Lane `id` of the warp (0..31), in the group of kLanes lanes that routes its token.
+// GroupLanes (moe_route_warp.cuh) over the emulated intrinsics, which take no width argument: a
+// group's shuffle names its source by its lane in the warp, and its ballot is cut out of the
+// warp's.
 template <int kLanes>
 struct EmulatedLanes {
   static constexpr int kSize = kLanes;
-  Warp* warp;
-  int id;
-  int lane() const { return id % kLanes; }
-  uint32_t shuffle_xor(uint32_t value, int lane_mask) {
-    return warp->exchange(id, value, id ^ lane_mask);
+  static constexpr unsigned kWholeWarp = 0xffffffffu;
+
+  static int group_base() { return int(threadIdx.x) % kWarpSize / kLanes * kLanes; }
+  int lane() const { return int(threadIdx.x) % kLanes; }
+  uint32_t shuffle_xor(uint32_t value, int lane_mask) const {
+    return static_cast<uint32_t>(__shfl_xor_sync(kWholeWarp, value, lane_mask));
   }
-  uint32_t shuffle(uint32_t value, int source_lane) {
-    return warp->exchange(id, value, id / kLanes * kLanes + source_lane);
+  uint32_t shuffle(uint32_t value, int source_lane) const {
+    return __shfl_sync(kWholeWarp, value, group_base() + source_lane);
   }
-  uint32_t reduce_max(uint32_t value) { return warp->group_max(id, value, kLanes); }
-  uint32_t ballot(bool predicate) { return warp->group_ballot(id, predicate, kLanes); }
+  uint32_t ballot(bool predicate) const {
+    const uint32_t votes = __ballot_sync(kWholeWarp, predicate);
+    if constexpr (kLanes == kWarpSize) {
+      return votes;
+    } else {
+      return (votes >> group_base()) & ((1u << kLanes) - 1u);
+    }
+  }
+  uint32_t reduce_max(uint32_t value) const {
+    if constexpr (kLanes == kWarpSize) {
+      return __reduce_max_sync(kWholeWarp, value);
+    } else {
+      for (int mask = kLanes / 2; mask > 0; mask >>= 1) value = max(value, shuffle_xor(value, mask));
+      return value;
+    }
+  }
 };
 
 // Warp w routes tokens [w * 32 / kLanes, (w + 1) * 32 / kLanes), as the kernels' grid does.
 // The plan's choice of numerator path is the caller's, so that both are checked.
 template <class Logit>
 void route_all(const mtk::RouterProblem& p, bool numerators_in_rounds) {
-  Warp warp;
+  emu::fiber_stack_bytes = kFiberStack;
   const bool in_registers = visit_register_layout(p.experts, [&](auto layout) {
     using L = decltype(layout);
     RegisterPlan plan =
         plan_registers(p, L::kItems, L::kLanes, sizeof(typename Logit::Storage), 1);
     plan.numerators_in_rounds = numerators_in_rounds;
-    auto body = [&](int lane) {
-      EmulatedLanes<L::kLanes> lanes{&warp, lane};
+    emu::run_block(kWarpSize, [&] {
+      EmulatedLanes<L::kLanes> lanes;
       for (int64_t first = 0; first < p.tokens; first += kWarpSize / L::kLanes) {
-        const int64_t token = first + lane / L::kLanes;
+        const int64_t token = first + int(threadIdx.x) / L::kLanes;
         visit_register_path(p, plan, [&](auto path) {
           route_token<Logit, L::kItems, decltype(path)::value>(p, token, plan, lanes);
         });
       }
-    };
-    warp.run(body);
+    });
   });
   if (in_registers) return;
-  auto body = [&](int lane) {
-    EmulatedLanes<kWarpSize> lanes{&warp, lane};
+  emu::run_block(kWarpSize, [&] {
+    EmulatedLanes<kWarpSize> lanes;
     for (int64_t token = 0; token < p.tokens; ++token) route_streaming<Logit>(p, token, lanes);
-  };
-  warp.run(body);
+  });
 }
 
 }  // namespace
@@ -177,7 +126,7 @@ extern "C" __attribute__((visibility("default"))) int64_t count_float_key_mismat
                                    0x7fffffffu, 0xffffffffu, 0x3f800000u, 0xbf800000u};
   for (uint64_t i = 0; i < (uint64_t{1} << 32); i += 4093) singles.push_back(uint32_t(i));
   for (const uint32_t bits : singles) {
-    mismatches += key_of(float_from_bits(bits)) != mtk::key_from_f32_bits(bits);
+    mismatches += mtk::key_from_f32(mtk::float_from_bits(bits)) != mtk::key_from_f32_bits(bits);
   }
   return mismatches;
 }

@@ -23,8 +23,9 @@ from ._tensors import TorchArrays
 from ._aoti import AOTI_LIBRARY_NAME, aoti_config, aoti_library_path, load_aoti_library
 from ._export import replace_topk
 
-# What metaltopk/__init__.py registers TorchArrays for.
+# What metaltopk/__init__.py registers TorchArrays for, and the type of traced sizes.
 TENSOR_TYPE = torch.Tensor
+SYMBOLIC_INT_TYPE = torch.SymInt
 topk_op = torch.ops.metaltopk.mtk_topk.default
 moe_route_op = torch.ops.metaltopk.mtk_moe_route.default
 

@@ -1,9 +1,11 @@
 // Host emulation of the CUDA subset the warp top-k kernels (lib/cuda/topk_warp_kernels.cuh), the
-// block kernels (lib/cuda/topk_kernels.cuh) and the cluster kernel's work
-// (lib/cuda/topk_cluster_kernel.cuh) use: one block at a time (run_block), or the blocks of one
-// cluster together (run_cluster), each thread a ucontext fiber, warp collectives, __syncthreads
-// and the cluster barrier as cooperative rendezvous. Divergent collectives (lanes of one warp in different ops), partial
-// warp masks and deadlocks abort. Results only: no timing, no memory model (racecheck on the GPU
+// block kernels (lib/cuda/topk_kernels.cuh), the cluster kernel's work
+// (lib/cuda/topk_cluster_kernel.cuh) and the router's per-token routines
+// (lib/cuda/moe_route_warp.cuh, through tests/router/warp_emulation.cpp) use: one block at a time
+// (run_block), or the blocks of one cluster together (run_cluster), each thread a ucontext
+// fiber, warp collectives, __syncthreads and the cluster barrier as cooperative rendezvous.
+// Divergent collectives (lanes of one warp in different ops), partial warp masks and deadlocks
+// abort. Results only: no timing, no memory model (racecheck on the GPU
 // covers that). `__shared__` expands to nothing, so only dynamic shared memory (an `extern`
 // array the test defines at namespace scope) is shared between the fibers: enough for the warp
 // kernels, which keep no static shared arrays; the block kernel's test redefines it as `static`.
@@ -132,6 +134,9 @@ inline bool resolve_block(Block& b) {
   return true;
 }
 
+// Each fiber's stack; a test whose kernels keep more on a thread's stack raises it before a run.
+inline size_t fiber_stack_bytes = 64 * 1024;
+
 // Makes b's `threads` fibers, running b.body on the stacks from `first_stack` on.
 inline void start_fibers(Block& b, unsigned threads, size_t first_stack) {
   static std::vector<std::vector<char>> stacks;
@@ -142,7 +147,8 @@ inline void start_fibers(Block& b, unsigned threads, size_t first_stack) {
     f.thread_idx.x = t;
     f.lane = int(t % 32);
     f.warp = int(t / 32);
-    while (stacks.size() <= first_stack + t) stacks.emplace_back(64 * 1024);
+    while (stacks.size() <= first_stack + t) stacks.emplace_back(fiber_stack_bytes);
+    if (stacks[first_stack + t].size() < fiber_stack_bytes) stacks[first_stack + t].resize(fiber_stack_bytes);
     getcontext(&f.context);
     f.context.uc_stack.ss_sp = stacks[first_stack + t].data();
     f.context.uc_stack.ss_size = stacks[first_stack + t].size();
@@ -330,11 +336,17 @@ inline uint32_t __shfl_up_sync(unsigned mask, uint32_t v, int delta) {
   });
 }
 
+// Each lane names its own source (the router's groups of one warp read different lanes), so the
+// source travels with the value, above it, rather than as the collective's parameter.
 inline uint32_t __shfl_sync(unsigned mask, uint32_t v, int source) {
-  return emu::wait_in(8, source, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m,
-                                             int src) {
-    for (int l = 0; l < 32; ++l) if (m >> l & 1) out[l] = shuffle_source(in, m, src);
+  const emu::Word sent = emu::Word(v) | emu::Word(uint32_t(source)) << 64;
+  const emu::Word got = emu::wait_in(8, 0, mask, sent, [](const emu::Word* in, emu::Word* out,
+                                                          unsigned m, int) {
+    for (int l = 0; l < 32; ++l) {
+      if (m >> l & 1) out[l] = shuffle_source(in, m, int(uint32_t(in[l] >> 64)));
+    }
   });
+  return uint32_t(got);
 }
 
 inline void __syncthreads() {

@@ -346,7 +346,7 @@ void run_type(const char* name, bool quick) {
       }
     }
   }
-  // The multi-block path. The plan's sample rank (topk_plan.cu) hits; rank 1 leaves fewer than
+  // The multi-block path. The plan's sample rank (topk_plan.cpp) hits; rank 1 leaves fewer than
   // k candidates, the whole narrow sample (2048) more than a small buffer holds: both fall back
   // to the passes over the input.
   auto plan_rank = [](int64_t n, int64_t k, bool wide) {

@@ -1,4 +1,4 @@
-"""Runs a C-ABI benchmark binary (tests/gpu/bench_c_abi, bench_router_c_abi) and collects the
+"""Runs a C-ABI benchmark binary (bench/gpu/bench_c_abi, bench_router_c_abi) and collects the
 JSON line it prints per measured shape. Shared by bench_cuda.py and bench_router_cuda.py, which
 pass the binary their own shape lists so each list lives in one place."""
 

@@ -1,29 +1,30 @@
-# tests/gpu/bench_c_abi and bench_router_c_abi: the eager per-call cost of mtk_topk and of
+# GPU benchmarks and profilers (bench/gpu/), built only where nvcc is found; included by
+# bench/bench.mk. bench/gpu/bench_c_abi and bench_router_c_abi: the eager per-call cost of mtk_topk and of
 # mtk_moe_route on CUDA from C++ (bench_cuda.py and bench_router_cuda.py run them;
 # tests/gpu/run_all.sh builds them). Needs the CUDA toolkit for cuda_runtime.h and cudart, which
 # is linked statically as the library's is, so the binaries need no runtime search path.
 ifneq ($(wildcard $(NVCC)),)
-BENCH_C_ABI := $(BUILD)/tests/bench_c_abi
-BENCH_ROUTER_C_ABI := $(BUILD)/tests/bench_router_c_abi
+BENCH_C_ABI := $(BUILD)/bench/gpu/bench_c_abi
+BENCH_ROUTER_C_ABI := $(BUILD)/bench/gpu/bench_router_c_abi
 
-$(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI): $(BUILD)/tests/%: tests/gpu/%.cpp tests/gpu/c_abi_bench.hpp \
+$(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI): $(BUILD)/bench/gpu/%: bench/gpu/%.cpp bench/gpu/c_abi_bench.hpp \
     include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude -I$(CUDA_HOME)/include $< -o $@ \
 	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) \
 	  -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 
-# The launch floor the MoE eager numbers are read against (tests/gpu/launch_floor.cu).
-LAUNCH_FLOOR := $(BUILD)/tests/launch_floor
+# The launch floor the MoE eager numbers are read against (bench/gpu/launch_floor.cu).
+LAUNCH_FLOOR := $(BUILD)/bench/gpu/launch_floor
 
-$(LAUNCH_FLOOR): tests/gpu/launch_floor.cu
+$(LAUNCH_FLOOR): bench/gpu/launch_floor.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH_FLAGS) $< -o $@
 
-# The router's selection steps in SM cycles (tests/gpu/warp_collectives.cu).
-WARP_COLLECTIVES := $(BUILD)/tests/warp_collectives
+# The router's selection steps in SM cycles (bench/gpu/warp_collectives.cu).
+WARP_COLLECTIVES := $(BUILD)/bench/gpu/warp_collectives
 
-$(WARP_COLLECTIVES): tests/gpu/warp_collectives.cu lib/cuda/moe_route_warp.cuh lib/core/problem.hpp
+$(WARP_COLLECTIVES): bench/gpu/warp_collectives.cu $(wildcard lib/cuda/moe_route_*.cuh) lib/core/float_formats.hpp lib/core/problem.hpp
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Iinclude -Ilib $< -o $@
 

@@ -8,12 +8,12 @@ count over the time), the ratio to torch and to the floor (bytes / copy bandwidt
 
 "loop" times are back-to-back calls with events around the whole burst (time per call): what a
 caller issuing calls in a row pays, max(host cost, device time). The C-ABI columns come from
-tests/gpu/bench_c_abi (`--c-abi-bench` or $METALTOPK_BENCH_C_ABI), which calls mtk_topk straight
+bench/gpu/bench_c_abi (`--c-abi-bench` or $METALTOPK_BENCH_C_ABI), which calls mtk_topk straight
 from C++ on the same shapes (passed to it from SHAPES below) and checks each result against the
 CPU backend first; its "eager" is the loop method, its "single" the single-call method above.
 
-    python3 tests/gpu/bench_cuda.py --json bench.json [--only moe|sampling|select]
-        [--c-abi-bench build-gpu/tests/bench_c_abi]
+    python3 bench/gpu/bench_cuda.py --json bench.json [--only moe|sampling|select]
+        [--c-abi-bench build-gpu/bench/gpu/bench_c_abi]
 """
 
 import argparse

@@ -2,12 +2,12 @@
 # A/B timing of several revisions in one device call. Each snapshot is a `git archive` tar of a
 # revision, made on the development machine (the device gets a copy of the working tree, not the
 # history): `git archive -o main.tar main && git archive -o try.tar my-branch`. The snapshots are
-# built side by side, then each one's C harness (tests/gpu/bench_c_abi, which checks its results
+# built side by side, then each one's C harness (bench/gpu/bench_c_abi, which checks its results
 # bit for bit against the CPU backend before timing) runs the shapes; the variants take turns,
 # ROUNDS times, so that drift of the card hits them alike, and the spread between rounds shows
 # what counts as noise.
 #
-# Usage: tests/gpu/compare_snapshots.sh NAME=SNAPSHOT.tar ... [-- SHAPE ...]
+# Usage: bench/gpu/compare_snapshots.sh NAME=SNAPSHOT.tar ... [-- SHAPE ...]
 #   SHAPE as bench_c_abi takes it (family:rows:n:k:dtype:dim); default: the long-row shapes of
 #   bench_cuda.py. The first snapshot is the baseline of the ratios.
 # Logs go to $OUT (or ./gpu-out); the table (median of the rounds' eager us per call, sorted=True,
@@ -47,14 +47,18 @@ jobs=$(( $(nproc) / ${#names[@]} ))
 for i in "${!names[@]}"; do
   dir=$WORK/${names[$i]}
   rm -rf "$dir" && mkdir -p "$dir" && tar -xf "${tars[$i]}" -C "$dir" || exit 1
-  targets=(build/tests/bench_c_abi)
+  # Revisions from before the GPU benchmarks moved to bench/gpu build the harness in tests/.
+  harness=build/bench/gpu/bench_c_abi
+  [ -f "$dir/bench/gpu/bench_c_abi.cpp" ] || harness=build/tests/bench_c_abi
+  echo "$harness" > "$dir/.harness"
+  targets=("$harness")
   [ -n "${CONFORMANCE+set}" ] && targets+=(build/tests/cuda_conformance)
   (cd "$dir" && make -j"$jobs" BUILD=build "${targets[@]}" \
     > "$OUT/build-${names[$i]}.log" 2>&1) &
 done
 wait
 for name in "${names[@]}"; do
-  if [ ! -x "$WORK/$name/build/tests/bench_c_abi" ]; then
+  if [ ! -x "$WORK/$name/$(cat "$WORK/$name/.harness")" ]; then
     echo "build of $name failed:"
     tail -n 20 "$OUT/build-$name.log"
     exit 1
@@ -84,7 +88,7 @@ fi
 
 for round in $(seq "$ROUNDS"); do
   for name in "${names[@]}"; do
-    "$WORK/$name/build/tests/bench_c_abi" --calls 50 --reps 7 "${shapes[@]}" \
+    "$WORK/$name/$(cat "$WORK/$name/.harness")" --calls 50 --reps 7 "${shapes[@]}" \
       > "$OUT/bench-$name-round$round.log" 2>&1 || { echo "$name failed in round $round:";
                                                     tail -n 20 "$OUT/bench-$name-round$round.log";
                                                     exit 1; }

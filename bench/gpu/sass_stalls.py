@@ -3,7 +3,7 @@
 by stall reason and by instruction, so a kernel's time can be placed without reading the
 whole listing.
 
-Usage: python3 tests/gpu/sass_stalls.py NCU_CSV_LOG [TOP]
+Usage: python3 bench/gpu/sass_stalls.py NCU_CSV_LOG [TOP]
 """
 import csv
 import io

@@ -11,7 +11,7 @@
 //              around the whole burst: max(host cost, device time) per call, what a runtime
 //              issuing calls in a row pays;
 //   host_us    the same bursts' enqueue time on the host clock, per call (host-bound when it is
-//              close to eager_us; tests/gpu/launch_floor gives the floor of one launch);
+//              close to eager_us; bench/gpu/launch_floor gives the floor of one launch);
 //   single_us  median of S single calls, each bracketed by events on an idle GPU (host cost +
 //              launch latency + device time): the method bench_cuda.py uses for "eager".
 // Before timing, each shape's result (sorted and unsorted) is checked bit for bit against the

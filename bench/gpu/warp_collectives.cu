@@ -1,5 +1,5 @@
 // What the router's selection steps cost on one warp, in SM cycles: the choice between
-// select_sorted and select_merged (lib/cuda/moe_route_warp.cuh) is made from these numbers.
+// select_sorted and select_merged (lib/cuda/moe_route_select.cuh) is made from these numbers.
 // Each figure is a dependent chain of 64 calls of the library's own routine on GroupLanes, timed
 // by clock64 and divided by 64; the median of 5 launches is printed:
 //   group_max_<rank>_lanes<L>              one group maximum (redux.sync for a whole warp, a

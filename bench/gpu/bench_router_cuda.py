@@ -12,15 +12,15 @@ Columns (median of per-call CUDA-event times, µs):
   mtk call:  mtk_moe_route called directly with prepared descriptors and outputs, which is how a
              runtime (e.g. an AOTInductor shim) calls it: one launch plus cffi's call overhead;
   mtk graph: the call replayed from a CUDA graph, i.e. the kernel alone;
-  C loop:    mtk_moe_route called back to back from C++ by tests/gpu/bench_router_c_abi
+  C loop:    mtk_moe_route called back to back from C++ by bench/gpu/bench_router_c_abi
              (--c-abi-bench), timed like torch loop; it gets this script's shape list and checks
              each result against the CPU backend before timing it.
 Ratios: eager = torch eager / mtk call, graph = torch graph / mtk graph, C = torch loop / C loop
 (c_abi_ratio). Target: >= 10 at T >= 128, reported for the eager ratio and for the C ratio.
 Every shape's result is checked against torch before it is timed.
 
-    python3 tests/gpu/bench_router_cuda.py [--json PATH] [--iters N] [--graph-calls G]
-        [--c-abi-bench build-gpu/tests/bench_router_c_abi]
+    python3 bench/gpu/bench_router_cuda.py [--json PATH] [--iters N] [--graph-calls G]
+        [--c-abi-bench build-gpu/bench/gpu/bench_router_c_abi]
 """
 
 import argparse
@@ -36,7 +36,7 @@ import metaltopk
 from metaltopk._abi import context, describe as _describe
 from metaltopk._ffi import ffi, lib
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "router"))
 from torch_routers import torch_deepseek_v3, torch_softmax_composite  # noqa: E402
 
 from c_abi_runner import run_json_lines  # noqa: E402

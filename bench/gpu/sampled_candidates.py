@@ -5,7 +5,7 @@ every candidate when the row goes to it directly).
 
 The input is bench_c_abi's (c_abi_bench.hpp: standard_normal, bf16 rounded to nearest even);
 the sample is multi_sample_kernel's (runs of 32 adjacent elements centred in equal strata); the
-rank and whether the wide sample is split over blocks are topk_plan.cu's. Bins are whole keys, as when the threshold pass's key shift is 0; the
+rank and whether the wide sample is split over blocks are topk_plan.cpp's. Bins are whole keys, as when the threshold pass's key shift is 0; the
 script says when it would not be.
 
 Usage: sampled_candidates.py N K {bfloat16,float32} [SAMPLES]   (SAMPLES: 16384, the wide sample)

@@ -1,4 +1,4 @@
-#include "metal_plan.hpp"
+#include "metal_topk_plan.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -8,21 +8,17 @@
 
 namespace mtk {
 
+using namespace metal_plan_support;
+
 namespace {
 
 // Must match lib/metal/mtk_dialect.h (scan_scratch_words) and topk_kernels.h (kSelectionWords).
-constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kSelectionWords = MTK_RADIX_BINS + 4;
 uint32_t scan_scratch_words(uint32_t threads) { return 2 * kSimdWidth + threads; }
 
 // choose_radix_digit gives one histogram bin to each thread.
 constexpr uint32_t kMinSelectThreads = MTK_RADIX_BINS;
-// Metal requires threadgroup memory lengths in multiples of 16 bytes; Metal and OpenCL both
-// reject zero-length buffers, so unused ones get the minimum.
-constexpr uint32_t kTgGranule = 16;
 constexpr size_t kWorkspaceAlignment = 256;
-
-uint64_t round_up(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 uint64_t next_pow2(uint64_t value) {
   uint64_t p = 1;
@@ -35,11 +31,6 @@ uint64_t checked_mul(uint64_t a, uint64_t b) {
     fail(MTK_ERROR_OUT_OF_MEMORY, "Metal workspace size overflows (", a, " * ", b, " bytes)");
   }
   return a * b;
-}
-
-uint32_t to_u32(uint64_t value, const char* what) {
-  if (value > UINT32_MAX) fail(MTK_ERROR_INVALID_ARGUMENT, what, " = ", value, " exceeds the Metal grid limit");
-  return static_cast<uint32_t>(value);
 }
 
 uint32_t key_bytes(mtk_dtype dtype) { return dtype == MTK_INT64 ? 8u : 4u; }
@@ -64,7 +55,7 @@ struct TgBytes {
   uint64_t bytes[kMetalThreadgroupBuffers] = {0, 0, 0, 0, 0};
   uint64_t total() const {
     uint64_t sum = 0;
-    for (uint64_t b : bytes) sum += std::max<uint64_t>(round_up(b, kTgGranule), kTgGranule);
+    for (uint64_t b : bytes) sum += threadgroup_buffer_bytes(b);
     return sum;
   }
 };
@@ -146,7 +137,7 @@ class PlanBuilder {
     d.threadgroups_y = to_u32(groups_y, "rows");
     d.threads = threads;
     for (int i = 0; i < kMetalThreadgroupBuffers; ++i) {
-      d.threadgroup_bytes[i] = static_cast<uint32_t>(std::max<uint64_t>(round_up(tg.bytes[i], kTgGranule), kTgGranule));
+      d.threadgroup_bytes[i] = static_cast<uint32_t>(threadgroup_buffer_bytes(tg.bytes[i]));
     }
     d.pass = pass;
     plan_.dispatches.push_back(d);
@@ -313,50 +304,9 @@ const char* metal_kernel_name(MetalKernel kernel) {
   return "unknown";
 }
 
-const char* metal_dtype_suffix(mtk_dtype dtype) {
-  switch (dtype) {
-    case MTK_FLOAT32: return "f32";
-    case MTK_FLOAT16: return "f16";
-    case MTK_BFLOAT16: return "bf16";
-    case MTK_INT8: return "i8";
-    case MTK_UINT8: return "u8";
-    case MTK_INT16: return "i16";
-    case MTK_INT32: return "i32";
-    case MTK_INT64: return "i64";
-    case MTK_FLOAT64:
-      fail(MTK_ERROR_UNSUPPORTED_DTYPE, "dtype float64 is not supported by the Metal backends (Metal has no float64)");
-  }
-  fail(MTK_ERROR_UNSUPPORTED_DTYPE, "dtype ", static_cast<int>(dtype), " is not supported by the Metal backends");
-}
-
-namespace {
-// The default limits with max_threads lowered to what the pipelines allow, in whole SIMD groups;
-// fewer than `needed` threads is a device the kernels cannot run on.
-MetalLimits limits_for_pipeline(uint64_t pipeline_max_threads, uint64_t needed, const char* what) {
-  MetalLimits limits;
-  const uint64_t threads = std::min<uint64_t>(pipeline_max_threads, limits.max_threads) / kSimdWidth * kSimdWidth;
-  if (threads < needed) {
-    fail(MTK_ERROR_DEVICE, "the Metal ", what, " pipeline allows only ", pipeline_max_threads,
-         " threads per threadgroup; it needs ", needed);
-  }
-  limits.max_threads = static_cast<uint32_t>(threads);
-  return limits;
-}
-}  // namespace
-
 MetalLimits metal_limits_for_pipelines(uint64_t pipeline_max_threads) {
   return limits_for_pipeline(pipeline_max_threads, kMinSelectThreads, "top-k");
 }
-
-namespace {
-int64_t element_offset(size_t bytes, size_t element_size, const char* argument) {
-  if (bytes % element_size != 0) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, argument, " lies ", bytes, " bytes into its Metal buffer, not a multiple of its ",
-         element_size, "-byte elements");
-  }
-  return static_cast<int64_t>(bytes / element_size);
-}
-}  // namespace
 
 void set_metal_buffer_offsets(MetalPlan& plan, mtk_dtype dtype, mtk_dtype index_dtype,
                               size_t input_bytes, size_t values_bytes, size_t indices_bytes) {
@@ -365,22 +315,6 @@ void set_metal_buffer_offsets(MetalPlan& plan, mtk_dtype dtype, mtk_dtype index_
   plan.params.values_base = element_offset(values_bytes, element, "values");
   plan.params.indices_base = element_offset(indices_bytes, require_dtype(index_dtype, "indices").size, "indices");
 }
-
-namespace {
-// Extent of `count` elements along each of the dims with the given sizes and strides.
-ByteExtent extent(const int64_t* sizes, const int64_t* strides, int dims, int64_t dim_size, int64_t dim_stride,
-                  size_t element) {
-  int64_t low = 0, high = 0;
-  auto add = [&](int64_t size, int64_t stride) {
-    const int64_t reach = (size - 1) * stride;
-    (reach < 0 ? low : high) += reach;
-  };
-  for (int d = 0; d < dims; ++d) add(sizes[d], strides[d]);
-  add(dim_size, dim_stride);
-  const int64_t e = static_cast<int64_t>(element);
-  return ByteExtent{low * e, static_cast<uint64_t>((high - low) * e + e)};
-}
-}  // namespace
 
 MetalExtents metal_tensor_extents(const TopkProblem& problem) {
   const RowGeometry& g = problem.geometry;
@@ -403,146 +337,9 @@ void check_metal_workspace(const MetalPlan& plan, size_t bytes, size_t offset_in
   }
 }
 
-MpsGraphTopk plan_mpsgraph_topk(const TopkProblem& problem, const MpsGraphCapabilities& caps,
-                                const MpsGraphBinding& binding) {
-  MpsGraphTopk out;
-  auto route = [&](const char* reason) {
-    out.use_graph = false;
-    out.route_reason = reason;
-    return out;
-  };
-  const RowGeometry& g = problem.geometry;
-  const bool float_type = problem.dtype == MTK_FLOAT32 || problem.dtype == MTK_FLOAT16 ||
-                          (problem.dtype == MTK_BFLOAT16 && caps.macos14);
-  if (!float_type) return route("dtype not supported by MPSGraph top-k on this OS");
-  if (g.k > kMpsGraphMaxK) return route("k > 16: MPSGraph top-k returned zeros past position 16 on macOS 12/13");
-  if (g.n > INT32_MAX) return route("row longer than MPSGraph's int32 indices");
-  if (binding.caller_command_buffer) return route("MPSGraph may commit a caller's command buffer");
-  if (binding.input_offset != 0 || binding.values_offset != 0 || binding.indices_offset != 0) {
-    return route("tensor not at the start of its MTLBuffer (MPSGraphTensorData takes no offset)");
-  }
-  // Dense 2-D views only: [rows, n] with n innermost, or [n, rows] with the rows innermost.
-  const int64_t rows = g.rows;
-  const bool one_batch = g.batch_ndim <= 1;
-  const int64_t in_batch = g.batch_ndim == 1 ? g.input_batch_strides[0] : 0;
-  const int64_t v_batch = g.batch_ndim == 1 ? g.values_batch_strides[0] : 0;
-  const int64_t i_batch = g.batch_ndim == 1 ? g.indices_batch_strides[0] : 0;
-  const bool rows_outer = one_batch && g.input_stride == 1 && g.values_stride == 1 && g.indices_stride == 1 &&
-                          (rows == 1 || (in_batch == g.n && v_batch == g.k && i_batch == g.k));
-  const bool rows_inner = one_batch && rows > 1 && in_batch == 1 && v_batch == 1 && i_batch == 1 &&
-                          g.input_stride == rows && g.values_stride == rows && g.indices_stride == rows;
-  if (!rows_outer && !rows_inner) return route("input or outputs are not dense along the top-k axis");
-
-  out.use_graph = true;
-  out.shape[0] = rows_outer ? rows : g.n;
-  out.shape[1] = rows_outer ? g.n : rows;
-  out.axis = rows_outer ? 1 : 0;
-  out.axis_form = caps.macos14;
-  out.transpose = !caps.macos14 && out.axis == 0;
-  out.negate = !caps.macos14 && !problem.largest;
-  out.indices_int64 = problem.index_dtype == MTK_INT64;
-  return out;
-}
-
 MetalPlan make_metal_plan(const TopkProblem& problem, const MetalLimits& limits) {
   validate_limits(limits);
   return PlanBuilder(problem, limits).build();
-}
-
-// ---- MoE router ---------------------------------------------------------------------------
-
-namespace {
-// Must match lib/metal/router_kernels.h (router_reduce_words).
-uint32_t router_reduce_words(uint32_t threads) { return 2 * kSimdWidth + 2 * threads; }
-
-uint64_t router_threadgroup_total(const uint64_t (&bytes)[kRouterThreadgroupBuffers]) {
-  uint64_t sum = 0;
-  for (uint64_t b : bytes) sum += std::max<uint64_t>(round_up(b, kTgGranule), kTgGranule);
-  return sum;
-}
-}  // namespace
-
-std::string metal_router_function(mtk_dtype dtype) {
-  return std::string("mtk_moe_route_") + metal_dtype_suffix(dtype);
-}
-
-MetalLimits metal_router_limits_for_pipeline(uint64_t pipeline_max_threads) {
-  return limits_for_pipeline(pipeline_max_threads, kSimdWidth, "router");
-}
-
-MetalRouterPlan make_metal_router_plan(const RouterProblem& problem, const MetalLimits& limits) {
-  if (limits.max_threads < kSimdWidth || limits.max_threads > kSimdWidth * kSimdWidth ||
-      limits.max_threads % kSimdWidth != 0) {
-    fail(MTK_ERROR_INTERNAL, "Metal max_threads = ", limits.max_threads, " must be a multiple of 32 in [32, 1024]");
-  }
-  const uint64_t experts = static_cast<uint64_t>(problem.experts);
-  const uint64_t k = static_cast<uint64_t>(problem.k);
-  const uint64_t groups = static_cast<uint64_t>(problem.n_group);
-
-  MetalRouterPlan plan{};
-  plan.function = metal_router_function(problem.dtype);
-  plan.threadgroups_y = to_u32(static_cast<uint64_t>(problem.tokens), "tokens");
-
-  // One thread per expert up to the limit; fewer (the most that fit) only if their reduction
-  // scratch is what keeps a token's experts out of threadgroup memory.
-  uint64_t threads = std::min<uint64_t>(round_up(experts, kSimdWidth), limits.max_threads);
-  uint64_t bytes[kRouterThreadgroupBuffers] = {};
-  for (;;) {
-    bytes[kRouterTgScores] = experts * 4;
-    bytes[kRouterTgKeys] = experts * 4;
-    bytes[kRouterTgReduce] = router_reduce_words(static_cast<uint32_t>(threads)) * 4;
-    bytes[kRouterTgRoute] = (2 * groups + 2 * k) * 4;
-    if (router_threadgroup_total(bytes) <= limits.threadgroup_memory_bytes) break;
-    if (threads == kSimdWidth) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "the Metal router keeps a token's experts in threadgroup memory: ", experts,
-           " experts with k = ", k, " need ", router_threadgroup_total(bytes), " bytes, over the limit of ",
-           limits.threadgroup_memory_bytes);
-    }
-    threads -= kSimdWidth;
-  }
-  plan.threads = static_cast<uint32_t>(threads);
-  for (int i = 0; i < kRouterThreadgroupBuffers; ++i) {
-    plan.threadgroup_bytes[i] = static_cast<uint32_t>(std::max<uint64_t>(round_up(bytes[i], kTgGranule), kTgGranule));
-  }
-
-  MtkRouterParams& p = plan.params;
-  p.logits_token_stride = problem.logits_token_stride;
-  p.logits_expert_stride = problem.logits_expert_stride;
-  p.bias_stride = problem.bias != nullptr ? problem.bias_stride : 0;
-  p.weights_token_stride = problem.weights_token_stride;
-  p.weights_k_stride = problem.weights_k_stride;
-  p.ids_token_stride = problem.ids_token_stride;
-  p.ids_k_stride = problem.ids_k_stride;
-  p.experts = static_cast<mtk_u32>(experts);
-  p.k = static_cast<mtk_u32>(k);
-  p.scoring = static_cast<mtk_u32>(problem.scoring);
-  p.n_group = static_cast<mtk_u32>(groups);
-  p.topk_group = static_cast<mtk_u32>(problem.topk_group);
-  p.has_bias = problem.bias != nullptr ? 1u : 0u;
-  p.renormalize = problem.renormalize ? 1u : 0u;
-  p.index_is_64 = problem.index_dtype == MTK_INT64 ? 1u : 0u;
-  p.scale = problem.scale;
-  return plan;
-}
-
-void set_metal_router_buffer_offsets(MetalRouterPlan& plan, const RouterProblem& problem, size_t logits_bytes,
-                                     size_t bias_bytes, size_t weights_bytes, size_t ids_bytes) {
-  MtkRouterParams& p = plan.params;
-  p.logits_base = element_offset(logits_bytes, require_dtype(problem.dtype, "logits").size, "logits");
-  p.bias_base = problem.bias != nullptr ? element_offset(bias_bytes, sizeof(float), "bias") : 0;
-  p.weights_base = element_offset(weights_bytes, sizeof(float), "weights");
-  p.ids_base = element_offset(ids_bytes, require_dtype(problem.index_dtype, "ids").size, "ids");
-}
-
-MetalRouterExtents metal_router_extents(const RouterProblem& p) {
-  const size_t index = require_dtype(p.index_dtype, "ids").size;
-  MetalRouterExtents out;
-  out.logits = extent(&p.tokens, &p.logits_token_stride, 1, p.experts, p.logits_expert_stride,
-                      require_dtype(p.dtype, "logits").size);
-  out.bias = p.bias != nullptr ? extent(nullptr, nullptr, 0, p.experts, p.bias_stride, sizeof(float)) : ByteExtent{0, 0};
-  out.weights = extent(&p.tokens, &p.weights_token_stride, 1, p.k, p.weights_k_stride, sizeof(float));
-  out.ids = extent(&p.tokens, &p.ids_token_stride, 1, p.k, p.ids_k_stride, index);
-  return out;
 }
 
 }  // namespace mtk
