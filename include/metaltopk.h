@@ -173,7 +173,8 @@ MTK_API mtk_status mtk_synchronize(mtk_context ctx, void* stream);
  * `values` (input's dtype) and `indices` (MTK_INT64, or MTK_INT32 for rows shorter than 2^31).
  * Both outputs have the input's shape with size k at `dim`, any strides, and must not overlap
  * the input or each other. `largest` = 0 selects the smallest; `sorted` = 0 allows any order.
- * Scratch memory comes from the context.
+ * `values` may be NULL: indices only (on the CPU backend for now; the others refuse with
+ * MTK_ERROR_BACKEND_UNAVAILABLE). Scratch memory comes from the context.
  */
 MTK_API mtk_status mtk_topk(mtk_context ctx, const mtk_tensor* input, int64_t k, int64_t dim,
                             int largest, int sorted, const mtk_tensor* values,
@@ -200,6 +201,79 @@ MTK_API mtk_status mtk_topk_alloc(mtk_context ctx, const mtk_tensor* input, int6
                                   mtk_tensor* values_out, mtk_tensor* indices_out, void* stream);
 /* Frees a tensor's data allocated by this context and sets it to NULL. NULL data is ignored. */
 MTK_API mtk_status mtk_tensor_free(mtk_context ctx, mtk_tensor* tensor);
+
+/* ---- Ragged top-k (sparse attention) ---------------------------------------------------- */
+
+/* What mtk_topk_ragged writes as an index, given a winner at `index` of its row's window. */
+typedef enum mtk_index_transform {
+  MTK_INDEX_TRANSFORM_NONE = 0,      /* index itself (relative to the window start) */
+  MTK_INDEX_TRANSFORM_RAGGED = 1,    /* offsets[r] + index */
+  MTK_INDEX_TRANSFORM_PAGE_TABLE = 2 /* page_table[b, index / page_size] * page_size
+                                        + index % page_size, b = row_to_batch[r] (or r) */
+} mtk_index_transform;
+
+/*
+ * Versioned (see the opening comment); `lengths` is mandatory: a struct_size that ends before it
+ * is rejected. Every tensor here is read on the device (host memory for CPU), never copied to
+ * the host, so its contents may change between replays of a captured call. Integer tensors are
+ * int32 or int64, any strides; [rows] means one entry per row of the input.
+ */
+typedef struct mtk_ragged_params {
+  size_t struct_size;              /* sizeof(mtk_ragged_params) as the caller compiled it */
+  const mtk_tensor* lengths;       /* [rows]: candidates of each row (below 0: none; past the
+                                      row's end: the rest of the row) */
+  const mtk_tensor* starts;        /* NULL (the default: every window starts at 0), or [rows]:
+                                      each window's first position (below 0: 0; past n: n) */
+  mtk_index_transform transform;   /* default MTK_INDEX_TRANSFORM_NONE */
+  const mtk_tensor* offsets;       /* RAGGED only (else NULL): [rows] */
+  const mtk_tensor* page_table;    /* PAGE_TABLE only (else NULL): [batch, pages], with
+                                      pages * page_size >= n */
+  int64_t page_size;               /* PAGE_TABLE only: >= 1 (default 1) */
+  const mtk_tensor* row_to_batch;  /* PAGE_TABLE only: NULL (the default: b = r, batch >= rows)
+                                      or [rows]; a row whose entry is outside [0, batch) has no
+                                      candidates */
+} mtk_ragged_params;
+
+/* The size and every default, member by member; set lengths before the call:
+ *   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;  params.lengths = &lengths; */
+#define MTK_RAGGED_PARAMS_INIT {sizeof(mtk_ragged_params), 0, 0, MTK_INDEX_TRANSFORM_NONE, 0, 0, 1, 0}
+
+/*
+ * Top-k over rows of per-row length (the sparse-attention indexer's selection). `input` is
+ * [rows, n], any strides (any of mtk_topk's dtypes); row r selects among the positions
+ * [start, start + length) of its row, start = starts[r] and length = lengths[r] clipped to the
+ * row as params describes, by mtk_topk's rules (NaN above +inf, ties to the lower index,
+ * bit-exact values, `sorted` = 0 the same set). Any k >= 0 is accepted, also k > n.
+ * `indices` [rows, k] (MTK_INT32 or MTK_INT64, n < 2^31 for int32) receives the transformed
+ * window-relative index of each winner, computed in 64-bit two's complement and stored in the
+ * indices' dtype (int32 keeps the low 32 bits). A row with fewer than k candidates writes its
+ * winners first (also when `sorted` = 0), then index -1 at the remaining positions, whose values
+ * are all-zero bits. `values` [rows, k] (input's dtype) may be NULL: indices only. Outputs may be
+ * strided and must not overlap the input, each other or any tensor of params.
+ * Ragged rows run on the CPU backend for now; the others refuse with
+ * MTK_ERROR_BACKEND_UNAVAILABLE and a message naming the backend.
+ */
+MTK_API mtk_status mtk_topk_ragged(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                   int largest, int sorted, const mtk_ragged_params* params,
+                                   const mtk_tensor* values, const mtk_tensor* indices,
+                                   void* stream);
+
+/* Scratch bytes mtk_topk_ragged_with_workspace needs (0 if none), whatever the lengths and
+ * starts hold when it runs: the tensors of params are checked but their contents not read. */
+MTK_API mtk_status mtk_topk_ragged_workspace_size(mtk_context ctx, const mtk_tensor* input,
+                                                  int64_t k, int largest, int sorted,
+                                                  const mtk_ragged_params* params,
+                                                  mtk_dtype index_dtype, size_t* bytes);
+
+/* mtk_topk_ragged with caller-provided device scratch of at least
+ * mtk_topk_ragged_workspace_size bytes, untouched until the stream has run the call: never
+ * allocates. */
+MTK_API mtk_status mtk_topk_ragged_with_workspace(mtk_context ctx, const mtk_tensor* input,
+                                                  int64_t k, int largest, int sorted,
+                                                  const mtk_ragged_params* params,
+                                                  const mtk_tensor* values,
+                                                  const mtk_tensor* indices, void* workspace,
+                                                  size_t workspace_bytes, void* stream);
 
 /* ---- Fused MoE router ------------------------------------------------------------------- */
 

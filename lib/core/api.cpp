@@ -29,12 +29,45 @@ void require_backend_dtype(Context& ctx, mtk_dtype dtype) {
 
 bool has_work(const mtk::TopkProblem& p) { return p.geometry.rows > 0 && p.geometry.k > 0; }
 
+void require_indices_only_support(Context& ctx, const mtk::TopkProblem& p) {
+  if (p.values == nullptr && !ctx.backend().supports_indices_only()) {
+    fail(MTK_ERROR_BACKEND_UNAVAILABLE,
+         "values = NULL (indices only) is not implemented on the ",
+         mtk_backend_name(ctx.backend().kind()), " backend yet; pass a values tensor");
+  }
+}
+
 mtk::TopkProblem checked_problem(Context& ctx, const mtk_tensor* input, int64_t k, int64_t dim,
                                  int largest, int sorted, const mtk_tensor* values,
                                  const mtk_tensor* indices) {
   mtk::TopkProblem p = mtk::make_topk_problem(input, k, dim, largest, sorted, values, indices);
   require_backend_dtype(ctx, p.dtype);
+  require_indices_only_support(ctx, p);
   return p;
+}
+
+bool has_work(const mtk::RaggedProblem& p) { return has_work(p.dense); }
+
+mtk::RaggedProblem checked_ragged_problem(Context& ctx, const mtk_tensor* input, int64_t k,
+                                          int largest, int sorted,
+                                          const mtk_ragged_params* params,
+                                          const mtk_tensor* values, const mtk_tensor* indices) {
+  mtk::RaggedProblem p =
+      mtk::make_ragged_problem(input, k, largest, sorted, params, values, indices);
+  require_backend_dtype(ctx, p.dense.dtype);
+  return p;
+}
+
+// The [rows, k] contiguous index output a workspace query stands for.
+mtk_tensor contiguous_ragged_indices(const mtk_tensor& input, int64_t k, mtk_dtype dtype) {
+  mtk_tensor t{};
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes[0] = input.ndim == 2 ? input.sizes[0] : 0;
+  t.sizes[1] = k;
+  t.strides[0] = k;
+  t.strides[1] = 1;
+  return t;
 }
 
 // A contiguous row-major descriptor of the top-k output shape, without data.
@@ -83,9 +116,11 @@ struct NewOutputs {
   mtk::TopkProblem problem;
 };
 
+// `index_dtype` by reference: a caller's value outside the enum is checked as an int before
+// C++ loads it as an mtk_dtype (see require_known_dtype_argument).
 NewOutputs checked_problem_with_new_outputs(Context& ctx, const mtk_tensor* input, int64_t k,
                                             int64_t dim, int largest, int sorted,
-                                            mtk_dtype index_dtype) {
+                                            const mtk_dtype& index_dtype) {
   const int d = mtk::validate_input_dim_k(input, k, dim);
   require_known_dtype_argument(index_dtype, "indices.dtype");
   NewOutputs out{};
@@ -99,23 +134,34 @@ NewOutputs checked_problem_with_new_outputs(Context& ctx, const mtk_tensor* inpu
 
 // Plans a problem with work once and runs that plan. `caller_workspace` is the caller's scratch,
 // checked against the plan here, or null: the backend takes its own.
+// The caller's scratch checked against what `plan` needs, or an empty Workspace (the backend
+// takes its own) where the caller gave none.
+mtk::Workspace checked_workspace(const mtk::PlannedTopk& plan,
+                                 const mtk::Workspace* caller_workspace) {
+  if (caller_workspace == nullptr) return mtk::Workspace{};
+  const size_t needed = plan.workspace_bytes;
+  if (caller_workspace->bytes < needed) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", caller_workspace->bytes,
+         " is smaller than the ", needed, " bytes this problem needs");
+  }
+  if (needed > 0 && caller_workspace->data == nullptr) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
+  }
+  return *caller_workspace;
+}
+
 void plan_and_run(Context& ctx, const mtk::TopkProblem& p, const mtk::Workspace* caller_workspace,
                   void* stream) {
   mtk::Backend& backend = ctx.backend();
   const std::shared_ptr<const mtk::PlannedTopk> plan = backend.plan_topk(p);
-  mtk::Workspace workspace;
-  if (caller_workspace != nullptr) {
-    const size_t needed = plan->workspace_bytes;
-    if (caller_workspace->bytes < needed) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes = ", caller_workspace->bytes,
-           " is smaller than the ", needed, " bytes this problem needs");
-    }
-    if (needed > 0 && caller_workspace->data == nullptr) {
-      fail(MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL but ", needed, " bytes are needed");
-    }
-    workspace = *caller_workspace;
-  }
-  backend.run_topk(*plan, p, workspace, stream);
+  backend.run_topk(*plan, p, checked_workspace(*plan, caller_workspace), stream);
+}
+
+void plan_and_run(Context& ctx, const mtk::RaggedProblem& p,
+                  const mtk::Workspace* caller_workspace, void* stream) {
+  mtk::Backend& backend = ctx.backend();
+  const std::shared_ptr<const mtk::PlannedTopk> plan = backend.plan_topk_ragged(p);
+  backend.run_topk_ragged(*plan, p, checked_workspace(*plan, caller_workspace), stream);
 }
 
 }  // namespace
@@ -272,6 +318,52 @@ MTK_API mtk_status mtk_topk_with_workspace(mtk_context ctx, const mtk_tensor* in
     Context& context = mtk::checked_context(ctx);
     const mtk::TopkProblem p =
         checked_problem(context, input, k, dim, largest, sorted, values, indices);
+    const mtk::Workspace caller_workspace{workspace, workspace_bytes};
+    if (has_work(p)) plan_and_run(context, p, &caller_workspace, stream);
+  });
+}
+
+MTK_API mtk_status mtk_topk_ragged(mtk_context ctx, const mtk_tensor* input, int64_t k,
+                                   int largest, int sorted, const mtk_ragged_params* params,
+                                   const mtk_tensor* values, const mtk_tensor* indices,
+                                   void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::RaggedProblem p =
+        checked_ragged_problem(context, input, k, largest, sorted, params, values, indices);
+    if (has_work(p)) plan_and_run(context, p, nullptr, stream);
+  });
+}
+
+MTK_API mtk_status mtk_topk_ragged_workspace_size(mtk_context ctx, const mtk_tensor* input,
+                                                  int64_t k, int largest, int sorted,
+                                                  const mtk_ragged_params* params,
+                                                  mtk_dtype index_dtype, size_t* bytes) {
+  if (bytes != nullptr) *bytes = 0;
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(bytes, "bytes");
+    if (input == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "input is NULL");
+    require_known_dtype_argument(index_dtype, "indices.dtype");
+    const mtk_tensor indices = contiguous_ragged_indices(*input, k, index_dtype);
+    const mtk::RaggedProblem p =
+        mtk::make_ragged_problem(input, k, largest, sorted, params, nullptr, &indices,
+                                 mtk::OutputMemory::NotYetAllocated);
+    require_backend_dtype(context, p.dense.dtype);
+    if (has_work(p)) *bytes = context.backend().plan_topk_ragged(p)->workspace_bytes;
+  });
+}
+
+MTK_API mtk_status mtk_topk_ragged_with_workspace(mtk_context ctx, const mtk_tensor* input,
+                                                  int64_t k, int largest, int sorted,
+                                                  const mtk_ragged_params* params,
+                                                  const mtk_tensor* values,
+                                                  const mtk_tensor* indices, void* workspace,
+                                                  size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    const mtk::RaggedProblem p =
+        checked_ragged_problem(context, input, k, largest, sorted, params, values, indices);
     const mtk::Workspace caller_workspace{workspace, workspace_bytes};
     if (has_work(p)) plan_and_run(context, p, &caller_workspace, stream);
   });

@@ -43,6 +43,16 @@ class Backend {
   virtual void run_topk(const PlannedTopk& plan, const TopkProblem& problem, Workspace workspace,
                         void* stream) = 0;
 
+  // Whether run_topk accepts problems without values (indices only; values == nullptr).
+  virtual bool supports_indices_only() const { return false; }
+
+  // Ragged rows (mtk_topk_ragged), planned and run as plan_topk and run_topk above; rows and k
+  // are > 0. A backend without kernels for them keeps these defaults, which refuse with
+  // MTK_ERROR_BACKEND_UNAVAILABLE and a message naming the backend.
+  virtual std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem);
+  virtual void run_topk_ragged(const PlannedTopk& plan, const RaggedProblem& problem,
+                               Workspace workspace, void* stream);
+
   // Called only with tokens > 0.
   virtual void moe_route(const RouterProblem& problem, void* stream) = 0;
 

@@ -54,6 +54,36 @@ struct TopkProblem {
   void* indices;
 };
 
+// One int32 or int64 entry per row, read on the device; `data` is null where the tensor is
+// absent.
+struct RowVector {
+  const void* data = nullptr;
+  mtk_dtype dtype = MTK_INT64;
+  int64_t stride = 0;  // elements
+
+  int64_t at(int64_t row) const {
+    return dtype == MTK_INT32 ? static_cast<const int32_t*>(data)[row * stride]
+                              : static_cast<const int64_t*>(data)[row * stride];
+  }
+};
+
+// A validated mtk_topk_ragged call. `dense` describes the whole [rows, n] input and the
+// [rows, k] outputs as a plain top-k along the last dim would (one batch dim), except that
+// geometry.k is the requested k, which may exceed n, and `values` may be null.
+struct RaggedProblem {
+  TopkProblem dense;
+  RowVector lengths;
+  RowVector starts;  // absent: every window starts at 0
+  mtk_index_transform transform;
+  RowVector offsets;       // MTK_INDEX_TRANSFORM_RAGGED
+  const void* page_table;  // MTK_INDEX_TRANSFORM_PAGE_TABLE: [batch, pages]
+  mtk_dtype page_table_dtype;
+  int64_t page_table_batch, page_table_pages;
+  int64_t page_table_batch_stride, page_table_page_stride;  // elements
+  int64_t page_size;
+  RowVector row_to_batch;  // absent: b = r
+};
+
 // Caller- or context-provided device scratch for one call.
 struct Workspace {
   void* data = nullptr;

@@ -1,5 +1,6 @@
 #include "validate.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -15,6 +16,10 @@ namespace {
 constexpr VersionedLayout<mtk_router_params> kRouterParams{
     "mtk_router_params", "MTK_ROUTER_PARAMS_INIT",
     offsetof(mtk_router_params, k) + sizeof(mtk_router_params::k), MTK_ROUTER_PARAMS_INIT};
+constexpr VersionedLayout<mtk_ragged_params> kRaggedParams{
+    "mtk_ragged_params", "MTK_RAGGED_PARAMS_INIT",
+    offsetof(mtk_ragged_params, lengths) + sizeof(mtk_ragged_params::lengths),
+    MTK_RAGGED_PARAMS_INIT};
 
 bool multiply_overflows(int64_t a, int64_t b, int64_t* out) {
   return __builtin_mul_overflow(a, b, out);
@@ -142,6 +147,13 @@ void check_output_shape(const mtk_tensor& t, const char* name, const OutputShape
   }
 }
 
+void check_values_dtype(const mtk_tensor& values, const mtk_tensor& input) {
+  if (values.dtype != input.dtype) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "values.dtype = ", dtype_name(values.dtype),
+         " does not match input.dtype = ", dtype_name(input.dtype));
+  }
+}
+
 // The contract allows int32 indices only for dimensions shorter than 2^31.
 void check_index_dtype(mtk_dtype dtype, const char* name, int64_t dim_size) {
   if (dtype != MTK_INT64 && dtype != MTK_INT32) {
@@ -237,18 +249,18 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
   const CheckedTensor in = check_descriptor(input, "input");
   const int d = check_dim_and_k(input, k, dim);
   const bool provided = outputs == OutputMemory::CallerProvided;
-  const CheckedTensor val = check_descriptor(values, "values", provided);
+  // NULL values: indices only. The checks keep one order with or without them.
+  const bool with_values = values != nullptr;
+  const CheckedTensor val = with_values ? check_descriptor(values, "values", provided)
+                                        : CheckedTensor{};
   const CheckedTensor idx = check_descriptor(indices, "indices", provided);
   const OutputShape shape = topk_output_shape(*input, k, d);
-  check_output_shape(*values, "values", shape);
+  if (with_values) check_output_shape(*values, "values", shape);
   check_output_shape(*indices, "indices", shape);
-  if (values->dtype != input->dtype) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "values.dtype = ", dtype_name(values->dtype),
-         " does not match input.dtype = ", dtype_name(input->dtype));
-  }
+  if (with_values) check_values_dtype(*values, *input);
   const int64_t n = input->ndim == 0 ? 1 : input->sizes[d];
   check_index_dtype(indices->dtype, "indices", n);
-  check_no_self_overlap(*values, "values");
+  if (with_values) check_no_self_overlap(*values, "values");
   check_no_self_overlap(*indices, "indices");
   if (provided) {
     check_disjoint(val.span, "values", in.span, "input");
@@ -262,7 +274,7 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
   p.largest = largest != 0;
   p.sorted = sorted != 0;
   p.input = input->data;
-  p.values = values->data;
+  p.values = values != nullptr ? values->data : nullptr;
   p.indices = indices->data;
   RowGeometry& g = p.geometry;
   g.n = n;
@@ -270,10 +282,175 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
   g.k = input->ndim == 0 ? 1 : k;
   if (input->ndim > 0) {
     g.input_stride = input->strides[d];
-    g.values_stride = values->strides[d];
+    // Without values, the indices' layout stands in for theirs: no batch dim merge then
+    // depends on a tensor that is not there.
+    const mtk_tensor& values_layout = values != nullptr ? *values : *indices;
+    g.values_stride = values_layout.strides[d];
     g.indices_stride = indices->strides[d];
-    collapse_batch_dims(*input, *values, *indices, d, g);
+    collapse_batch_dims(*input, values_layout, *indices, d, g);
   }
+  return p;
+}
+
+namespace {
+
+void require_index_tensor_dtype(const mtk_tensor& t, const char* name) {
+  if (t.dtype != MTK_INT32 && t.dtype != MTK_INT64) {
+    fail(MTK_ERROR_UNSUPPORTED_DTYPE, name, ".dtype = ", dtype_name(t.dtype),
+         " must be int32 or int64");
+  }
+}
+
+// An int32 or int64 tensor of one entry per row of the input.
+RowVector check_row_vector(const mtk_tensor* t, const char* name, int64_t rows, ByteSpan* span) {
+  const CheckedTensor checked = check_descriptor(t, name);
+  require_index_tensor_dtype(*t, name);
+  if (t->ndim != 1) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ".ndim = ", t->ndim, " must be 1 ([rows])");
+  }
+  if (t->sizes[0] != rows) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, ".sizes[0] = ", t->sizes[0],
+         " does not match the input's ", rows, " rows");
+  }
+  *span = checked.span;
+  return RowVector{t->data, t->dtype, t->strides[0]};
+}
+
+// A tensor of params that the chosen transform does not read is a caller's mistake (most
+// likely a transform left unset), not something to ignore.
+void require_unused(const mtk_tensor* t, const char* name, const char* transform) {
+  if (t != nullptr) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, name, " is set but params.transform is not ", transform);
+  }
+}
+
+}  // namespace
+
+RaggedProblem make_ragged_problem(const mtk_tensor* input, int64_t k, int largest, int sorted,
+                                  const mtk_ragged_params* given_params, const mtk_tensor* values,
+                                  const mtk_tensor* indices, OutputMemory outputs) {
+  const CheckedTensor in = check_descriptor(input, "input");
+  if (input->ndim != 2) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "input.ndim = ", input->ndim, " must be 2 ([rows, n])");
+  }
+  if (k < 0) fail(MTK_ERROR_INVALID_ARGUMENT, "k = ", k, " is negative (expected k >= 0)");
+  const mtk_ragged_params params = read_versioned_params(given_params, "params", kRaggedParams);
+  const int64_t rows = input->sizes[0], n = input->sizes[1];
+
+  constexpr int kParamTensors = 5;
+  ByteSpan param_spans[kParamTensors];
+  const char* param_names[kParamTensors] = {"params.lengths", "params.starts", "params.offsets",
+                                            "params.page_table", "params.row_to_batch"};
+  RaggedProblem p{};
+  p.lengths = check_row_vector(params.lengths, "params.lengths", rows, &param_spans[0]);
+  if (params.starts != nullptr) {
+    p.starts = check_row_vector(params.starts, "params.starts", rows, &param_spans[1]);
+  }
+  const int transform = abi_enum_value(params.transform);
+  switch (transform) {
+    case MTK_INDEX_TRANSFORM_NONE:
+      require_unused(params.offsets, "params.offsets", "MTK_INDEX_TRANSFORM_RAGGED");
+      require_unused(params.page_table, "params.page_table", "MTK_INDEX_TRANSFORM_PAGE_TABLE");
+      require_unused(params.row_to_batch, "params.row_to_batch", "MTK_INDEX_TRANSFORM_PAGE_TABLE");
+      break;
+    case MTK_INDEX_TRANSFORM_RAGGED:
+      if (params.offsets == nullptr) {
+        fail(MTK_ERROR_INVALID_ARGUMENT,
+             "params.offsets is NULL but params.transform is MTK_INDEX_TRANSFORM_RAGGED");
+      }
+      p.offsets = check_row_vector(params.offsets, "params.offsets", rows, &param_spans[2]);
+      require_unused(params.page_table, "params.page_table", "MTK_INDEX_TRANSFORM_PAGE_TABLE");
+      require_unused(params.row_to_batch, "params.row_to_batch", "MTK_INDEX_TRANSFORM_PAGE_TABLE");
+      break;
+    case MTK_INDEX_TRANSFORM_PAGE_TABLE: {
+      require_unused(params.offsets, "params.offsets", "MTK_INDEX_TRANSFORM_RAGGED");
+      const mtk_tensor* table = params.page_table;
+      if (table == nullptr) {
+        fail(MTK_ERROR_INVALID_ARGUMENT,
+             "params.page_table is NULL but params.transform is MTK_INDEX_TRANSFORM_PAGE_TABLE");
+      }
+      param_spans[3] = check_descriptor(table, "params.page_table").span;
+      require_index_tensor_dtype(*table, "params.page_table");
+      if (table->ndim != 2) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "params.page_table.ndim = ", table->ndim,
+             " must be 2 ([batch, pages])");
+      }
+      if (params.page_size < 1) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "params.page_size = ", params.page_size,
+             " must be at least 1");
+      }
+      // Every window index (< n) must find its page in the table.
+      const int64_t pages_needed = n / params.page_size + (n % params.page_size != 0);
+      if (table->sizes[1] < pages_needed) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "params.page_table.sizes[1] = ", table->sizes[1],
+             " pages of ", params.page_size, " cannot hold a row of ", n, " (", pages_needed,
+             " pages needed)");
+      }
+      if (params.row_to_batch != nullptr) {
+        p.row_to_batch =
+            check_row_vector(params.row_to_batch, "params.row_to_batch", rows, &param_spans[4]);
+      } else if (table->sizes[0] < rows) {
+        fail(MTK_ERROR_INVALID_ARGUMENT, "params.page_table.sizes[0] = ", table->sizes[0],
+             " has fewer batches than the input's ", rows,
+             " rows, and params.row_to_batch is NULL (row r reads batch r)");
+      }
+      p.page_table = table->data;
+      p.page_table_dtype = table->dtype;
+      p.page_table_batch = table->sizes[0];
+      p.page_table_pages = table->sizes[1];
+      p.page_table_batch_stride = table->strides[0];
+      p.page_table_page_stride = table->strides[1];
+      p.page_size = params.page_size;
+      break;
+    }
+    default:
+      fail(MTK_ERROR_INVALID_ARGUMENT, "params.transform = ", transform,
+           " is not a known mtk_index_transform");
+  }
+  p.transform = params.transform;
+
+  const bool provided = outputs == OutputMemory::CallerProvided;
+  const bool with_values = values != nullptr;  // NULL values: indices only
+  const CheckedTensor val = with_values ? check_descriptor(values, "values", provided)
+                                        : CheckedTensor{};
+  const CheckedTensor idx = check_descriptor(indices, "indices", provided);
+  const OutputShape shape{2, {rows, k}};
+  if (with_values) check_output_shape(*values, "values", shape);
+  check_output_shape(*indices, "indices", shape);
+  if (with_values) check_values_dtype(*values, *input);
+  check_index_dtype(indices->dtype, "indices", n);
+  if (with_values) check_no_self_overlap(*values, "values");
+  check_no_self_overlap(*indices, "indices");
+  if (provided) {
+    check_disjoint(val.span, "values", in.span, "input");
+    check_disjoint(idx.span, "indices", in.span, "input");
+    check_disjoint(val.span, "values", idx.span, "indices");
+    for (int i = 0; i < kParamTensors; ++i) {
+      check_disjoint(val.span, "values", param_spans[i], param_names[i]);
+      check_disjoint(idx.span, "indices", param_spans[i], param_names[i]);
+    }
+  }
+
+  TopkProblem& dense = p.dense;
+  dense.dtype = input->dtype;
+  dense.index_dtype = indices->dtype;
+  dense.largest = largest != 0;
+  dense.sorted = sorted != 0;
+  dense.input = input->data;
+  dense.values = with_values ? values->data : nullptr;
+  dense.indices = indices->data;
+  RowGeometry& g = dense.geometry;
+  g.n = n;
+  g.k = k;
+  g.rows = rows;
+  g.batch_ndim = 1;
+  g.batch_sizes[0] = rows;
+  g.input_batch_strides[0] = input->strides[0];
+  g.values_batch_strides[0] = with_values ? values->strides[0] : 0;
+  g.indices_batch_strides[0] = indices->strides[0];
+  g.input_stride = input->strides[1];
+  g.values_stride = with_values ? values->strides[1] : 0;
+  g.indices_stride = indices->strides[1];
   return p;
 }
 

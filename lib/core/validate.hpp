@@ -39,6 +39,12 @@ TopkProblem make_topk_problem(const mtk_tensor* input, int64_t k, int64_t dim, i
                               int sorted, const mtk_tensor* values, const mtk_tensor* indices,
                               OutputMemory outputs = OutputMemory::CallerProvided);
 
+// Full validation of a ragged top-k call (mtk_topk_ragged); `values` may be NULL.
+RaggedProblem make_ragged_problem(const mtk_tensor* input, int64_t k, int largest, int sorted,
+                                  const mtk_ragged_params* params, const mtk_tensor* values,
+                                  const mtk_tensor* indices,
+                                  OutputMemory outputs = OutputMemory::CallerProvided);
+
 RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_params* params,
                                   const mtk_tensor* weights, const mtk_tensor* ids);
 

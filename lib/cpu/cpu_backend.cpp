@@ -12,6 +12,7 @@
 #include "core/fault_injection.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/moe_route.hpp"
+#include "cpu/ragged.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/topk_kernels.hpp"
 #include "cpu/topk_plan.hpp"
@@ -65,8 +66,7 @@ class ScratchBuffer {
   size_t bytes_ = 0;
 };
 
-using TopkKernel = void (*)(const TopkProblem&, const cpu::TopkPlan&, cpu::ThreadPool&,
-                            const cpu::ScratchView&);
+using cpu::TopkKernel;
 
 TopkKernel best_topk_kernel() {
 #if defined(MTK_CPU_HAVE_AVX2_KERNELS)
@@ -82,6 +82,12 @@ TopkKernel best_topk_kernel() {
 // that pool.
 struct CpuPlannedTopk final : PlannedTopk {
   cpu::TopkPlan plan;
+  std::shared_ptr<cpu::ThreadPool> pool;
+};
+
+// Ragged rows: every worker's scratch holds any window (cpu::ragged_worker_bytes).
+struct CpuPlannedRagged final : PlannedTopk {
+  size_t worker_bytes = 0;
   std::shared_ptr<cpu::ThreadPool> pool;
 };
 
@@ -118,21 +124,32 @@ class CpuBackend final : public Backend {
     // One call at a time: the scratch and the pool belong to the running call. The pool is the
     // one the plan was made for, kept alive by the plan where set_num_threads has replaced it.
     std::lock_guard<std::mutex> lock(mutex_);
-    worker_scratch_.resize(static_cast<size_t>(plan.workers));
-    cpu::ScratchView view;
-    if (workspace.data != nullptr) {
-      std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
-      view.shared = at;
-      at += plan.shared_bytes;
-      for (int w = 0; w < plan.workers; ++w, at += plan.worker_bytes) worker_scratch_[w] = at;
-    } else {
-      view.shared = plan.shared_bytes != 0 ? shared_.reserve(plan.shared_bytes) : nullptr;
-      owned_.resize(static_cast<size_t>(plan.workers));
-      for (int w = 0; w < plan.workers; ++w)
-        worker_scratch_[w] = owned_[w].reserve(plan.worker_bytes);
-    }
-    view.worker = worker_scratch_.data();
+    const cpu::ScratchView view =
+        carve_scratch(workspace, plan.shared_bytes, plan.worker_bytes, plan.workers);
     kernel_(problem, plan, pool, view);
+  }
+
+  bool supports_indices_only() const override { return true; }
+
+  std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem) override {
+    auto planned = std::make_shared<CpuPlannedRagged>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      planned->pool = pool_;
+    }
+    planned->worker_bytes = cpu::ragged_worker_bytes(problem);
+    planned->workspace_bytes =
+        planned->worker_bytes * static_cast<size_t>(planned->pool->num_threads()) + kScratchAlign;
+    return planned;
+  }
+
+  void run_topk_ragged(const PlannedTopk& planned, const RaggedProblem& problem,
+                       Workspace workspace, void*) override {
+    const auto& ragged = static_cast<const CpuPlannedRagged&>(planned);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const cpu::ScratchView view =
+        carve_scratch(workspace, 0, ragged.worker_bytes, ragged.pool->num_threads());
+    cpu::run_ragged(problem, kernel_, *ragged.pool, view.worker);
   }
 
   void moe_route(const RouterProblem& problem, void*) override {
@@ -158,6 +175,26 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // One call's scratch, `shared_bytes` and then `worker_bytes` for each of `workers`: from the
+  // caller's workspace when there is one, else from the buffers kept across calls.
+  cpu::ScratchView carve_scratch(Workspace workspace, size_t shared_bytes, size_t worker_bytes,
+                                 int workers) {
+    worker_scratch_.resize(static_cast<size_t>(workers));
+    cpu::ScratchView view;
+    if (workspace.data != nullptr) {  // the core checked its size against the plan
+      std::byte* at = align_up(static_cast<std::byte*>(workspace.data));
+      view.shared = at;
+      at += shared_bytes;
+      for (int w = 0; w < workers; ++w, at += worker_bytes) worker_scratch_[w] = at;
+    } else {
+      view.shared = shared_bytes != 0 ? shared_.reserve(shared_bytes) : nullptr;
+      owned_.resize(static_cast<size_t>(workers));
+      for (int w = 0; w < workers; ++w) worker_scratch_[w] = owned_[w].reserve(worker_bytes);
+    }
+    view.worker = worker_scratch_.data();
+    return view;
+  }
+
   mutable std::mutex mutex_;
   std::shared_ptr<cpu::ThreadPool> pool_;
   TopkKernel kernel_;

@@ -449,11 +449,12 @@ class RowKernel {
     });
   }
 
-  // Values are copied as raw bytes, so NaN payloads and signed zeros survive bit for bit.
+  // Values are copied as raw bytes, so NaN payloads and signed zeros survive bit for bit. A
+  // problem without values (indices only) writes indices alone.
   void write_row(const RowOffsets& at, const T* x, const Word* words, int64_t count) const {
     auto* values = static_cast<unsigned char*>(problem_.values);
     const int64_t input_stride = g_.input_stride;
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; values != nullptr && i < count; ++i) {
       const int64_t index = P::index(words[i]);
       std::memcpy(values + (at.values + i * g_.values_stride) * int64_t{sizeof(T)},
                   x + index * input_stride, sizeof(T));

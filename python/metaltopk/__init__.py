@@ -12,7 +12,8 @@ from importlib.util import find_spec as _find_spec
 from ._ffi import lib as _lib, library_path
 from ._abi import DeviceTensor, backends, cache_stats, default_backend, dtype_name
 from ._arguments import register_symbolic_int_type as _register_symbolic_int_type
-from ._dispatch import moe_route, register_array_adapter, register_type_handler, topk
+from ._dispatch import (moe_route, register_array_adapter, register_type_handler, topk,
+                        topk_page_table_transform, topk_ragged_transform)
 from . import _cupy
 
 
@@ -38,6 +39,6 @@ if _find_spec("torch") is not None:
     register_type_handler(torch.TENSOR_TYPE, torch.TorchArrays)
     _register_symbolic_int_type(torch.SYMBOLIC_INT_TYPE)
 
-__all__ = ["topk", "moe_route", "backends", "default_backend", "cache_stats",
-           "register_array_adapter", "register_type_handler", "DeviceTensor", "dtype_name",
-           "library_path", "__version__"]
+__all__ = ["topk", "topk_ragged_transform", "topk_page_table_transform", "moe_route",
+           "backends", "default_backend", "cache_stats", "register_array_adapter",
+           "register_type_handler", "DeviceTensor", "dtype_name", "library_path", "__version__"]

@@ -20,7 +20,8 @@ import numpy as np
 
 from . import _dlpack
 from ._abi import DeviceTensor, as_native_array, context, dtype_name, native_dtype_code
-from ._arguments import integer, topk_arguments
+from ._arguments import boolean, integer, topk_arguments
+from . import _ragged
 from ._topk import topk_device_tensor, topk_host, topk_via_device
 from .router import (as_host_array, route_device_tensors, route_host, route_params,
                      route_via_device)
@@ -66,7 +67,8 @@ def device_view(x) -> Optional[DeviceTensor]:
     return None
 
 
-def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
+def topk(x, k, dim=-1, largest=True, sorted=True, *, lengths=None, starts=None,
+         return_values=True, backend=None):
     """The k largest (or smallest) entries of x along dim, as (values, indices).
 
     Follows the metaltopk contract exactly (docs/CONTRACT.md): NaN ranks above +inf,
@@ -90,7 +92,18 @@ def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
       RuntimeError: the backend is not compiled in or has no driver or device (the message
         says which), or the device failed.
       MemoryError: an allocation failed.
+
+    Ragged rows (docs/CONTRACT.md, "Ragged rows"): with `lengths` (int32 or int64, one per
+    row of a 2-D x), row r selects among its positions [starts[r], starts[r] + lengths[r])
+    (`starts` defaults to 0), clipped to the row; any k >= 0; indices count from the window
+    start, and a row with fewer than k candidates ends with index -1 and zero values. numpy
+    inputs (and anything numpy reads) for now, on the CPU backend (the GPU backends refuse
+    with RuntimeError until their kernels exist). return_values=False returns the indices
+    alone, ragged or not.
     """
+    if lengths is not None or starts is not None or return_values is not True:
+        return _topk_with_options(x, k, dim, largest, sorted, lengths, starts, return_values,
+                                  backend)
     handler = _type_handlers.get(type(x))
     if handler is not None:
         return handler.topk(x, k, dim, largest, sorted, backend)
@@ -113,6 +126,44 @@ def topk(x, k, dim=-1, largest=True, sorted=True, *, backend=None):
     if ctx.on_host:
         return topk_host(ctx, array, code, k, dim, largest, sorted)
     return topk_via_device(ctx, array, dtype_name(array.dtype), k, dim, largest, sorted)
+
+
+def _topk_with_options(x, k, dim, largest, sorted, lengths, starts, return_values, backend):
+    return_values = boolean(return_values, "return_values", "topk")
+    if lengths is None:
+        if starts is not None:
+            raise ValueError("metaltopk.topk: starts needs lengths (row r's window is "
+                             "[starts[r], starts[r] + lengths[r]))")
+        # Indices only: the values are computed and dropped (the C ABI can skip them, on the
+        # CPU backend only for now; this path serves every kind of input).
+        result = topk(x, k, dim, largest, sorted, backend=backend)
+        return result if return_values else result[1]
+    k, dim, largest, sorted = topk_arguments(k, dim, largest, sorted)
+    if not isinstance(x, np.ndarray) and (type_handler(x) is not None or device_view(x)
+                                          is not None or _dlpack.is_foreign(x)):
+        raise NotImplementedError(
+            f"metaltopk.topk: lengths and starts take numpy arrays for now, not "
+            f"{type(x).__module__}.{type(x).__name__}")
+    return _ragged.topk_ragged(x, k, dim, largest, sorted, lengths, starts, return_values,
+                               backend)
+
+
+def topk_ragged_transform(scores, offsets, lengths, k, *, backend=None):
+    """The top k of each row's first lengths[r] scores, as offsets[r] + their index: int32
+    [rows, k], best first (ties to the lower index), -1 where a row has fewer than k. The
+    arguments of FlashInfer's top_k_ragged_transform. numpy inputs; backend as for topk."""
+    return _ragged.topk_ragged_transform(scores, offsets, lengths, k, backend)
+
+
+def topk_page_table_transform(scores, src_page_table, lengths, k, *, row_to_batch=None,
+                              page_size=1, backend=None):
+    """The top k of each row's first lengths[r] scores, each index i mapped through the page
+    table to src_page_table[b, i // page_size] * page_size + i % page_size, b = row_to_batch[r]
+    (or r): int32 [rows, k], best first, -1 where a row has fewer than k (and on rows whose
+    row_to_batch is outside the table). The arguments of FlashInfer's
+    top_k_page_table_transform. numpy inputs; backend as for topk."""
+    return _ragged.topk_page_table_transform(scores, src_page_table, lengths, k, row_to_batch,
+                                             page_size, backend)
 
 
 def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_group=None,

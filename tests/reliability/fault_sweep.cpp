@@ -210,7 +210,9 @@ struct TopkShape {
   int largest;
 };
 
-enum class TopkVariant { Plain, WithWorkspace, Alloc };
+// Ragged: mtk_topk_ragged with every length n (rows along the last dim only), whose result is
+// the plain top-k's.
+enum class TopkVariant { Plain, WithWorkspace, Alloc, Ragged, RaggedWithWorkspace };
 
 // Distinct values per row: a permutation of 0..n-1 along dim, so the expected result is exact.
 std::vector<float> topk_input(const TopkShape& s) {
@@ -284,6 +286,27 @@ Scenario topk_scenario(TopkShape s, TopkVariant variant) {
     if (variant == TopkVariant::Plain) {
       injector.arm();
       o.status = mtk_topk(ctx, &in, s.k, s.dim, s.largest, 1, &v, &i, nullptr);
+      injector.disarm();
+      o.message = mtk_last_error_message();
+    } else if (variant == TopkVariant::Ragged || variant == TopkVariant::RaggedWithWorkspace) {
+      const std::vector<int64_t> full_rows(static_cast<size_t>(s.a), s.b);
+      DeviceBuffer lengths(ctx, full_rows.size() * sizeof(int64_t));
+      lengths.upload(full_rows.data());
+      mtk_tensor lengths_t = matrix(lengths.get(), MTK_INT64, s.a, 1);
+      lengths_t.ndim = 1;
+      mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+      params.lengths = &lengths_t;
+      size_t bytes = 0;
+      const bool with_workspace = variant == TopkVariant::RaggedWithWorkspace;
+      if (with_workspace) {
+        mtk_topk_ragged_workspace_size(ctx, &in, s.k, s.largest, 1, &params, MTK_INT64, &bytes);
+      }
+      DeviceBuffer workspace(ctx, bytes);
+      injector.arm();
+      o.status = with_workspace
+                     ? mtk_topk_ragged_with_workspace(ctx, &in, s.k, s.largest, 1, &params, &v,
+                                                      &i, workspace.get(), bytes, nullptr)
+                     : mtk_topk_ragged(ctx, &in, s.k, s.largest, 1, &params, &v, &i, nullptr);
       injector.disarm();
       o.message = mtk_last_error_message();
     } else {
@@ -474,6 +497,21 @@ std::vector<Entry> entries(mtk_backend backend) {
       const std::string label = std::string(name) + " [" + std::to_string(s.a) + "x" +
                                 std::to_string(s.b) + " k=" + std::to_string(s.k) +
                                 " dim=" + std::to_string(s.dim) + "]";
+      list.push_back({label, topk_scenario(s, variant), true});
+    }
+  }
+  // Ragged rows run on the CPU backend only for now (the others refuse them by name:
+  // tests/ragged/test_ragged_refusal.cpp).
+  const std::pair<TopkVariant, const char*> ragged_variants[] = {
+      {TopkVariant::Ragged, "mtk_topk_ragged"},
+      {TopkVariant::RaggedWithWorkspace, "mtk_topk_ragged_with_workspace"},
+  };
+  for (const auto& [variant, name] : ragged_variants) {
+    if (backend != MTK_BACKEND_CPU) break;
+    for (const TopkShape& s : shapes) {
+      if (s.dim != -1) continue;
+      const std::string label = std::string(name) + " [" + std::to_string(s.a) + "x" +
+                                std::to_string(s.b) + " k=" + std::to_string(s.k) + "]";
       list.push_back({label, topk_scenario(s, variant), true});
     }
   }
