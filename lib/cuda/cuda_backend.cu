@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
       DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
       auto planned = std::make_shared<CudaPlannedTopk>();
       planned->plan = make_topk_plan(key, DeviceLimits{sm_count_, l2_bytes_, cluster_rows_},
-                                     merge_sort_temp_bytes);
+                                     winner_sort_temp_bytes);
       planned->workspace_bytes = planned->plan.workspace_bytes;
       return std::shared_ptr<const CudaPlannedTopk>(std::move(planned));
     });

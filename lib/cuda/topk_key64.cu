@@ -16,9 +16,9 @@ void launch_topk_key64(const TopkProblem& problem, const TopkPlan& plan, void* s
 
 // In the file that sorts 128-bit composites anyway; sizing the 64-bit ones' sort instantiates
 // that sort here as well.
-size_t merge_sort_temp_bytes(int key_bytes, int64_t k) {
-  return key_bytes == 8 ? merge_sort_temp_bytes_for<Composite<uint64_t>>(k)
-                        : merge_sort_temp_bytes_for<Composite<uint32_t>>(k);
+size_t winner_sort_temp_bytes(int key_bytes, int64_t rows, int64_t k) {
+  return key_bytes == 8 ? winner_sort_temp_bytes_for<Composite<uint64_t>>(rows, k)
+                        : winner_sort_temp_bytes_for<Composite<uint32_t>>(rows, k);
 }
 
 }  // namespace cuda

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
-#include <cub/device/device_merge_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #include "core/error.hpp"
 #include "cuda/cuda_check.hpp"
@@ -22,19 +24,33 @@ static_assert(kWarpPathMaxRowLength == int64_t(kWarpMaxItems) * 32,
               "the warp path's rows are the warp kernels' rows");
 static_assert(kWarpPathRowsPerBlock == kWarpRowsPerBlock, "the warp path's grid is the kernel's");
 
-struct DescendingComposite {
-  template <class Comp>
-  __device__ bool operator()(const Comp& a, const Comp& b) const {
-    return a > b;
-  }
+// Where each row's k winners start in the winner buffers: the segmented sort's offsets.
+struct RowStart {
+  int64_t k;
+  __host__ __device__ int64_t operator()(int64_t row) const { return row * k; }
 };
 
+using RowStarts = thrust::transform_iterator<RowStart, thrust::counting_iterator<int64_t>>;
+
+inline RowStarts row_starts(int64_t k) {
+  return RowStarts(thrust::counting_iterator<int64_t>(0), RowStart{k});
+}
+
+// Sorts every row's k winners into descending order, all rows in one CUB call: a sort per row
+// took a launch sequence per row (64 rows of k = 4096: 1.1 ms).
 template <class Comp>
-size_t merge_sort_temp_bytes_for(int64_t k) {
+cudaError_t sort_winners(void* temp, size_t& temp_bytes, const Comp* winners, Comp* sorted,
+                         int64_t rows, int64_t k, cudaStream_t stream) {
+  const RowStarts starts = row_starts(k);
+  return cub::DeviceSegmentedSort::SortKeysDescending(temp, temp_bytes, winners, sorted,
+                                                      rows * k, rows, starts, starts + 1, stream);
+}
+
+template <class Comp>
+size_t winner_sort_temp_bytes_for(int64_t rows, int64_t k) {
   size_t bytes = 0;
-  check_cuda(cub::DeviceMergeSort::SortKeys(nullptr, bytes, static_cast<Comp*>(nullptr), k,
-                                            DescendingComposite{}),
-             "sizing the merge sort");
+  check_cuda(sort_winners<Comp>(nullptr, bytes, nullptr, nullptr, rows, k, nullptr),
+             "sizing the winner sort");
   return bytes;
 }
 
@@ -170,19 +186,17 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
                                           layout, states, winners, buffer0, buffer1,
                                           plan.sort_in_block);
       if (!plan.sort_in_block) {
-        for (int64_t row = 0; row < g.rows; ++row) {
-          size_t temp_bytes = plan.scratch.sort_temp_bytes;
-          check_cuda(cub::DeviceMergeSort::SortKeys(regions.sort_temp, temp_bytes,
-                                                    winners + row * g.k, g.k,
-                                                    DescendingComposite{}, stream),
-                     "sorting the winners");
-        }
+        auto* sorted = static_cast<Comp*>(regions.sorted_winners);
+        size_t temp_bytes = plan.scratch.sort_temp_bytes;
+        check_cuda(sort_winners(regions.sort_temp, temp_bytes, winners, sorted, g.rows, g.k,
+                                stream),
+                   "sorting the winners");
         const int64_t total = g.rows * g.k;
         const int threads = 256;
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
         launch_overlapped<write_sorted_kernel<T>>(unsigned(blocks), threads, 0, stream,
                                                   kLaunching, g, input, p.values, p.indices,
-                                                  index64, p.largest, winners);
+                                                  index64, p.largest, sorted);
       }
       break;
     }

@@ -24,9 +24,9 @@ void launch_topk_key64(const TopkProblem& problem, const TopkPlan& plan, void* s
 // where it runs none (before sm_90, or where it cannot say).
 int max_active_select_clusters();
 
-// CUB's merge-sort scratch for `k` composites of keys of `key_bytes` bytes (1, 2, 4, 8): the
-// plan's MergeSortBytes. CUB may ask the current device.
-size_t merge_sort_temp_bytes(int key_bytes, int64_t k);
+// The scratch of CUB's segmented sort of `rows` rows of `k` composites of keys of `key_bytes`
+// bytes (1, 2, 4, 8): the plan's WinnerSortBytes. CUB may ask the current device.
+size_t winner_sort_temp_bytes(int key_bytes, int64_t rows, int64_t k);
 
 }  // namespace cuda
 }  // namespace mtk

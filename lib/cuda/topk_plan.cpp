@@ -39,7 +39,9 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 
 // Chooses the sample size and rank (see SampleChoice), or leaves the plan unsampled. The plan
 // takes the sampled path only when the expected candidates fill at most a quarter of the
-// buffer. Huge rows take the wide sample; others the narrow one, unless the wide one would let
+// buffer. Huge rows take the wide sample, and so does large k, whose narrow sample's threshold
+// leaves too many candidates (k = 2048 of 262144: ~5100, against ~2900 after the wide one;
+// unsampled, the input is read twice); others the narrow one, unless the wide one would let
 // the finish kernel rank every row's candidates by counting (at most a block of them, 6 sd of
 // margin) where the narrow one would not: 150k-long sampling rows with k = 50 leave ~890
 // candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
@@ -55,7 +57,9 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   SampleChoice choice = sample_choice(kNarrowSamplesPerThread, n, k);
   if (n >= 2 * wide_samples) {
     const SampleChoice wide = sample_choice(kWideSamplesPerThread, n, k);
-    if (n >= kWideSampleRowLength || (!counting_fits(choice) && counting_fits(wide))) {
+    const bool narrow_overflows = choice.expected_candidates > double(plan.capacity) / 4;
+    if (n >= kWideSampleRowLength || narrow_overflows ||
+        (!counting_fits(choice) && counting_fits(wide))) {
       choice = wide;
     }
   }
@@ -118,7 +122,7 @@ size_t row_state_bytes(int key_bytes) {
 
 // The Multi path's regions, one after another, each on a kScratchAlignment boundary.
 ScratchLayout multi_scratch_layout(int64_t rows, int64_t k, int64_t capacity, bool sort_in_block,
-                                   int key_bytes, MergeSortBytes merge_sort_bytes,
+                                   int key_bytes, WinnerSortBytes winner_sort_bytes,
                                    size_t& total) {
   const size_t comp = composite_bytes(key_bytes);
   ScratchLayout layout;
@@ -132,8 +136,10 @@ ScratchLayout multi_scratch_layout(int64_t rows, int64_t k, int64_t capacity, bo
     offset += align_up(size_t(rows) * size_t(capacity) * comp);
   }
   if (!sort_in_block) {
+    layout.sorted_winners = offset;
+    offset += align_up(size_t(rows) * size_t(k) * comp);
     layout.sort_temp = offset;
-    layout.sort_temp_bytes = merge_sort_bytes(key_bytes, k);
+    layout.sort_temp_bytes = winner_sort_bytes(key_bytes, rows, k);
     offset += align_up(layout.sort_temp_bytes);
   }
   total = offset;
@@ -190,7 +196,7 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
 }  // namespace
 
 TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device,
-                        MergeSortBytes merge_sort_bytes) {
+                        WinnerSortBytes winner_sort_bytes) {
   if (key.n > kMaxRowLength) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "rows of ", key.n,
          " elements exceed the CUDA backend's limit of ", kMaxRowLength, " elements per row");
@@ -204,7 +210,7 @@ TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device,
   if (plan.path != TopkPath::Multi) return plan;
   size_t layout_bytes = 0;
   plan.scratch = multi_scratch_layout(key.rows, key.k, plan.capacity, plan.sort_in_block,
-                                      int(dtype_info(key.dtype)->size), merge_sort_bytes,
+                                      int(dtype_info(key.dtype)->size), winner_sort_bytes,
                                       layout_bytes);
   // Caller workspaces may start anywhere: room to align the layout's base (see kScratchAlignment).
   plan.workspace_bytes = layout_bytes + kScratchAlignment - 1;
@@ -219,6 +225,7 @@ ScratchRegions carve_scratch(const TopkPlan& plan, void* scratch) {
   return ScratchRegions{base + layout.states,
                         base + layout.winners,
                         {base + layout.candidates[0], base + layout.candidates[1]},
+                        base + layout.sorted_winners,
                         base + layout.sort_temp};
 }
 

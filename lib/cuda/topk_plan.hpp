@@ -15,8 +15,8 @@
 //  - Multi: everything else (long rows, few rows, or large k). Each row is split over
 //    blocks_per_row blocks so that rows * blocks_per_row ~ kTargetBlocksPerSm * SMs, with at
 //    least kMinElementsPerBlock elements each. Scratch: per-row state, the k winners, and two
-//    candidate buffers of `capacity` composites per row; plus CUB merge-sort temporary storage
-//    when k > kSortCapacity. Large problems whose k is small next to the row take a sampled
+//    candidate buffers of `capacity` composites per row; plus, when k > kSortCapacity, the
+//    sorted winners and the scratch of the CUB segmented sort that sorts all rows at once. Large problems whose k is small next to the row take a sampled
 //    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
 #pragma once
 
@@ -47,7 +47,10 @@ struct ScratchLayout {
   size_t states = 0;             // rows RowStates
   size_t winners = 0;            // rows * k composites
   size_t candidates[2] = {0, 0}; // rows * capacity composites each
-  size_t sort_temp = 0;          // CUB's merge-sort scratch, when k > kSortCapacity
+  // When k > kSortCapacity: the winners sorted by CUB's segmented sort (rows * k composites),
+  // and its scratch.
+  size_t sorted_winners = 0;
+  size_t sort_temp = 0;
   size_t sort_temp_bytes = 0;
 };
 
@@ -97,14 +100,15 @@ struct DeviceLimits {
   int cluster_rows;
 };
 
-// CUB's merge-sort scratch for `k` composites of keys of `key_bytes` bytes: the one size that
-// only nvcc's side can tell (merge_sort_temp_bytes in topk_launch.hpp; tests pass a stand-in).
-using MergeSortBytes = size_t (*)(int key_bytes, int64_t k);
+// The scratch of CUB's segmented sort of `rows` rows of `k` composites of keys of `key_bytes`
+// bytes: the one size that only nvcc's side can tell (winner_sort_temp_bytes in
+// topk_launch.hpp; tests pass a stand-in).
+using WinnerSortBytes = size_t (*)(int key_bytes, int64_t rows, int64_t k);
 
 // Throws MTK_ERROR_INVALID_ARGUMENT for rows longer than kMaxRowLength and for more rows than
 // a launch's grid holds.
 TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device,
-                        MergeSortBytes merge_sort_bytes);
+                        WinnerSortBytes winner_sort_bytes);
 
 // The Multi path's scratch regions in a workspace of at least plan.workspace_bytes bytes that
 // starts at `scratch` (any alignment).
@@ -112,6 +116,7 @@ struct ScratchRegions {
   void* states;
   void* winners;
   void* candidates[2];
+  void* sorted_winners;
   void* sort_temp;
 };
 ScratchRegions carve_scratch(const TopkPlan& plan, void* scratch);

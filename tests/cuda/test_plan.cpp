@@ -40,13 +40,13 @@ constexpr int kClusterRows = 8;
 const DeviceLimits kH200{kSms, kL2Bytes, kClusterRows};
 
 // Stands in for CUB's sizing: a size no layout would produce by accident.
-size_t fake_merge_sort_bytes(int key_bytes, int64_t k) {
-  return size_t(1000 + 3 * key_bytes * k);
+size_t fake_winner_sort_bytes(int key_bytes, int64_t rows, int64_t k) {
+  return size_t(1000 + 3 * key_bytes * k + 7 * rows);
 }
 
 TopkPlan plan(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k,
               const DeviceLimits& device = kH200) {
-  return mtk::cuda::make_topk_plan(PlanKey{dtype, rows, n, k}, device, fake_merge_sort_bytes);
+  return mtk::cuda::make_topk_plan(PlanKey{dtype, rows, n, k}, device, fake_winner_sort_bytes);
 }
 
 // Returns the status a call throws, or MTK_SUCCESS.
@@ -159,8 +159,10 @@ void expect_layout(const TopkPlan& p, mtk_dtype dtype, int64_t rows, int64_t k) 
   if (p.sort_in_block) {
     EXPECT(s.sort_temp_bytes == 0);
   } else {
+    EXPECT(s.sorted_winners == end);
+    end += round_up(size_t(rows) * size_t(k) * comp);
     EXPECT(s.sort_temp == end);
-    EXPECT(s.sort_temp_bytes == fake_merge_sort_bytes(key_bytes(dtype), k));
+    EXPECT(s.sort_temp_bytes == fake_winner_sort_bytes(key_bytes(dtype), rows, k));
     end += round_up(s.sort_temp_bytes);
   }
   EXPECT(p.workspace_bytes == end + kScratchAlignment - 1);
@@ -177,15 +179,15 @@ void test_multi_path_unsampled() {
   EXPECT(!small.sort_in_block);
   expect_layout(small, MTK_FLOAT32, 1, 3000);
 
-  // 2 rows of 2^20 f32, k = 4096: the narrow sample's expected 14336 candidates exceed a
+  // 2 rows of 2^20 f32, k = 16384: even the wide sample's expected 20992 candidates exceed a
   // quarter of the 32768-slot buffer, so no sample.
-  const TopkPlan large_k = plan(MTK_FLOAT32, 2, int64_t(1) << 20, 4096);
-  EXPECT(large_k.path == TopkPath::Multi);
-  EXPECT(large_k.sample_rank == 0);
-  EXPECT(large_k.blocks_per_row == 512);  // ceil(1056 / 2) = 528 > 2^20 / 2048
-  EXPECT(large_k.blocks == 1024);
-  EXPECT(large_k.capacity == 32768);
-  expect_layout(large_k, MTK_FLOAT32, 2, 4096);
+  const TopkPlan huge_k = plan(MTK_FLOAT32, 2, int64_t(1) << 20, 16384);
+  EXPECT(huge_k.path == TopkPath::Multi);
+  EXPECT(huge_k.sample_rank == 0);
+  EXPECT(huge_k.blocks_per_row == 512);  // ceil(1056 / 2) = 528 > 2^20 / 2048
+  EXPECT(huge_k.blocks == 1024);
+  EXPECT(huge_k.capacity == 32768);
+  expect_layout(huge_k, MTK_FLOAT32, 2, 16384);
 
   // 64-bit keys: 128-bit composites and their row state (narrower keys past the cluster rows).
   for (mtk_dtype dtype : {MTK_FLOAT64, MTK_INT64, MTK_INT8, MTK_BFLOAT16}) {
@@ -214,6 +216,18 @@ void test_sampled_threshold() {
   EXPECT(vocab.blocks_per_row == 2);  // one wave: 4 blocks an SM over 256 rows
   EXPECT(vocab.blocks == 512);
   expect_layout(vocab, MTK_BFLOAT16, 256, 50);
+
+  // 2 rows of 2^20 f32, k = 4096: the narrow sample's expected 14336 candidates would exceed a
+  // quarter of the 32768-slot buffer, the wide one's 6656 (rank 104) do not.
+  const TopkPlan large_k = plan(MTK_FLOAT32, 2, int64_t(1) << 20, 4096);
+  EXPECT(large_k.path == TopkPath::Multi);
+  EXPECT(large_k.samples_per_thread == mtk::cuda::kWideSamplesPerThread);
+  EXPECT(large_k.sample_rank == 104);
+  EXPECT(!large_k.split_sample);  // rank past kSplitSampleMaxRank
+  EXPECT(large_k.candidate_histogram == CandidateHistogram::KeyPrefix);
+  EXPECT(large_k.blocks_per_row == 264);  // one wave: 4 blocks an SM over 2 rows
+  EXPECT(!large_k.sort_in_block);
+  expect_layout(large_k, MTK_FLOAT32, 2, 4096);
 
   // One bf16 row of 2^26, k = 100: the wide sample split over 16 blocks, key-prefix bins (keys
   // of 16 bits), one wave of 4 * 132 threshold blocks.
@@ -291,10 +305,12 @@ void test_carve_scratch() {
     const ScratchRegions r = mtk::cuda::carve_scratch(p, reinterpret_cast<void*>(start));
     const uintptr_t base = reinterpret_cast<uintptr_t>(r.states);
     EXPECT(base % kScratchAlignment == 0 && base >= start && base - start < kScratchAlignment);
-    const void* regions[] = {r.winners, r.candidates[0], r.candidates[1], r.sort_temp};
+    const void* regions[] = {r.winners, r.candidates[0], r.candidates[1], r.sorted_winners,
+                             r.sort_temp};
     const size_t offsets[] = {p.scratch.winners, p.scratch.candidates[0],
-                              p.scratch.candidates[1], p.scratch.sort_temp};
-    for (int i = 0; i < 4; ++i) {
+                              p.scratch.candidates[1], p.scratch.sorted_winners,
+                              p.scratch.sort_temp};
+    for (int i = 0; i < 5; ++i) {
       EXPECT(reinterpret_cast<uintptr_t>(regions[i]) == base + offsets[i]);
     }
     const uintptr_t sort_end = reinterpret_cast<uintptr_t>(r.sort_temp) + p.scratch.sort_temp_bytes;
