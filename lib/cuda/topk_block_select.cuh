@@ -179,38 +179,45 @@ __device__ void warp_bitonic_stages(Comp* items, int size, int first_span, int l
   }
 }
 
-// Sorts `count` composites in shared memory into descending order (bitonic; zero padding sinks
-// to the end) and writes the row's outputs. Stages whose stride is below kWarpSortSpan run in
-// registers (warp_bitonic_stages), so a sort of 1024 takes 14 barriers instead of 55.
-template <class T, class Comp>
-__device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
-                               const T* input, void* values, void* indices, bool index64,
-                               bool largest, const RowOffsets& o) {
-  static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
+// Sorts items[0, count) in shared memory into descending order (bitonic; zero padding up to
+// the next power of two, at least kWarpSortSpan, which `items` must have room for, sinks to the
+// end). Stages whose stride is below kWarpSortSpan run in registers (warp_bitonic_stages), so a
+// sort of 1024 takes 14 barriers instead of 55.
+template <class Comp>
+__device__ void sort_shared(Comp* items, int count) {
   int size = kWarpSortSpan;
   while (size < count) size <<= 1;
-  for (int i = count + threadIdx.x; i < size; i += kBlockThreads) sh.winners[i] = Comp(0);
+  for (int i = count + threadIdx.x; i < size; i += kBlockThreads) items[i] = Comp(0);
   __syncthreads();
-  warp_bitonic_stages(sh.winners, size, 2, kWarpSortSpan);
+  warp_bitonic_stages(items, size, 2, kWarpSortSpan);
   __syncthreads();
   for (int span = 2 * kWarpSortSpan; span <= size; span <<= 1) {
     for (int stride = span >> 1; stride >= kWarpSortSpan; stride >>= 1) {
       for (int i = threadIdx.x; i < size; i += kBlockThreads) {
         const int j = i ^ stride;
         if (j > i) {
-          const Comp a = sh.winners[i], b = sh.winners[j];
+          const Comp a = items[i], b = items[j];
           const bool descending = (i & span) == 0;
           if (descending ? a < b : a > b) {
-            sh.winners[i] = b;
-            sh.winners[j] = a;
+            items[i] = b;
+            items[j] = a;
           }
         }
       }
       __syncthreads();
     }
-    warp_bitonic_stages(sh.winners, size, span, span);
+    warp_bitonic_stages(items, size, span, span);
     __syncthreads();
   }
+}
+
+// Sorts a block's `count` winners (sort_shared) and writes the row's outputs.
+template <class T, class Comp>
+__device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
+                               const T* input, void* values, void* indices, bool index64,
+                               bool largest, const RowOffsets& o) {
+  static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
+  sort_shared(sh.winners, count);
   for (int r = threadIdx.x; r < count; r += kBlockThreads) {
     write_winner(g, input, values, indices, index64, largest, o, r, sh.winners[r]);
   }

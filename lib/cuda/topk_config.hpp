@@ -30,6 +30,16 @@ static_assert(sizeof(Composite<uint64_t>) == 16 && alignof(Composite<uint64_t>) 
 // ---- Block kernels (block_select_kernel, finish_kernel, cluster_select_kernel) -------------
 constexpr int kBlockThreads = 512;
 constexpr int kSortCapacity = 2048;  // winners sorted in shared memory up to this k
+// Past kSortCapacity, a block per row sorts its winners in dynamic shared memory (a power of
+// two of composites, at least kRowSortMinItems) up to this size; CUB's segmented sort beyond.
+constexpr int64_t kRowSortMaxBytes = int64_t(128) << 10;
+constexpr int64_t kRowSortMinItems = 64;
+
+constexpr int64_t row_sort_bytes(int64_t k, int64_t composite_bytes) {
+  int64_t items = kRowSortMinItems;
+  while (items < k) items *= 2;
+  return items * composite_bytes;
+}
 
 // ---- Warp per row (topk_warp_kernels.cuh) ----------------------------------------------------
 // What the plan sends to the warp kernels; topk_launch.cuh checks that they serve it.

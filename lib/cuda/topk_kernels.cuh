@@ -17,7 +17,9 @@
 //    bucket are winners, those inside it become candidates in scratch while their next digit is
 //    histogrammed; a second filter pass narrows the candidates again, and one block per row
 //    resolves the last bits (finish_kernel, topk_multi_finish.cuh) and sorts (or, from a
-//    sampled threshold's key-prefix bins, ranks each winner within its bin).
+//    sampled threshold's key-prefix bins, ranks each winner within its bin). Past the finish's
+//    sort, a block per row sorts the winners in dynamic shared memory (sort_rows_kernel,
+//    topk_sort_rows.cuh), and past that CUB's segmented sort does.
 //    When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled

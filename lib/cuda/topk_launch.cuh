@@ -14,6 +14,7 @@
 #include "cuda/topk_kernels.cuh"
 #include "cuda/topk_launch.hpp"
 #include "cuda/topk_plan.hpp"
+#include "cuda/topk_sort_rows.cuh"
 
 namespace mtk {
 namespace cuda {
@@ -23,6 +24,9 @@ static_assert(kWarpPathMaxK == kWarpMaxK, "the warp path's k is the warp kernels
 static_assert(kWarpPathMaxRowLength == int64_t(kWarpMaxItems) * 32,
               "the warp path's rows are the warp kernels' rows");
 static_assert(kWarpPathRowsPerBlock == kWarpRowsPerBlock, "the warp path's grid is the kernel's");
+
+// Dynamic shared memory a kernel may take without opting in.
+constexpr size_t kDefaultDynamicSharedBytes = 48 << 10;
 
 // Where each row's k winners start in the winner buffers: the segmented sort's offsets.
 struct RowStart {
@@ -181,11 +185,23 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       launch_overlapped<multi_filter_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching, g,
                                                 input, p.largest, layout, states, winners,
                                                 buffer1, buffer0, false, false);
+      const bool sort_in_finish = plan.winner_sort == WinnerSort::Finish;
       launch_overlapped<finish_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream, kLaunching,
                                           g, input, p.values, p.indices, index64, p.largest,
                                           layout, states, winners, buffer0, buffer1,
-                                          plan.sort_in_block);
-      if (!plan.sort_in_block) {
+                                          sort_in_finish);
+      if (plan.winner_sort == WinnerSort::RowBlocks) {
+        const size_t sort_bytes = size_t(plan.row_sort_bytes);
+        if (sort_bytes > kDefaultDynamicSharedBytes) {
+          check_cuda(cudaFuncSetAttribute(sort_rows_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(sort_bytes)),
+                     "allowing the winner sort its shared memory");
+        }
+        launch_overlapped<sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, sort_bytes,
+                                               stream, kLaunching, g, input, p.values,
+                                               p.indices, index64, p.largest, winners);
+      } else if (plan.winner_sort == WinnerSort::Segmented) {
         auto* sorted = static_cast<Comp*>(regions.sorted_winners);
         size_t temp_bytes = plan.scratch.sort_temp_bytes;
         check_cuda(sort_winners(regions.sort_temp, temp_bytes, winners, sorted, g.rows, g.k,

@@ -1,5 +1,6 @@
 // The end of the multi-block pipeline: one block per row resolves the last bits and writes the
-// row (finish_kernel), or, for k above kSortCapacity, writes the rows CUB sorted
+// row (finish_kernel); for k above kSortCapacity, a block per row sorts and writes its winners
+// (sort_row_winners), or, past what a block sorts, writes the rows CUB sorted
 // (write_sorted_kernel).
 #pragma once
 
@@ -275,7 +276,23 @@ __global__ void __launch_bounds__(kBlockThreads)
   sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
 }
 
-// Writes rows whose winners were sorted in global memory (k above kSortCapacity).
+// Row `row`'s k winners (k above kSortCapacity) sorted by its block in `items`, shared memory
+// of plan.row_sort_bytes, and written (sort_rows_kernel, topk_sort_rows.cuh).
+template <class T>
+__device__ void sort_row_winners(Composite<typename KeyTraits<T>::Key>* items, const RowGeometry& g,
+                                 const T* input, void* values, void* indices, bool index64,
+                                 bool largest, const Composite<typename KeyTraits<T>::Key>* winners,
+                                 int64_t row) {
+  const auto* row_winners = winners + row * g.k;
+  for (int64_t i = threadIdx.x; i < g.k; i += kBlockThreads) items[i] = row_winners[i];
+  sort_shared(items, int(g.k));  // its first barrier follows the copy
+  const RowOffsets o = device_row_offsets(g, row);
+  for (int r = threadIdx.x; r < int(g.k); r += kBlockThreads) {
+    write_winner(g, input, values, indices, index64, largest, o, r, items[r]);
+  }
+}
+
+// Writes rows whose winners CUB sorted in global memory (k past what a block sorts).
 template <class T>
 __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
                                     bool index64, bool largest,

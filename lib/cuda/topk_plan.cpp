@@ -16,6 +16,9 @@ constexpr int64_t kTargetBlocksPerSm = 8;
 constexpr int64_t kMinElementsPerBlock = 2048;
 constexpr int64_t kMinCapacity = 16384;
 constexpr int64_t kCapacityDivisor = 32;  // candidate buffer: 1/32 of the row, at least 16384
+// ... and at least 8 k: a sampled threshold of large k leaves ~1.2 k candidates (k = 4096 of
+// 131072: 4880), which a quarter of the buffer must hold for the plan to take the sample.
+constexpr int64_t kCapacityPerWinner = 8;
 // Below this many input bytes the sample kernel's launch costs more than the read it saves.
 constexpr int64_t kSampledMinBytes = int64_t(4) << 20;
 constexpr int64_t kWideSampleRowLength = int64_t(1) << 22;
@@ -121,9 +124,9 @@ size_t row_state_bytes(int key_bytes) {
 }
 
 // The Multi path's regions, one after another, each on a kScratchAlignment boundary.
-ScratchLayout multi_scratch_layout(int64_t rows, int64_t k, int64_t capacity, bool sort_in_block,
-                                   int key_bytes, WinnerSortBytes winner_sort_bytes,
-                                   size_t& total) {
+ScratchLayout multi_scratch_layout(int64_t rows, int64_t k, int64_t capacity,
+                                   WinnerSort winner_sort, int key_bytes,
+                                   WinnerSortBytes winner_sort_bytes, size_t& total) {
   const size_t comp = composite_bytes(key_bytes);
   ScratchLayout layout;
   size_t offset = 0;
@@ -135,7 +138,7 @@ ScratchLayout multi_scratch_layout(int64_t rows, int64_t k, int64_t capacity, bo
     buffer = offset;
     offset += align_up(size_t(rows) * size_t(capacity) * comp);
   }
-  if (!sort_in_block) {
+  if (winner_sort == WinnerSort::Segmented) {
     layout.sorted_winners = offset;
     offset += align_up(size_t(rows) * size_t(k) * comp);
     layout.sort_temp = offset;
@@ -187,8 +190,14 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   }
   plan.path = TopkPath::Multi;
   plan.blocks_per_row = int(blocks_per_row);
-  plan.capacity = std::min(n, std::max(kMinCapacity, n / kCapacityDivisor));
-  plan.sort_in_block = k <= kSortCapacity;
+  plan.capacity =
+      std::min(n, std::max({kMinCapacity, n / kCapacityDivisor, kCapacityPerWinner * k}));
+  const int64_t sort_bytes = row_sort_bytes(k, int64_t(composite_bytes(key_bytes)));
+  if (k > kSortCapacity) {
+    plan.winner_sort =
+        sort_bytes <= kRowSortMaxBytes ? WinnerSort::RowBlocks : WinnerSort::Segmented;
+  }
+  if (plan.winner_sort == WinnerSort::RowBlocks) plan.row_sort_bytes = sort_bytes;
   choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes);
   return plan;
 }
@@ -209,7 +218,7 @@ TopkPlan make_topk_plan(const PlanKey& key, const DeviceLimits& device,
   }
   if (plan.path != TopkPath::Multi) return plan;
   size_t layout_bytes = 0;
-  plan.scratch = multi_scratch_layout(key.rows, key.k, plan.capacity, plan.sort_in_block,
+  plan.scratch = multi_scratch_layout(key.rows, key.k, plan.capacity, plan.winner_sort,
                                       int(dtype_info(key.dtype)->size), winner_sort_bytes,
                                       layout_bytes);
   // Caller workspaces may start anywhere: room to align the layout's base (see kScratchAlignment).

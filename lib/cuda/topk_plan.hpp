@@ -15,8 +15,8 @@
 //  - Multi: everything else (long rows, few rows, or large k). Each row is split over
 //    blocks_per_row blocks so that rows * blocks_per_row ~ kTargetBlocksPerSm * SMs, with at
 //    least kMinElementsPerBlock elements each. Scratch: per-row state, the k winners, and two
-//    candidate buffers of `capacity` composites per row; plus, when k > kSortCapacity, the
-//    sorted winners and the scratch of the CUB segmented sort that sorts all rows at once. Large problems whose k is small next to the row take a sampled
+//    candidate buffers of `capacity` composites per row; plus, when k is too large for a block
+//    to sort in shared memory, the sorted winners and the scratch of CUB's segmented sort. Large problems whose k is small next to the row take a sampled
 //    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
 #pragma once
 
@@ -31,6 +31,10 @@ namespace mtk {
 namespace cuda {
 
 enum class TopkPath { Warp, Block, Cluster, Multi };
+
+// Who sorts the Multi path's winners: the finish kernel (k <= kSortCapacity), a block per row
+// in dynamic shared memory (up to kRowSortMaxBytes), or CUB's segmented sort.
+enum class WinnerSort { Finish, RowBlocks, Segmented };
 
 // Rows longer than this are refused: indices must fit a composite's 32 bits, with the all-ones
 // index kept free (see Composite).
@@ -47,8 +51,8 @@ struct ScratchLayout {
   size_t states = 0;             // rows RowStates
   size_t winners = 0;            // rows * k composites
   size_t candidates[2] = {0, 0}; // rows * capacity composites each
-  // When k > kSortCapacity: the winners sorted by CUB's segmented sort (rows * k composites),
-  // and its scratch.
+  // When the winners take CUB's segmented sort (WinnerSort::Segmented): its output (rows * k
+  // composites) and its scratch.
   size_t sorted_winners = 0;
   size_t sort_temp = 0;
   size_t sort_temp_bytes = 0;
@@ -64,7 +68,8 @@ struct TopkPlan {
   int cluster_items = 0;        // Cluster: key slots a thread (kClusterSmallItems or ...MaxItems)
   int blocks_per_row = 1;       // Multi
   int64_t capacity = 0;         // Multi: candidate slots per row and buffer
-  bool sort_in_block = true;    // Multi: k fits the finish kernel's shared-memory sort
+  WinnerSort winner_sort = WinnerSort::Finish;  // Multi
+  int64_t row_sort_bytes = 0;   // Multi, WinnerSort::RowBlocks: dynamic shared memory a block
   uint32_t sample_rank = 0;     // Multi: > 0 reads the input once through a sampled threshold
   int samples_per_thread = 0;   // Multi, sampled: which sample size
   bool split_sample = false;    // Multi, sampled: the wide sample over kSplitSampleParts blocks

@@ -23,6 +23,7 @@ using mtk::cuda::RowState;
 using mtk::cuda::ScratchRegions;
 using mtk::cuda::TopkPath;
 using mtk::cuda::TopkPlan;
+using mtk::cuda::WinnerSort;
 
 int g_failures = 0;
 
@@ -112,10 +113,11 @@ void test_block_path() {
   EXPECT(plan(MTK_BFLOAT16, 1, 2049, 100).path != TopkPath::Block);
   // One row of 1025 with k = 1 is past the warp path's length, not the block kernel's.
   EXPECT(plan(MTK_INT8, 3, 1025, 1).path == TopkPath::Block);
-  // k past the shared-memory sort takes the multi-block pipeline and CUB's sort.
+  // k past the finish's shared-memory sort takes the multi-block pipeline and a block a row to
+  // sort the winners.
   const TopkPlan large_k = plan(MTK_FLOAT32, 4096, 4096, 2049);
   EXPECT(large_k.path == TopkPath::Multi);
-  EXPECT(!large_k.sort_in_block);
+  EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
 }
 
 void test_cluster_path() {
@@ -156,7 +158,7 @@ void expect_layout(const TopkPlan& p, mtk_dtype dtype, int64_t rows, int64_t k) 
   const size_t buffer = round_up(size_t(rows) * size_t(p.capacity) * comp);
   EXPECT(s.candidates[1] == s.candidates[0] + buffer);
   size_t end = s.candidates[1] + buffer;
-  if (p.sort_in_block) {
+  if (p.winner_sort != WinnerSort::Segmented) {
     EXPECT(s.sort_temp_bytes == 0);
   } else {
     EXPECT(s.sorted_winners == end);
@@ -169,25 +171,28 @@ void expect_layout(const TopkPlan& p, mtk_dtype dtype, int64_t rows, int64_t k) 
 }
 
 void test_multi_path_unsampled() {
-  // 400 KB: below the bytes where a sample pays. k past the sort: CUB sorts the winners.
+  // 400 KB: below the bytes where a sample pays. k past the finish's sort: a block per row
+  // sorts the winners in 32 KB of dynamic shared memory.
   const TopkPlan small = plan(MTK_FLOAT32, 1, 100000, 3000);
   EXPECT(small.path == TopkPath::Multi);
   EXPECT(small.sample_rank == 0);
   EXPECT(small.blocks_per_row == 49);  // ceil(100000 / 2048) < 8 * 132
   EXPECT(small.blocks == 49);
-  EXPECT(small.capacity == 16384);
-  EXPECT(!small.sort_in_block);
+  EXPECT(small.capacity == 24000);     // 8 k
+  EXPECT(small.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(small.row_sort_bytes == 4096 * 8);
   expect_layout(small, MTK_FLOAT32, 1, 3000);
 
-  // 2 rows of 2^20 f32, k = 16384: even the wide sample's expected 20992 candidates exceed a
-  // quarter of the 32768-slot buffer, so no sample.
-  const TopkPlan huge_k = plan(MTK_FLOAT32, 2, int64_t(1) << 20, 16384);
-  EXPECT(huge_k.path == TopkPath::Multi);
-  EXPECT(huge_k.sample_rank == 0);
-  EXPECT(huge_k.blocks_per_row == 512);  // ceil(1056 / 2) = 528 > 2^20 / 2048
-  EXPECT(huge_k.blocks == 1024);
-  EXPECT(huge_k.capacity == 32768);
-  expect_layout(huge_k, MTK_FLOAT32, 2, 16384);
+  // k past what a block sorts (128 KB: 16384 64-bit composites, 8192 128-bit ones): CUB's
+  // segmented sort, its output and scratch in the layout.
+  const TopkPlan segmented = plan(MTK_FLOAT32, 1, 100000, 16385);
+  EXPECT(segmented.winner_sort == WinnerSort::Segmented && segmented.sample_rank == 0);
+  EXPECT(segmented.row_sort_bytes == 0);
+  EXPECT(segmented.capacity == 100000);
+  expect_layout(segmented, MTK_FLOAT32, 1, 16385);
+  EXPECT(plan(MTK_FLOAT32, 1, 100000, 16384).winner_sort == WinnerSort::RowBlocks);
+  EXPECT(plan(MTK_FLOAT64, 1, 100000, 8192).winner_sort == WinnerSort::RowBlocks);
+  EXPECT(plan(MTK_FLOAT64, 1, 100000, 8193).winner_sort == WinnerSort::Segmented);
 
   // 64-bit keys: 128-bit composites and their row state (narrower keys past the cluster rows).
   for (mtk_dtype dtype : {MTK_FLOAT64, MTK_INT64, MTK_INT8, MTK_BFLOAT16}) {
@@ -196,7 +201,7 @@ void test_multi_path_unsampled() {
     EXPECT(p.sample_rank == 0);
     EXPECT(p.capacity == 16384);
     EXPECT(p.blocks_per_row == 10);  // ceil(20000 / 2048)
-    EXPECT(p.sort_in_block);
+    EXPECT(p.winner_sort == WinnerSort::Finish);
     expect_layout(p, dtype, key_bytes(dtype) == 8 ? 3 : kClusterRows + 1, 100);
   }
   // A candidate buffer never holds more than the row.
@@ -226,7 +231,7 @@ void test_sampled_threshold() {
   EXPECT(!large_k.split_sample);  // rank past kSplitSampleMaxRank
   EXPECT(large_k.candidate_histogram == CandidateHistogram::KeyPrefix);
   EXPECT(large_k.blocks_per_row == 264);  // one wave: 4 blocks an SM over 2 rows
-  EXPECT(!large_k.sort_in_block);
+  EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
   expect_layout(large_k, MTK_FLOAT32, 2, 4096);
 
   // One bf16 row of 2^26, k = 100: the wide sample split over 16 blocks, key-prefix bins (keys
@@ -296,8 +301,8 @@ void test_sampled_threshold() {
 }
 
 void test_carve_scratch() {
-  const TopkPlan p = plan(MTK_FLOAT64, 5, 500000, 3000);
-  EXPECT(p.path == TopkPath::Multi && !p.sort_in_block);
+  const TopkPlan p = plan(MTK_FLOAT64, 5, 500000, 9000);
+  EXPECT(p.path == TopkPath::Multi && p.winner_sort == WinnerSort::Segmented);
   // Workspaces at every offset of an alignment unit: every region aligned, inside the
   // workspace, at its layout offset from the aligned base.
   for (uintptr_t offset = 0; offset < kScratchAlignment; offset += 17) {

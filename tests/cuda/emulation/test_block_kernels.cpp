@@ -4,7 +4,9 @@
 //    sort whose short strides run in registers through warp shuffles;
 //  - the multi-block pipeline in launch_topk's order: the sampled threshold (sample, threshold
 //    pass) or the plain histogram, then both filter passes (the first one the histogram pass of
-//    rows whose threshold missed) and the finish, or for k above the sort's capacity a host sort and write_sorted_kernel. Sample
+//    rows whose threshold missed) and the finish; for k above the finish's sort a block per
+//    row sorts (sort_row_winners), and past that a host sort stands in for CUB's and
+//    write_sorted_kernel writes. Sample
 //    ranks that hit, that leave too few candidates and that overflow a small candidate buffer
 //    drive every branch between them.
 // Blocks run one after another, which is one of the orders a GPU may choose. Rows of every key
@@ -185,14 +187,23 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
     finish_kernel<T>(g, input, values, indices, true, largest, layout, states.data(),
                      winners.data(), buffer0.data(), buffer1.data(), sort_here);
   });
-  if (!sort_here) {  // launch_topk's merge sort, then its write kernel
-    for (int64_t r = 0; r < g.rows; ++r) {
-      std::sort(winners.begin() + r * g.k, winners.begin() + (r + 1) * g.k, std::greater<>());
-    }
-    launch(1, 256, [&] {
-      write_sorted_kernel<T>(g, input, values, indices, true, largest, winners.data());
+  if (sort_here) return;
+  const int64_t sort_bytes = row_sort_bytes(g.k, int64_t(sizeof(Comp)));
+  if (sort_bytes <= kRowSortMaxBytes) {  // sort_rows_kernel, its shared memory a buffer here
+    std::vector<Comp> row_sort(size_t(sort_bytes) / sizeof(Comp));
+    launch(g.rows, kBlockThreads, [&] {
+      sort_row_winners<T>(row_sort.data(), g, input, values, indices, true, largest,
+                          winners.data(), blockIdx.x);
     });
+    return;
   }
+  // launch_topk's segmented sort, then its write kernel
+  for (int64_t r = 0; r < g.rows; ++r) {
+    std::sort(winners.begin() + r * g.k, winners.begin() + (r + 1) * g.k, std::greater<>());
+  }
+  launch(1, 256, [&] {
+    write_sorted_kernel<T>(g, input, values, indices, true, largest, winners.data());
+  });
 }
 
 // What cluster_select_block needs of a cluster, over run_cluster's blocks: each block's shared
@@ -374,7 +385,9 @@ void run_type(const char* name, bool quick) {
       {1, 40000, 3, 3, 40000, -1, kNone, true, false, true},      // split over blocks
       {2, 60000, 6, 4, 60000, 16, kKey, true, true, true},        // two split rows, top rank
       {2, 40000, 300, 3, 40000, 1, kKey, true, false, true},      // split, too few: fallback
-      {1, 60000, 4000, 5, 60000, -1, kTop, false, true},    // k above the sort: write_sorted
+      {1, 60000, 4000, 5, 60000, -1, kTop, false, true},    // k above the finish's sort: a
+                                                            // block sorts the row's winners
+      {1, 40000, 17000, 3, 40000, 0, kNone, false, false},  // past that: segmented sort
       {1, 60000, 4000, 5, 60000, -1, kKey, false, false},   // the same from key prefixes
       {1, 60000, 100, 4, 60000, 1400, kTop, false, false},  // ~41k candidates: filter passes
       {1, 60000, 100, 4, 60000, 1400, kKey, false, true},   // the same from key prefixes
