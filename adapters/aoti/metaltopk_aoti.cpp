@@ -339,6 +339,14 @@ AOTITorchError aoti_torch_cuda_mtk_moe_route(AtenTensorHandle logits, int64_t k,
               index_dtype, ret0, ret1);
   });
 }
+
+#ifdef METALTOPK_AOTI_ATEN_TOPK
+AOTITorchError aoti_torch_cuda_topk(AtenTensorHandle self, int64_t k, int64_t dim,
+                                    int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
+                                    AtenTensorHandle* ret1) {
+  return aoti_torch_cuda_mtk_topk(self, k, dim, largest, sorted, ret0, ret1);
+}
+#endif
 #endif
 
 #ifdef METALTOPK_AOTI_MPS

@@ -53,6 +53,16 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_moe_route(
     AtenTensorHandle logits, int64_t k, const char* scoring, AtenTensorHandle* bias,
     int64_t n_group, int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype,
     AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+#ifdef METALTOPK_AOTI_ATEN_TOPK
+/* torch.topk's own C function (AOTInductor's fallback for aten.topk), for runtimes that have
+ * none, ExecuTorch's CUDA backend among them: the same call as aoti_torch_cuda_mtk_topk. Only in
+ * a library built without libtorch (`make aoti AOTI_RUNTIME_LIBS=`), whose own it would shadow. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_topk(AtenTensorHandle self, int64_t k,
+                                                      int64_t dim, int32_t largest,
+                                                      int32_t sorted, AtenTensorHandle* ret0,
+                                                      AtenTensorHandle* ret1);
+#endif
 #endif
 
 #ifdef METALTOPK_AOTI_MPS
