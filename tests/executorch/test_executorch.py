@@ -17,45 +17,13 @@ if mtk_executorch.executorch_version() not in mtk_executorch.KNOWN_VERSIONS:
     pytest.skip(f"executorch {mtk_executorch.executorch_version()} is not a release "
                 "metaltopk.executorch knows", allow_module_level=True)
 
-from executorch.backends.aoti.aoti_backend import AotiBackend  # noqa: E402
-from executorch.backends.aoti.aoti_partitioner import AotiPartitioner  # noqa: E402
 from executorch.backends.cuda.cuda_backend import CudaBackend  # noqa: E402
 from executorch.backends.cuda.cuda_partitioner import CudaPartitioner  # noqa: E402
 from executorch.exir import to_edge_transform_and_lower  # noqa: E402
-from executorch.exir.backend.backend_details import BackendDetails  # noqa: E402
+from executorch.backends.aoti.aoti_partitioner import AotiPartitioner  # noqa: E402
 
-
-class StandInCpuBackend(AotiBackend, BackendDetails):
-    """ExecuTorch's CudaBackend with the device set to the CPU: same base class and options
-    (no libtorch linked, weights apart from the model), no fallback kernels of its own."""
-
-    @classmethod
-    def get_device_name(cls):
-        return "cpu"
-
-    @classmethod
-    def get_supported_fallback_kernels(cls):
-        return {}
-
-    @classmethod
-    def get_decomposition_table(cls):
-        return {}
-
-    @classmethod
-    def get_custom_passes(cls, compile_specs):
-        return []
-
-    @classmethod
-    def get_aoti_compile_options(cls, compile_specs):
-        return {"aot_inductor.link_libtorch": False, "aot_inductor.package": True,
-                "aot_inductor.package_constants_in_so": False,
-                "aot_inductor.package_constants_on_disk_format": "binary_blob"}
-
-
-class Sampler(torch.nn.Module):
-    def forward(self, logits):
-        values, indices = torch.topk(logits, 50)
-        return values, indices
+# The end-to-end run's exporter (this folder), its models and its stand-in backend.
+from executorch_export import Sampler, StandInCpuBackend  # noqa: E402
 
 
 def sampler_program():
