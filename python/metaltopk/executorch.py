@@ -35,8 +35,10 @@ from ._ffi import library_path
 from .torch._aoti import _MOE_ROUTE_SHIM, _TOPK_SHIM, aoti_library_path
 
 # Releases whose AotiBackend, CudaBackend and MetalBackend were read: the two classmethods exist
-# with these signatures and preprocess() reads them on every lowering.
-KNOWN_VERSIONS = ("1.2.0",)
+# with these signatures, preprocess() reads them on every lowering, and a backend's own
+# custom_ops_to_c_shims (1.3 on) is kept beside metaltopk's. Lowering was run with 1.2.0 (torch
+# 2.11) and 1.4.1 (torch 2.13).
+KNOWN_VERSIONS = ("1.2.0", "1.3.1", "1.4.1")
 
 # The names AotiBackend.collect_unsupported_fallback_kernels sees (torch 2.11's C++ wrapper):
 # aten.topk as its ATen operator, a custom op as namespace::name whether or not it has a C shim.

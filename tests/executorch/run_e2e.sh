@@ -65,13 +65,17 @@ nm -D --defined-only "$SHIM" | grep -q ' aoti_torch_cuda_topk$' \
 
 say "ExecuTorch's runtime with the CUDA delegate in $WORK/et-build"
 # pthreadpool and cpuinfo are the XNNPACK/optimized kernels' submodules, which the runner does
-# not need (and the carried source tree leaves out).
+# not need (and the carried source tree leaves out). Logging stays on in the release build: the
+# runner logs its execution time. torch's CMake files add every architecture of
+# TORCH_CUDA_ARCH_LIST (without it, a list from sm_50 on, which nvcc 13 refuses).
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 logged et-configure "$CMAKE" -S "$SRC" -B "$WORK/et-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPYTHON_EXECUTABLE="$(command -v "$PYTHON")" -DEXECUTORCH_BUILD_CUDA=ON \
   -DEXECUTORCH_BUILD_PTHREADPOOL=OFF -DEXECUTORCH_BUILD_CPUINFO=OFF \
   -DEXECUTORCH_BUILD_EXECUTOR_RUNNER=ON -DEXECUTORCH_BUILD_EXTENSION_FLAT_TENSOR=ON \
   -DEXECUTORCH_BUILD_EXTENSION_DATA_LOADER=ON -DEXECUTORCH_BUILD_EXTENSION_NAMED_DATA_MAP=ON \
-  -DEXECUTORCH_BUILD_EXTENSION_TENSOR=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DEXECUTORCH_BUILD_EXTENSION_TENSOR=ON -DEXECUTORCH_ENABLE_LOGGING=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${TORCH_CUDA_ARCH_LIST//./}" \
   -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}"
 [ "$UNTIL" = configure ] && { say "configured (UNTIL=configure)"; exit 0; }
 logged et-build "$CMAKE" --build "$WORK/et-build" --target executor_runner -j"$JOBS"

@@ -90,13 +90,15 @@ def test_plain_topk_calls_torchs_c_function(monkeypatch):
 def test_cuda_partitioner_gets_as_far_as_the_gpu():
     mtk_executorch.enable("cuda")
     program = replace_topk(sampler_program())
-    with pytest.raises(RuntimeError) as failure:
+    # A CUDA build of torch without a driver raises RuntimeError, a CPU build AssertionError.
+    with pytest.raises((RuntimeError, AssertionError)) as failure:
         to_edge_transform_and_lower(program, partitioner=[CudaPartitioner(
             [CudaBackend.generate_method_name_compile_spec("forward")])])
-    # Partitioned and handed to CudaBackend.preprocess, which stops at moving to the device.
+    # Partitioned and handed to CudaBackend.preprocess, which stops where it first needs CUDA.
     assert "missing fallback kernels" not in str(failure.value)
-    frames = [frame.name for frame in failure.traceback]
-    assert "preprocess" in frames and "move_to_device_pass" in frames
+    frames = failure.traceback
+    assert any(frame.name == "preprocess" for frame in frames)
+    assert str(frames[-1].path).replace("\\", "/").endswith("torch/cuda/__init__.py")
 
 
 def test_unknown_version_is_refused(monkeypatch):
