@@ -4,7 +4,7 @@ ExecuTorch's CUDA backend (and its Metal backend on macOS) compiles a program wi
 an op it cannot lower must be a "supported fallback kernel" of the backend, or lowering fails
 with "missing fallback kernels", and the compiled model then calls that op's C shim function
 from the runtime's process. ExecuTorch's runtime has no top-k of its own there:
-libmetaltopk_aoti provides it. Three lines:
+libmetaltopk_aoti provides it:
 
     import metaltopk.executorch
     metaltopk.executorch.enable()                      # once, before lowering
@@ -14,9 +14,9 @@ libmetaltopk_aoti provides it. Three lines:
 and run the .pte/.ptd in a runner that has the shim library loaded: link it, or preload it
 (`preload_environment()`, e.g. LD_PRELOAD for ExecuTorch's executor_runner).
 
-`enable()` makes the backend accept `torch.topk` (aten.topk, whose C function
-aoti_torch_cuda_topk / aoti_torch_mps_topk the shim provides when built for a runtime other than
-libtorch) and metaltopk's ops, and maps metaltopk's ops to their C functions. ExecuTorch has no
+`enable()` makes the backend accept `torch.topk` (aten.topk, whose C function the shim provides:
+aoti_torch_cuda_topk when built for a runtime other than libtorch, aoti_torch_mps_topk on macOS)
+and metaltopk's ops, and maps metaltopk's ops to their C functions. ExecuTorch has no
 hook for either, so this module replaces two classmethods of the backend class
 (get_supported_fallback_kernels and get_aoti_compile_options), wrapping the originals. That is
 checked against the ExecuTorch releases whose sources were read (KNOWN_VERSIONS); on any other,
@@ -40,8 +40,9 @@ from .torch._aoti import _MOE_ROUTE_SHIM, _TOPK_SHIM, aoti_library_path
 # 2.11) and 1.4.1 (torch 2.13).
 KNOWN_VERSIONS = ("1.2.0", "1.3.1", "1.4.1")
 
-# The names AotiBackend.collect_unsupported_fallback_kernels sees (torch 2.11's C++ wrapper):
-# aten.topk as its ATen operator, a custom op as namespace::name whether or not it has a C shim.
+# The names AotiBackend.collect_unsupported_fallback_kernels sees (torch 2.11's and 2.13's C++
+# wrapper): aten.topk as its ATen operator, a custom op as namespace::name whether or not it has
+# a C shim.
 ATEN_TOPK_KERNEL = "at::_ops::topk::call"
 METALTOPK_KERNELS = ("metaltopk::mtk_topk", "metaltopk::mtk_moe_route")
 
