@@ -185,6 +185,14 @@ mtk_tensor allocate(const Input& like, int32_t ndim, const int64_t* sizes, mtk_d
   return tensor;
 }
 
+// Scratch on the input's device (NULL for none), as int8: every runtime has it, while ExecuTorch
+// 1.2.0's tensors have no uint8.
+void* allocate_scratch(const Input& like, size_t bytes, OwnedTensor& owner) {
+  if (bytes == 0) return nullptr;
+  const int64_t size = static_cast<int64_t>(bytes);
+  return allocate(like, 1, &size, MTK_INT8, owner).data;
+}
+
 void* cpu_stream(int32_t) { return nullptr; }
 
 #ifdef METALTOPK_AOTI_CUDA
@@ -223,12 +231,7 @@ void topk(const Device& device, AtenTensorHandle self, int64_t k, int64_t dim, i
   OwnedTensor values_owner, indices_owner, workspace_owner;
   const mtk_tensor values = allocate(input, ndim, sizes, input.tensor.dtype, values_owner);
   const mtk_tensor indices = allocate(input, ndim, sizes, MTK_INT64, indices_owner);
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    const int64_t bytes = static_cast<int64_t>(workspace_bytes);
-    // int8, not uint8: every runtime has it (ExecuTorch 1.2.0's tensors have no uint8).
-    workspace = allocate(input, 1, &bytes, MTK_INT8, workspace_owner).data;
-  }
+  void* workspace = allocate_scratch(input, workspace_bytes, workspace_owner);
   check(mtk_topk_with_workspace(ctx, &input.tensor, k, dim, largest, sorted, &values, &indices,
                                 workspace, workspace_bytes, device.stream(input.device_index)));
   *ret0 = values_owner.release();
