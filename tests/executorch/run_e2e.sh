@@ -17,7 +17,9 @@
 # sampler and router models, plain and after replace_topk (executorch_export.py); run each in
 # executor_runner with the shim preloaded, once for the outputs and $RUNS times for the time;
 # compare with eager and write the results. UNTIL=configure stops after configuring ExecuTorch
-# (what a machine without a GPU can check); MTK_BUILD names another build folder for metaltopk.
+# (what a machine without a GPU can check), UNTIL=build after building the runner (to split the
+# run over two calls of a machine that limits a command's time; the builds are incremental in
+# $WORK and $MTK_BUILD); MTK_BUILD names another build folder for metaltopk.
 set -euo pipefail
 
 SRC=$(cd "${1:?usage: run_e2e.sh EXECUTORCH_SRC [WHEELS] [OUT]}" && pwd)
@@ -80,6 +82,7 @@ logged et-configure "$CMAKE" -S "$SRC" -B "$WORK/et-build" -G Ninja -DCMAKE_BUIL
 [ "$UNTIL" = configure ] && { say "configured (UNTIL=configure)"; exit 0; }
 logged et-build "$CMAKE" --build "$WORK/et-build" --target executor_runner -j"$JOBS"
 RUNNER=$WORK/et-build/executor_runner
+[ "$UNTIL" = build ] && { say "built $RUNNER (UNTIL=build)"; exit 0; }
 
 say "exporting the models (CudaPartitioner, plain and replace_topk)"
 rm -rf "$WORK/programs"

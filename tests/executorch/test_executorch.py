@@ -17,10 +17,8 @@ if mtk_executorch.executorch_version() not in mtk_executorch.KNOWN_VERSIONS:
     pytest.skip(f"executorch {mtk_executorch.executorch_version()} is not a release "
                 "metaltopk.executorch knows", allow_module_level=True)
 
-from executorch.backends.cuda.cuda_backend import CudaBackend  # noqa: E402
-from executorch.backends.cuda.cuda_partitioner import CudaPartitioner  # noqa: E402
-from executorch.exir import to_edge_transform_and_lower  # noqa: E402
 from executorch.backends.aoti.aoti_partitioner import AotiPartitioner  # noqa: E402
+from executorch.exir import to_edge_transform_and_lower  # noqa: E402
 
 # The end-to-end run's exporter (this folder), its models and its stand-in backend.
 from executorch_export import Sampler, StandInCpuBackend  # noqa: E402
@@ -58,7 +56,17 @@ def test_without_enable_topk_is_a_missing_fallback_kernel(monkeypatch):
         lower_and_read_wrapper(sampler_program(), monkeypatch)
 
 
+def cuda_backend():
+    """ExecuTorch's CUDA backend and partitioner (they import triton, which a CPU torch lacks)."""
+    pytest.importorskip("triton")
+    from executorch.backends.cuda.cuda_backend import CudaBackend
+    from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+
+    return CudaBackend, CudaPartitioner
+
+
 def test_enable_registers_fallbacks_and_c_shims():
+    CudaBackend, _ = cuda_backend()
     mtk_executorch.enable("cuda")
     mtk_executorch.enable("cuda")  # idempotent
     kernels = CudaBackend.get_supported_fallback_kernels()
@@ -88,6 +96,7 @@ def test_plain_topk_calls_torchs_c_function(monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="tests/executorch/run_e2e.sh lowers on GPUs")
 def test_cuda_partitioner_gets_as_far_as_the_gpu():
+    CudaBackend, CudaPartitioner = cuda_backend()
     mtk_executorch.enable("cuda")
     program = replace_topk(sampler_program())
     # A CUDA build of torch without a driver raises RuntimeError, a CPU build AssertionError.
