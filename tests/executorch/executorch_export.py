@@ -174,6 +174,23 @@ def check(out: Path, results_path: Path, timings: Path) -> bool:
         "executorch": metadata.version("executorch"),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "models": {
+            "sampler": f"torch.topk over [1, {VOCABULARY}] float32, k = {SAMPLER_K}",
+            "router": f"softmax -> top-{ROUTER_K} -> renormalise over [{ROUTER_TOKENS}, "
+                      f"{ROUTER_EXPERTS}] float32",
+        },
+        "routes": {
+            "plain": "torch.topk as written: AOTInductor's fallback aoti_torch_cuda_topk, which "
+                     "the shim built without libtorch provides",
+            "replaced": "after metaltopk.torch.replace_topk: aoti_torch_cuda_mtk_topk, the "
+                        "router fused into aoti_torch_cuda_mtk_moe_route",
+        },
+        "ms_per_run": "executor_runner's time for method execute, averaged over its runs: the "
+                      "delegate's copies of the input to the GPU and of the outputs back included",
+        "executorch_own_topk": "none in 1.2.0: without metaltopk.executorch.enable() its CUDA "
+                               "backend refuses torch.topk ('missing fallback kernels'); later "
+                               "releases replace top-k with a Triton kernel for rows up to 4096 "
+                               "only",
         "programs": results,
         "all_exact": all(o["exact"] for r in results for o in r["outputs"]),
         "passed": passed and len(results) == 4,
