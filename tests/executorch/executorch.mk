@@ -17,7 +17,8 @@ ET_TEST_EXPORTS := -rdynamic
 ET_TEST_SHIM_LINK := -Wl,-soname,lib$(ET_TEST_SHIM_NAME).$(LIB_EXT)
 endif
 
-$(ET_TEST_SHIM): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) tests/executorch/executorch.mk
+$(ET_TEST_SHIM): $(AOTI_SRC) $(AOTI_HEADERS) $(LIBRARY) tests/executorch/executorch.mk \
+    $(TORCH_BUILD_INPUTS)
 	$(call check_torch_flags,the ExecuTorch shim test)
 	@mkdir -p $(dir $@)
 	$(CXX) $(AOTI_CXXFLAGS) -shared $(AOTI_SRC) -o $@ \
