@@ -61,7 +61,10 @@ AOTI_RUNTIME_LIBS = -L$(TORCH_LIBRARY_DIR) -ltorch_cpu -lc10 $(if $(TORCH_CUDA),
   -Wl,-rpath,$(TORCH_LIBRARY_DIR)
 AOTI_RUNTIME_SYMBOLS = -Wl,-rpath,'$$ORIGIN' -Wl,--version-script=adapters/aoti/exports.map \
   $(AOTI_RUNTIME_LIBS)
-AOTI_DEVICE_DEFINES = $(if $(TORCH_CUDA),-DUSE_CUDA -DMETALTOPK_AOTI_CUDA)
+# Built for a runtime other than libtorch (AOTI_RUNTIME_LIBS empty), the CUDA shim also
+# provides torch.topk's own aoti_torch_cuda_topk, which ExecuTorch's CUDA runtime lacks.
+AOTI_DEVICE_DEFINES = $(if $(TORCH_CUDA),-DUSE_CUDA -DMETALTOPK_AOTI_CUDA \
+  $(if $(strip $(AOTI_RUNTIME_LIBS)),,-DMETALTOPK_AOTI_ATEN_TOPK))
 endif
 AOTI_CXXFLAGS = $(TORCH_CXX_STD) -O2 -fPIC -fvisibility=hidden -Wall -Wextra $(ADAPTER_WERROR) \
   -Iinclude -Iadapters/aoti $(TORCH_INCLUDE_FLAGS) $(TORCH_ABI_FLAG)

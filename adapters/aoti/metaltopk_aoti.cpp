@@ -4,6 +4,8 @@
 // stream. No exception leaves this file.
 #include "metaltopk_aoti.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -12,9 +14,6 @@
 #include <utility>
 
 #include "metaltopk.h"
-
-// ExecuTorch's runtimes have no float64 getter; where it is missing, float64 is unsupported.
-#pragma weak aoti_torch_dtype_float64
 
 namespace {
 
@@ -67,30 +66,67 @@ mtk_context context_for(mtk_backend backend, int32_t device_index) {
   return ctx;
 }
 
-struct DtypePair {
-  int32_t (*runtime_code)();
+// The runtime's code for each dtype metaltopk supports. Some runtimes lack some getters
+// (ExecuTorch has no float64; its 1.2.0 has no float16 or uint8, its 1.3 no float16): those are
+// looked up by name at first use, so that a runtime loaded after this library is still seen,
+// and a dtype whose getter is missing is unsupported here, never mistaken for another.
+struct DtypeCode {
   mtk_dtype dtype;
+  const char* name;
+  bool present;
+  int32_t code;
 };
 
-const DtypePair kDtypes[] = {
-    {aoti_torch_dtype_float32, MTK_FLOAT32}, {aoti_torch_dtype_float16, MTK_FLOAT16},
-    {aoti_torch_dtype_bfloat16, MTK_BFLOAT16}, {aoti_torch_dtype_float64, MTK_FLOAT64},
-    {aoti_torch_dtype_int8, MTK_INT8},       {aoti_torch_dtype_uint8, MTK_UINT8},
-    {aoti_torch_dtype_int16, MTK_INT16},     {aoti_torch_dtype_int32, MTK_INT32},
-    {aoti_torch_dtype_int64, MTK_INT64}};
+using DtypeGetter = int32_t (*)();
+
+DtypeCode required(mtk_dtype dtype, const char* name, DtypeGetter getter) {
+  return {dtype, name, true, getter()};
+}
+
+DtypeCode optional(mtk_dtype dtype, const char* name) {
+  const std::string symbol = std::string("aoti_torch_dtype_") + name;
+  const auto getter = reinterpret_cast<DtypeGetter>(dlsym(RTLD_DEFAULT, symbol.c_str()));
+  return {dtype, name, getter != nullptr, getter != nullptr ? getter() : 0};
+}
+
+struct DtypeTable {
+  DtypeCode codes[9];
+};
+
+const DtypeTable& dtype_table() {
+  static const DtypeTable table{{
+      required(MTK_FLOAT32, "float32", aoti_torch_dtype_float32),
+      optional(MTK_FLOAT16, "float16"),
+      required(MTK_BFLOAT16, "bfloat16", aoti_torch_dtype_bfloat16),
+      optional(MTK_FLOAT64, "float64"),
+      required(MTK_INT8, "int8", aoti_torch_dtype_int8),
+      optional(MTK_UINT8, "uint8"),
+      required(MTK_INT16, "int16", aoti_torch_dtype_int16),
+      required(MTK_INT32, "int32", aoti_torch_dtype_int32),
+      required(MTK_INT64, "int64", aoti_torch_dtype_int64),
+  }};
+  return table;
+}
 
 mtk_dtype library_dtype(int32_t runtime_code, const char* argument) {
-  for (const DtypePair& pair : kDtypes) {
-    if (pair.runtime_code != nullptr && pair.runtime_code() == runtime_code) return pair.dtype;
+  std::string supported, missing;
+  for (const DtypeCode& entry : dtype_table().codes) {
+    if (entry.present && entry.code == runtime_code) return entry.dtype;
+    std::string& list = entry.present ? supported : missing;
+    list += (list.empty() ? "" : ", ") + std::string(entry.name);
   }
-  fail(std::string(argument) + " has dtype code " + std::to_string(runtime_code) +
-       ", which metaltopk does not support (float32, float16, bfloat16, float64, int8, uint8, "
-       "int16, int32, int64)");
+  std::string message = std::string(argument) + " has dtype code " +
+                        std::to_string(runtime_code) +
+                        ", which metaltopk does not support in this runtime (" + supported + ")";
+  if (!missing.empty()) {
+    message += "; the runtime names no " + missing + " (no aoti_torch_dtype_* getter)";
+  }
+  fail(message);
 }
 
 int32_t runtime_dtype(mtk_dtype dtype) {
-  for (const DtypePair& pair : kDtypes) {
-    if (pair.dtype == dtype && pair.runtime_code != nullptr) return pair.runtime_code();
+  for (const DtypeCode& entry : dtype_table().codes) {
+    if (entry.dtype == dtype && entry.present) return entry.code;
   }
   fail("the runtime has no dtype for metaltopk dtype " + std::to_string(dtype));
 }
@@ -149,6 +185,14 @@ mtk_tensor allocate(const Input& like, int32_t ndim, const int64_t* sizes, mtk_d
   return tensor;
 }
 
+// Scratch on the input's device (NULL for none), as int8: every runtime has it, while ExecuTorch
+// 1.2.0's tensors have no uint8.
+void* allocate_scratch(const Input& like, size_t bytes, OwnedTensor& owner) {
+  if (bytes == 0) return nullptr;
+  const int64_t size = static_cast<int64_t>(bytes);
+  return allocate(like, 1, &size, MTK_INT8, owner).data;
+}
+
 void* cpu_stream(int32_t) { return nullptr; }
 
 #ifdef METALTOPK_AOTI_CUDA
@@ -187,11 +231,7 @@ void topk(const Device& device, AtenTensorHandle self, int64_t k, int64_t dim, i
   OwnedTensor values_owner, indices_owner, workspace_owner;
   const mtk_tensor values = allocate(input, ndim, sizes, input.tensor.dtype, values_owner);
   const mtk_tensor indices = allocate(input, ndim, sizes, MTK_INT64, indices_owner);
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    const int64_t bytes = static_cast<int64_t>(workspace_bytes);
-    workspace = allocate(input, 1, &bytes, MTK_UINT8, workspace_owner).data;
-  }
+  void* workspace = allocate_scratch(input, workspace_bytes, workspace_owner);
   check(mtk_topk_with_workspace(ctx, &input.tensor, k, dim, largest, sorted, &values, &indices,
                                 workspace, workspace_bytes, device.stream(input.device_index)));
   *ret0 = values_owner.release();
@@ -302,6 +342,14 @@ AOTITorchError aoti_torch_cuda_mtk_moe_route(AtenTensorHandle logits, int64_t k,
               index_dtype, ret0, ret1);
   });
 }
+
+#ifdef METALTOPK_AOTI_ATEN_TOPK
+AOTITorchError aoti_torch_cuda_topk(AtenTensorHandle self, int64_t k, int64_t dim,
+                                    int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
+                                    AtenTensorHandle* ret1) {
+  return aoti_torch_cuda_mtk_topk(self, k, dim, largest, sorted, ret0, ret1);
+}
+#endif
 #endif
 
 #ifdef METALTOPK_AOTI_MPS

@@ -9,10 +9,11 @@
  *   aoti_torch_empty_strided, aoti_torch_delete_tensor_object, aoti_torch_get_data_ptr,
  *   aoti_torch_get_dim, aoti_torch_get_sizes, aoti_torch_get_strides, aoti_torch_get_dtype,
  *   aoti_torch_get_device_type, aoti_torch_get_device_index, aoti_torch_device_type_cpu,
- *   aoti_torch_device_type_cuda, aoti_torch_dtype_{float32, float16, bfloat16, int8, uint8,
- *   int16, int32, int64}, and for CUDA aoti_torch_get_current_cuda_stream.
- * aoti_torch_dtype_float64 is used where the runtime has it (ExecuTorch does not: there float64
- * tensors are rejected as unsupported).
+ *   aoti_torch_device_type_cuda, aoti_torch_dtype_{float32, bfloat16, int8, int16, int32,
+ *   int64}, and for CUDA aoti_torch_get_current_cuda_stream.
+ * aoti_torch_dtype_{float16, uint8, float64} are looked up at first use and used where the
+ * runtime has them: ExecuTorch has no float64, its 1.2.0 no float16 or uint8, its 1.3 no
+ * float16. A dtype without its getter is rejected as unsupported in that runtime.
  *
  * Every function allocates its outputs (callee-allocated, as AOTInductor expects): on success
  * *ret0 and *ret1 are new tensor handles the caller owns; on failure they are left untouched,
@@ -52,6 +53,16 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_moe_route(
     AtenTensorHandle logits, int64_t k, const char* scoring, AtenTensorHandle* bias,
     int64_t n_group, int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype,
     AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+#ifdef METALTOPK_AOTI_ATEN_TOPK
+/* torch.topk's own C function (AOTInductor's fallback for aten.topk), for runtimes that have
+ * none, ExecuTorch's CUDA backend among them: the same call as aoti_torch_cuda_mtk_topk. Only in
+ * a library built without libtorch (`make aoti AOTI_RUNTIME_LIBS=`), whose own it would shadow. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_topk(AtenTensorHandle self, int64_t k,
+                                                      int64_t dim, int32_t largest,
+                                                      int32_t sorted, AtenTensorHandle* ret0,
+                                                      AtenTensorHandle* ret1);
+#endif
 #endif
 
 #ifdef METALTOPK_AOTI_MPS
