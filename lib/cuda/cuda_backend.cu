@@ -10,6 +10,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/fault_injection.hpp"
+#include "core/ragged_rows.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/moe_route.hpp"
 #include "cuda/scratch_cache.hpp"
@@ -117,31 +118,25 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) override {
-    const RowGeometry& g = problem.geometry;
-    const PlanKey key{problem.dtype, g.rows, g.n, g.k};
-    return plans_.get_or_create(key, [&] {
-      DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
-      auto planned = std::make_shared<CudaPlannedTopk>();
-      planned->plan = make_topk_plan(key, DeviceLimits{sm_count_, l2_bytes_, cluster_rows_},
-                                     winner_sort_temp_bytes);
-      planned->workspace_bytes = planned->plan.workspace_bytes;
-      return std::shared_ptr<const CudaPlannedTopk>(std::move(planned));
-    });
+    return cached_plan(problem, false);
   }
 
   void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace,
                 void* stream_handle) override {
-    const TopkPlan& plan = static_cast<const CudaPlannedTopk&>(planned).plan;
-    const auto stream = static_cast<cudaStream_t>(stream_handle);
-    DeviceGuard guard(device_);
-    if (plan.workspace_bytes == 0) {
-      launch(problem, plan, nullptr, stream);
-    } else if (workspace.data != nullptr) {
-      launch(problem, plan, workspace.data, stream);
-    } else {
-      const ScratchCache::Lease lease = scratch_.acquire(stream, plan.workspace_bytes);
-      launch(problem, plan, lease.data(), stream);
-    }
+    run(planned, problem, RaggedRows{}, workspace, stream_handle);
+  }
+
+  bool supports_indices_only() const override { return true; }
+
+  // Ragged rows are planned by their dense shape (see topk_plan.hpp); their windows are read on
+  // the device, so nothing here waits for the stream.
+  std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem) override {
+    return cached_plan(problem.dense, true);
+  }
+
+  void run_topk_ragged(const PlannedTopk& planned, const RaggedProblem& problem,
+                       Workspace workspace, void* stream_handle) override {
+    run(planned, problem.dense, ragged_rows_of(problem), workspace, stream_handle);
   }
 
   void moe_route(const RouterProblem& problem, void* stream) override {
@@ -159,14 +154,42 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static void launch(const TopkProblem& problem, const TopkPlan& plan, void* scratch,
-                     cudaStream_t stream) {
+  std::shared_ptr<const PlannedTopk> cached_plan(const TopkProblem& problem, bool ragged) {
+    const RowGeometry& g = problem.geometry;
+    const PlanKey key{problem.dtype, g.rows, g.n, g.k, ragged};
+    return plans_.get_or_create(key, [&] {
+      DeviceGuard guard(device_);  // CUB's scratch sizing may touch the device
+      auto planned = std::make_shared<CudaPlannedTopk>();
+      planned->plan = make_topk_plan(key, DeviceLimits{sm_count_, l2_bytes_, cluster_rows_},
+                                     winner_sort_temp_bytes);
+      planned->workspace_bytes = planned->plan.workspace_bytes;
+      return std::shared_ptr<const CudaPlannedTopk>(std::move(planned));
+    });
+  }
+
+  void run(const PlannedTopk& planned, const TopkProblem& problem, const RaggedRows& ragged,
+           Workspace workspace, void* stream_handle) {
+    const TopkPlan& plan = static_cast<const CudaPlannedTopk&>(planned).plan;
+    const auto stream = static_cast<cudaStream_t>(stream_handle);
+    DeviceGuard guard(device_);
+    if (plan.workspace_bytes == 0) {
+      launch(problem, ragged, plan, nullptr, stream);
+    } else if (workspace.data != nullptr) {
+      launch(problem, ragged, plan, workspace.data, stream);
+    } else {
+      const ScratchCache::Lease lease = scratch_.acquire(stream, plan.workspace_bytes);
+      launch(problem, ragged, plan, lease.data(), stream);
+    }
+  }
+
+  static void launch(const TopkProblem& problem, const RaggedRows& ragged, const TopkPlan& plan,
+                     void* scratch, cudaStream_t stream) {
     fault_point(FaultSite::DeviceCall);  // the kernel launches below
     switch (dtype_info(problem.dtype)->size) {
-      case 1: launch_topk_key8(problem, plan, scratch, stream); return;
-      case 2: launch_topk_key16(problem, plan, scratch, stream); return;
-      case 4: launch_topk_key32(problem, plan, scratch, stream); return;
-      case 8: launch_topk_key64(problem, plan, scratch, stream); return;
+      case 1: launch_topk_key8(problem, ragged, plan, scratch, stream); return;
+      case 2: launch_topk_key16(problem, ragged, plan, scratch, stream); return;
+      case 4: launch_topk_key32(problem, ragged, plan, scratch, stream); return;
+      case 8: launch_topk_key64(problem, ragged, plan, scratch, stream); return;
     }
     fail(MTK_ERROR_INTERNAL, "no CUDA kernels for dtype ", dtype_name(problem.dtype));
   }

@@ -7,6 +7,7 @@
 #include "core/float_formats.hpp"
 #include "core/ordered_key.hpp"
 #include "core/problem.hpp"
+#include "core/ragged_rows.hpp"
 #include "cuda/topk_config.hpp"
 
 namespace mtk {
@@ -56,7 +57,7 @@ __device__ __forceinline__ RowOffsets device_row_offsets(const RowGeometry& g, i
 // Where one row lives and how to rank its elements.
 template <class T>
 struct InputRow {
-  const T* base;  // element 0 of the row
+  const T* base;  // element 0 of the row (of its window, for ragged rows)
   int64_t stride;
   int64_t n;
   bool largest;
@@ -66,28 +67,70 @@ struct InputRow {
   }
 };
 
-// Writes one of a row's ranked winners: its value's bits and its index (int64/int32).
+// One row of a call as its kernels see it: the offsets of its input (from its window's start)
+// and outputs, its window's length, how many winners it has (k, or fewer in a short window) and
+// how their indices are written.
+struct RowTarget : RowOffsets {
+  int64_t length;  // the elements to select from: n, or the window's length
+  int64_t count;   // winners: min(k, length)
+  RowIndexTransform transform;
+
+  __device__ __forceinline__ int64_t written_index(uint32_t index) const {
+    return transform.apply(int64_t(index));
+  }
+};
+
+// Row `row` of a dense call (`ragged` describes none) or of a ragged one.
+__device__ __forceinline__ RowTarget device_row_target(const RowGeometry& g,
+                                                       const RaggedRows& ragged, int64_t row) {
+  RowTarget t;
+  static_cast<RowOffsets&>(t) = device_row_offsets(g, row);
+  const RaggedWindow window = ragged.window(row, g.n);
+  t.input += window.start * g.input_stride;
+  t.length = window.length;
+  t.count = min(g.k, window.length);
+  t.transform = ragged.index_transform(row);
+  return t;
+}
+
+__device__ __forceinline__ RowTarget device_row_target(const RowGeometry& g, int64_t row) {
+  return device_row_target(g, RaggedRows{}, row);
+}
+
+template <class T>
+__device__ __forceinline__ InputRow<T> input_row(const RowGeometry& g, const T* input,
+                                                 const RowTarget& t, bool largest) {
+  return InputRow<T>{input + t.input, g.input_stride, t.length, largest};
+}
+
+// Writes one of a row's ranked winners: its value's bits (unless values are not wanted) and its
+// index (int64/int32) through the row's transform.
 template <class T>
 __device__ __forceinline__ void write_value_and_index(const RowGeometry& g, void* values,
                                                       void* indices, bool index64,
-                                                      const RowOffsets& o, int64_t rank,
+                                                      const RowTarget& o, int64_t rank,
                                                       Bits<T> bits, uint32_t index) {
-  reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] = bits;
+  if (values != nullptr) {
+    reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] = bits;
+  }
   const int64_t at = o.indices + rank * g.indices_stride;
+  const int64_t written = o.written_index(index);
   if (index64) {
-    static_cast<int64_t*>(indices)[at] = int64_t(index);
+    static_cast<int64_t*>(indices)[at] = written;
   } else {
-    static_cast<int32_t*>(indices)[at] = int32_t(index);
+    static_cast<int32_t*>(indices)[at] = int32_t(written);
   }
 }
 
 // Writes one of a row's ranked winners, its value as a bit copy of the input.
 template <class T>
 __device__ __forceinline__ void write_result(const RowGeometry& g, const T* input, void* values,
-                                             void* indices, bool index64, const RowOffsets& o,
+                                             void* indices, bool index64, const RowTarget& o,
                                              int64_t rank, uint32_t index) {
   const Bits<T> bits =
-      reinterpret_cast<const Bits<T>*>(input)[o.input + int64_t(index) * g.input_stride];
+      values != nullptr
+          ? reinterpret_cast<const Bits<T>*>(input)[o.input + int64_t(index) * g.input_stride]
+          : Bits<T>(0);
   write_value_and_index<T>(g, values, indices, index64, o, rank, bits, index);
 }
 
@@ -97,7 +140,7 @@ __device__ __forceinline__ void write_result(const RowGeometry& g, const T* inpu
 template <class T, class Comp>
 __device__ __forceinline__ void write_winner(const RowGeometry& g, const T* input, void* values,
                                              void* indices, bool index64, bool largest,
-                                             const RowOffsets& o, int64_t rank, Comp winner) {
+                                             const RowTarget& o, int64_t rank, Comp winner) {
   using Key = typename KeyTraits<T>::Key;
   static_assert(sizeof(Key) == sizeof(Bits<T>), "keys and values have the same width");
   const uint32_t index = composite_index(winner);
@@ -106,6 +149,33 @@ __device__ __forceinline__ void write_winner(const RowGeometry& g, const T* inpu
     write_value_and_index<T>(g, values, indices, index64, o, rank, bits, index);
   } else {
     write_result(g, input, values, indices, index64, o, rank, index);
+  }
+}
+
+// Writes padding at `rank` of a short row's outputs: index -1 and all-zero value bits (the
+// contract's "Short rows").
+template <class T>
+__device__ __forceinline__ void write_padding_at(const RowGeometry& g, void* values,
+                                                 void* indices, bool index64, const RowTarget& o,
+                                                 int64_t rank) {
+  if (values != nullptr) {
+    reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] = Bits<T>(0);
+  }
+  const int64_t at = o.indices + rank * g.indices_stride;
+  if (index64) {
+    static_cast<int64_t*>(indices)[at] = -1;
+  } else {
+    static_cast<int32_t*>(indices)[at] = -1;
+  }
+}
+
+// Pads ranks [from, to) of a row's outputs, over the block's threads.
+template <class T>
+__device__ __forceinline__ void write_padding(const RowGeometry& g, void* values, void* indices,
+                                              bool index64, const RowTarget& o, int64_t from,
+                                              int64_t to) {
+  for (int64_t rank = from + threadIdx.x; rank < to; rank += blockDim.x) {
+    write_padding_at<T>(g, values, indices, index64, o, rank);
   }
 }
 

@@ -211,22 +211,24 @@ __device__ void sort_shared(Comp* items, int count) {
   }
 }
 
-// Sorts a block's `count` winners (sort_shared) and writes the row's outputs.
+// Sorts a block's `count` winners (sort_shared) and writes the row's outputs: its winners,
+// then padding up to k (a short window's).
 template <class T, class Comp>
 __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
                                const T* input, void* values, void* indices, bool index64,
-                               bool largest, const RowOffsets& o) {
+                               bool largest, const RowTarget& o) {
   static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
   sort_shared(sh.winners, count);
   for (int r = threadIdx.x; r < count; r += kBlockThreads) {
     write_winner(g, input, values, indices, index64, largest, o, r, sh.winners[r]);
   }
+  write_padding<T>(g, values, indices, index64, o, count, g.k);
 }
 
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
-                        bool largest) {
+                        bool largest, RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -234,10 +236,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int kBits = kCompositeBits<Key>;
   __shared__ BlockShared<Comp> sh;
   const int64_t row = blockIdx.x;
-  const RowOffsets o = device_row_offsets(g, row);
-  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+  const RowTarget o = device_row_target(g, ragged, row);
+  const InputRow<T> source = input_row(g, input, o, largest);
 
-  const Selection<Comp> start{Comp(0), 0, uint32_t(g.k), uint32_t(g.n)};
+  const Selection<Comp> start{Comp(0), 0, uint32_t(o.count), uint32_t(o.length)};
   const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
   if (threadIdx.x == 0) sh.winner_count = 0;
   __syncthreads();
@@ -245,7 +247,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (is_winner<kBits>(c, start, final_sel)) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
   });
   __syncthreads();
-  sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
+  sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
 }
 
 }  // namespace cuda

@@ -160,7 +160,7 @@ __device__ __forceinline__ void write_block_winners(const Cluster& cluster,
                                                     uint32_t mine, ForEachWinner for_each_winner,
                                                     const RowGeometry& g, const T* input,
                                                     void* values, void* indices, bool index64,
-                                                    bool largest, const RowOffsets& o) {
+                                                    bool largest, const RowTarget& o) {
   uint32_t block_total;
   const uint32_t higher = block_suffix_sum<kBlockThreads>(mine, sh.block.scan, block_total);
   if (threadIdx.x == 0) sh.winners_here = block_total;
@@ -228,7 +228,7 @@ __device__ void cluster_select_block(const Cluster& cluster,
                 "a set of owned counts a round");
   const unsigned rank = cluster.block_rank();
   const int64_t row = blockIdx.x / kClusterBlocks;
-  const RowOffsets o = device_row_offsets(g, row);
+  const RowTarget o = device_row_target(g, row);
   // Slices are whole multiples of 32 elements, so warps' loads start on the same alignment.
   const int64_t slice = (g.n + kClusterBlocks * 32 - 1) / (kClusterBlocks * 32) * 32;
   const int64_t begin = min(g.n, int64_t(rank) * slice);

@@ -92,12 +92,17 @@ void launch_warp_rows(const TopkProblem& p, const TopkPlan& plan, cudaStream_t s
 }
 
 template <class T>
-void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cudaStream_t stream) {
+void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan& plan,
+                 void* scratch, cudaStream_t stream) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   const RowGeometry& g = p.geometry;
   const T* input = static_cast<const T*>(p.input);
   const bool index64 = p.index_dtype == MTK_INT64;
+  // The warp and cluster kernels know no windows (the plan keeps ragged rows from them).
+  if (ragged.is_ragged() && (plan.path == TopkPath::Warp || plan.path == TopkPath::Cluster)) {
+    fail(MTK_ERROR_INTERNAL, "a ragged call planned for the warp or cluster kernels");
+  }
 
   switch (plan.path) {
     case TopkPath::Warp:
@@ -114,7 +119,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
     case TopkPath::Block:
       launch_overlapped<block_select_kernel<T>>(unsigned(plan.blocks), kBlockThreads, 0, stream,
                                                 kLaunching, g, input, p.values, p.indices,
-                                                index64, p.largest);
+                                                index64, p.largest, ragged);
       break;
     case TopkPath::Cluster:
       if constexpr (sizeof(Key) <= 4) {
@@ -173,7 +178,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         check_cuda(cudaMemsetAsync(states, 0, size_t(g.rows) * sizeof(RowState<Comp>), stream),
                    "clearing top-k row state");
         launch_overlapped<multi_histogram_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching,
-                                                     g, input, p.largest, layout, states);
+                                                     g, input, p.largest, layout, states, ragged);
       }
       // Candidates ping-pong: (threshold pass ->) buffer0 -> pass 0 -> buffer1 -> pass 1 ->
       // buffer0 -> finish; a small bucket after pass 0 goes from buffer1 to the finish.
@@ -181,15 +186,15 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
       const bool sampled = plan.sample_rank > 0;
       launch_overlapped<multi_filter_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching, g,
                                                 input, p.largest, layout, states, winners,
-                                                buffer0, buffer1, true, sampled);
+                                                buffer0, buffer1, true, sampled, ragged);
       launch_overlapped<multi_filter_kernel<T>>(grid, kMultiThreads, 0, stream, kLaunching, g,
                                                 input, p.largest, layout, states, winners,
-                                                buffer1, buffer0, false, false);
+                                                buffer1, buffer0, false, false, ragged);
       const bool sort_in_finish = plan.winner_sort == WinnerSort::Finish;
       launch_overlapped<finish_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream, kLaunching,
                                           g, input, p.values, p.indices, index64, p.largest,
                                           layout, states, winners, buffer0, buffer1,
-                                          sort_in_finish);
+                                          sort_in_finish, ragged);
       if (plan.winner_sort == WinnerSort::RowBlocks) {
         const size_t sort_bytes = size_t(plan.row_sort_bytes);
         if (sort_bytes > kDefaultDynamicSharedBytes) {
@@ -200,7 +205,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         }
         launch_overlapped<sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, sort_bytes,
                                                stream, kLaunching, g, input, p.values,
-                                               p.indices, index64, p.largest, winners);
+                                               p.indices, index64, p.largest, winners, ragged);
       } else if (plan.winner_sort == WinnerSort::Segmented) {
         auto* sorted = static_cast<Comp*>(regions.sorted_winners);
         size_t temp_bytes = plan.scratch.sort_temp_bytes;
@@ -212,7 +217,7 @@ void launch_topk(const TopkProblem& p, const TopkPlan& plan, void* scratch, cuda
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
         launch_overlapped<write_sorted_kernel<T>>(unsigned(blocks), threads, 0, stream,
                                                   kLaunching, g, input, p.values, p.indices,
-                                                  index64, p.largest, sorted);
+                                                  index64, p.largest, sorted, ragged);
       }
       break;
     }

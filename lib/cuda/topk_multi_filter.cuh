@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kMultiThreads)
                         Composite<typename KeyTraits<T>::Key>* winners,
                         const Composite<typename KeyTraits<T>::Key>* candidates_in,
                         Composite<typename KeyTraits<T>::Key>* candidates_out,
-                        bool histogram_next, bool after_threshold_pass) {
+                        bool histogram_next, bool after_threshold_pass, RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -143,8 +143,9 @@ __global__ void __launch_bounds__(kMultiThreads)
   // A row whose sampled threshold missed starts over with the exact passes: this launch is its
   // histogram pass (so that the rows that hit wait for no extra kernel), the next its one filter
   // pass over the input, and the finish kernel resolves what is left.
+  const RowTarget o = device_row_target(g, ragged, row);
   if (after_threshold_pass && state->fallback) {
-    histogram_pass(g, input, largest, layout, state, row, seg, pass);
+    histogram_pass(g, input, largest, layout, state, o, seg, pass);
     return;
   }
 
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int resolved = int(state->resolved);
   const uint32_t needed = state->needed, in_bucket = state->in_bucket;
   const bool from_buffer = state->source_is_buffer;
-  const int64_t source_count = from_buffer ? int64_t(state->source_count) : g.n;
+  const int64_t source_count = from_buffer ? int64_t(state->source_count) : o.length;
   // A pass over the buffer takes only as many of the row's blocks as its candidates fill; the
   // others leave at once. Spread over all of them, a few ten thousand candidates paid every
   // block's fixed costs (histogram clear and flush, the ticket) for a few dozen items each.
@@ -185,8 +186,7 @@ __global__ void __launch_bounds__(kMultiThreads)
   winner_stage.clear();
   candidate_stage.clear();
   __syncthreads();
-  const RowOffsets o = device_row_offsets(g, row);
-  const InputRow<T> input_row{input + o.input, g.input_stride, g.n, largest};
+  const InputRow<T> row_input = input_row(g, input, o, largest);
   const Comp* buffer = candidates_in + row * layout.capacity;
   int64_t begin, end;
   segment_bounds(source_count, active_blocks, seg, begin, end);
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kMultiThreads)
       consider(items);
     });
   } else {
-    visit_row_segment<kMultiThreads>(input_row, begin, end, consider);
+    visit_row_segment<kMultiThreads>(row_input, begin, end, consider);
   }
   winner_stage.flush(row_winners, &state->winners);
   candidate_stage.flush(row_candidates, &state->next_count);

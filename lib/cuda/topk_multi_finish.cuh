@@ -41,7 +41,7 @@ struct BinRange {
 template <class T, class Comp, class RangeOf>
 __device__ void write_binned_winners(const RowGeometry& g, const T* input, void* values,
                                      void* indices, bool index64, bool largest,
-                                     const RowOffsets& o, const RowState<Comp>* state,
+                                     const RowTarget& o, const RowState<Comp>* state,
                                      const Comp* winners, uint32_t above, RangeOf range_of,
                                      const Comp* bucket, uint32_t bucket_count, uint32_t needed) {
   using Key = typename KeyTraits<T>::Key;
@@ -70,7 +70,7 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
 template <class T, class Comp, class Source>
 __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
                                    void* indices, bool index64, bool largest,
-                                   const RowOffsets& o, const RowState<Comp>* state,
+                                   const RowTarget& o, const RowState<Comp>* state,
                                    const Source& source, const Selection<Comp>& start,
                                    FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
@@ -127,11 +127,11 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
 template <class T, class Comp>
 __device__ void finish_placed_winners(const RowGeometry& g, const T* input, void* values,
                                       void* indices, bool index64, bool largest,
-                                      const RowOffsets& o, const RowState<Comp>* state,
+                                      const RowTarget& o, const RowState<Comp>* state,
                                       const Comp* row_winners, const Comp* bucket,
                                       FinishShared<Comp>& fs) {
   const uint32_t needed = state->needed;
-  const uint32_t above = uint32_t(g.k) - needed;
+  const uint32_t above = uint32_t(o.count) - needed;
   const uint32_t bucket_count = min(__ldcg(&state->next_count), uint32_t(kBlockThreads));
   for (int b = threadIdx.x; b < kMultiBins; b += kBlockThreads) {
     fs.bin_next[b] = __ldcg(&state->hist[b]);
@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                   RowState<Composite<typename KeyTraits<T>::Key>>* states,
                   Composite<typename KeyTraits<T>::Key>* winners,
                   const Composite<typename KeyTraits<T>::Key>* candidates,
-                  const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here) {
+                  const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here,
+                  RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t row = blockIdx.x;
   RowState<Comp>* state = states + row;
   Comp* row_winners = winners + row * g.k;
-  const RowOffsets o = device_row_offsets(g, row);
+  const RowTarget o = device_row_target(g, ragged, row);
   const Comp* const row_candidates =
       (state->in_first_output ? first_output : candidates) + row * layout.capacity;
   if constexpr (kFinishByKeyBins<Comp>) {
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();
     if (ranks) {
       const uint32_t rank = count_above(stage, 0, count, mine);
-      if (rank < uint32_t(g.k)) {
+      if (rank < uint32_t(o.count)) {
         write_winner(g, input, values, indices, index64, largest, o, rank, mine);
       }
     }
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       // A direct finish holds every candidate, those above the bucket the threshold pass chose
       // included: its winners are all the buffer's elements at or above the final prefix.
       const Selection<Comp> taken_from =
-          state->finish_direct ? Selection<Comp>{Comp(0), 0, uint32_t(g.k), state->source_count}
+          state->finish_direct ? Selection<Comp>{Comp(0), 0, uint32_t(o.count), state->source_count}
                                : start;
       if (state->finish_direct && start.resolved > 0 &&
           start.in_bucket <= uint32_t(kBlockThreads)) {
@@ -265,46 +266,62 @@ __global__ void __launch_bounds__(kBlockThreads)
                            [&](Comp c) { append(is_winner<kBits>(c, taken_from, final_sel), c); });
       }
     } else {
-      const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+      const InputRow<T> source = input_row(g, input, o, largest);
       const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
       for_each_composite(source,
                          [&](Comp c) { append(is_winner<kBits>(c, start, final_sel), c); });
     }
   }
-  if (!sort_here) return;
+  if (!sort_here) {
+    // A short row's unused winner slots hold zero composites, which any sort puts last and
+    // write_sorted_kernel writes as padding.
+    for (int64_t r = o.count + threadIdx.x; r < g.k; r += kBlockThreads) row_winners[r] = Comp(0);
+    return;
+  }
   __syncthreads();
-  sort_and_write(sh, int(g.k), g, input, values, indices, index64, largest, o);
+  sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
 }
 
-// Row `row`'s k winners (k above kSortCapacity) sorted by its block in `items`, shared memory
-// of plan.row_sort_bytes, and written (sort_rows_kernel, topk_sort_rows.cuh).
+// Row `row`'s k winners (k above kSortCapacity; a short window's unused slots hold zero
+// composites, which sort last) sorted by its block in `items`, shared memory of
+// plan.row_sort_bytes, and written, padding after the window's winners (sort_rows_kernel,
+// topk_sort_rows.cuh).
 template <class T>
 __device__ void sort_row_winners(Composite<typename KeyTraits<T>::Key>* items, const RowGeometry& g,
                                  const T* input, void* values, void* indices, bool index64,
                                  bool largest, const Composite<typename KeyTraits<T>::Key>* winners,
-                                 int64_t row) {
+                                 const RaggedRows& ragged, int64_t row) {
   const auto* row_winners = winners + row * g.k;
   for (int64_t i = threadIdx.x; i < g.k; i += kBlockThreads) items[i] = row_winners[i];
   sort_shared(items, int(g.k));  // its first barrier follows the copy
-  const RowOffsets o = device_row_offsets(g, row);
-  for (int r = threadIdx.x; r < int(g.k); r += kBlockThreads) {
+  const RowTarget o = device_row_target(g, ragged, row);
+  for (int r = threadIdx.x; r < int(o.count); r += kBlockThreads) {
     write_winner(g, input, values, indices, index64, largest, o, r, items[r]);
   }
+  write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
-// Writes rows whose winners CUB sorted in global memory (k past what a block sorts).
+// Writes rows whose winners CUB sorted in global memory (k past what a block sorts); a zero
+// composite is a short row's padding.
 template <class T>
 __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
                                     bool index64, bool largest,
-                                    const Composite<typename KeyTraits<T>::Key>* winners) {
+                                    const Composite<typename KeyTraits<T>::Key>* winners,
+                                    RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
+  using Comp = Composite<typename KeyTraits<T>::Key>;
   const int64_t total = g.rows * g.k;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = t / g.k, rank = t % g.k;
-    write_winner(g, input, values, indices, index64, largest, device_row_offsets(g, row), rank,
-                 winners[t]);
+    const RowTarget o = device_row_target(g, ragged, row);
+    const Comp winner = winners[t];
+    if (winner == Comp(0)) {
+      write_padding_at<T>(g, values, indices, index64, o, rank);
+    } else {
+      write_winner(g, input, values, indices, index64, largest, o, rank, winner);
+    }
   }
 }
 

@@ -152,19 +152,18 @@ struct MultiPassShared {
 };
 
 // One block's share of the first exact pass over a row: the top digit of every element, then
-// the row's last block chooses it.
+// the row's last block chooses it. A row without winners (an empty window) is complete at once.
 template <class T, class Comp>
 __device__ void histogram_pass(const RowGeometry& g, const T* input, bool largest,
-                               const MultiLayout& layout, RowState<Comp>* state, int64_t row,
-                               int seg, MultiPassShared& pass) {
+                               const MultiLayout& layout, RowState<Comp>* state,
+                               const RowTarget& o, int seg, MultiPassShared& pass) {
   constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
-  const RowOffsets o = device_row_offsets(g, row);
-  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+  const InputRow<T> source = input_row(g, input, o, largest);
 
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
   __syncthreads();
   int64_t begin, end;
-  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+  segment_bounds(o.length, layout.blocks_per_row, seg, begin, end);
   visit_row_segment<kMultiThreads>(source, begin, end, [&](const auto& items) {
     constexpr int kCount = int(sizeof(items) / sizeof(items[0]));
 #pragma unroll
@@ -176,11 +175,12 @@ __device__ void histogram_pass(const RowGeometry& g, const T* input, bool larges
   add_to_row_histogram(state->hist, pass.hist);
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
     if (threadIdx.x == 0) {
-      state->needed = uint32_t(g.k);
+      state->needed = uint32_t(o.count);
       state->blocks_done = 0;
+      state->complete = o.count == 0 ? 1u : 0u;
     }
     __syncthreads();
-    choose_multi_digit(state, pass.hist, pass.scan, &pass.choice);
+    if (o.count > 0) choose_multi_digit(state, pass.hist, pass.scan, &pass.choice);
   }
 }
 
@@ -188,13 +188,15 @@ __device__ void histogram_pass(const RowGeometry& g, const T* input, bool larges
 template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     multi_histogram_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
-                           RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                           RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   __shared__ MultiPassShared pass;
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
-  histogram_pass(g, input, largest, layout, states + row, row, seg, pass);
+  histogram_pass(g, input, largest, layout, states + row, device_row_target(g, ragged, row), seg,
+                 pass);
 }
 
 }  // namespace cuda

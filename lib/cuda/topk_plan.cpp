@@ -165,7 +165,7 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   const int64_t rows = key.rows, n = key.n, k = key.k;
   const int sm_count = device.sm_count;
   TopkPlan plan;
-  if (n <= kWarpPathMaxRowLength && k <= kWarpPathMaxK) {
+  if (n <= kWarpPathMaxRowLength && k <= kWarpPathMaxK && !key.ragged) {
     plan.path = TopkPath::Warp;
     plan.warp_items = 1;
     while (int64_t(plan.warp_items) * 32 < n) plan.warp_items *= 2;
@@ -182,7 +182,7 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   const int key_bytes = int(dtype_info(key.dtype)->size);
   const int64_t cluster_slots = int64_t(kClusterBlocks) * kBlockThreads;
   if (rows <= device.cluster_rows && key_bytes <= 4 && k <= kSortCapacity &&
-      n <= cluster_slots * kClusterMaxItems) {
+      n <= cluster_slots * kClusterMaxItems && !key.ragged) {
     plan.path = TopkPath::Cluster;
     plan.cluster_items = n <= cluster_slots * kClusterSmallItems ? kClusterSmallItems
                                                                    : kClusterMaxItems;
@@ -198,7 +198,7 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
         sort_bytes <= kRowSortMaxBytes ? WinnerSort::RowBlocks : WinnerSort::Segmented;
   }
   if (plan.winner_sort == WinnerSort::RowBlocks) plan.row_sort_bytes = sort_bytes;
-  choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes);
+  if (!key.ragged) choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes);
   return plan;
 }
 

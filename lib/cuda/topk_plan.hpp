@@ -1,7 +1,7 @@
 // The host-side policy of the CUDA backend: which kernel family serves a problem, how the work
 // is split, and the exact scratch it needs. Plain C++ (topk_plan.cpp), unit-tested without nvcc
-// or a GPU (tests/cuda/test_plan.cpp). Plans depend only on (dtype, rows, n, k) and the device,
-// so the backend caches them (mtk::LruCache; hits and misses reach mtk_cache_stats).
+// or a GPU (tests/cuda/test_plan.cpp). Plans depend only on (dtype, rows, n, k, ragged) and the
+// device, so the backend caches them (mtk::LruCache; hits and misses reach mtk_cache_stats).
 //
 // Heuristic:
 //  - Warp: n <= 1024 and k <= 32. A warp per row, everything in registers, no scratch. Covers
@@ -18,6 +18,9 @@
 //    candidate buffers of `capacity` composites per row; plus, when k is too large for a block
 //    to sort in shared memory, the sorted winners and the scratch of CUB's segmented sort. Large problems whose k is small next to the row take a sampled
 //    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
+//  - Ragged rows (mtk_topk_ragged) are planned by their dense shape (n the row's full length, k
+//    the requested k, which may exceed n) and take Block or unsampled Multi only: the windows
+//    are read on the device, and only those kernels know them.
 #pragma once
 
 #include <cstddef>
@@ -83,8 +86,9 @@ struct TopkPlan {
 struct PlanKey {
   mtk_dtype dtype;
   int64_t rows, n, k;
+  bool ragged = false;  // rows select within per-row windows (see the heuristic above)
   bool operator==(const PlanKey& o) const {
-    return dtype == o.dtype && rows == o.rows && n == o.n && k == o.k;
+    return dtype == o.dtype && rows == o.rows && n == o.n && k == o.k && ragged == o.ragged;
   }
 };
 
@@ -93,6 +97,7 @@ struct PlanKeyHash {
     size_t h = std::hash<int64_t>()(key.rows);
     h = h * 1000003u ^ std::hash<int64_t>()(key.n);
     h = h * 1000003u ^ std::hash<int64_t>()(key.k);
+    h = h * 1000003u ^ size_t(key.ragged);
     return h * 1000003u ^ size_t(key.dtype);
   }
 };

@@ -516,7 +516,7 @@ __device__ __forceinline__ bool truncation_is_exact(const PackedFor<T> (&slots)[
 template <class T, int Items, bool VectorRows>
 __device__ __forceinline__ void select_row(const RowGeometry& g, const T* input, void* values,
                                            void* indices, bool index64, bool largest,
-                                           const RowOffsets& o, int lane,
+                                           const RowTarget& o, int lane,
                                            LaneRow<T, Items, VectorRows>& raw) {
   const T* row = input + o.input;
   const int k = int(g.k);
@@ -552,7 +552,7 @@ __global__ void __launch_bounds__(kWarpRowThreads, (kWarpRowMinBlocks<T, Items>)
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
   if (row >= g.rows) return;
-  const RowOffsets o = device_row_offsets(g, row);
+  const RowTarget o = device_row_target(g, row);
   LaneRow<T, Items, VectorRows> raw;
   load_lane(input + o.input, g.input_stride, int(g.n), lane, raw);
   select_row<T, Items, VectorRows>(g, input, values, indices, index64, largest, o, lane, raw);
@@ -649,8 +649,10 @@ __global__ void __launch_bounds__(kTileThreads)
     if (r < tile_rows) {
       const RowOffsets o = device_row_offsets(g, first_row + r);
       const uint32_t position = ranked[r][rank];
-      reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] =
-          tile[r * pitch + position];
+      if (values != nullptr) {
+        reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] =
+            tile[r * pitch + position];
+      }
       const int64_t at = o.indices + rank * g.indices_stride;
       if (index64) {
         static_cast<int64_t*>(indices)[at] = int64_t(position);

@@ -16,6 +16,26 @@ test-cuda: $(CUDA_CONFORMANCE)
 
 TEST_TARGETS += test-cuda
 
+# Ragged rows and indices only on CUDA against the CPU backend, and a CUDA graph replayed with
+# new lengths (tests/cuda/cuda_ragged_conformance.cpp): needs cuda_runtime.h and cudart, linked
+# statically as the library's is. Exit 2 (no device) counts as skipped, as above.
+ifneq ($(wildcard $(NVCC)),)
+CUDA_RAGGED_CONFORMANCE := $(BUILD)/tests/cuda_ragged_conformance
+
+$(CUDA_RAGGED_CONFORMANCE): tests/cuda/cuda_ragged_conformance.cpp include/metaltopk.h $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude -I$(CUDA_HOME)/include $< -o $@ \
+	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) \
+	  -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+
+.PHONY: test-cuda-ragged
+test-cuda-ragged: $(CUDA_RAGGED_CONFORMANCE)
+	@$(CUDA_RAGGED_CONFORMANCE); status=$$?; \
+	  if [ $$status -eq 2 ]; then echo "test-cuda-ragged: skipped (no CUDA device)"; else exit $$status; fi
+
+TEST_TARGETS += test-cuda-ragged
+endif
+
 # The warp, block and multi-block kernels' logic on the host (tests/cuda/emulation): needs no
 # nvcc and no GPU.
 WARP_EMULATION := $(BUILD)/tests/cuda_warp_emulation

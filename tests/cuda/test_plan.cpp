@@ -1,7 +1,7 @@
 // Unit tests of the CUDA plan (lib/cuda/topk_plan.cpp), host C++ only: the path each shape
 // class takes (warp, block, cluster, multi-block, sampled threshold and its variants), the grid,
-// the scratch layout and its size, carve_scratch on unaligned workspaces, and the row-length and
-// grid limits. Expected values are worked out by hand from the rules in topk_plan.hpp for an
+// the scratch layout and its size, carve_scratch on unaligned workspaces, the row-length and
+// grid limits, and ragged rows' plans (block or unsampled multi-block only). Expected values are worked out by hand from the rules in topk_plan.hpp for an
 // H200-like device (132 SMs).
 #include <cstdint>
 #include <cstdio>
@@ -48,6 +48,11 @@ size_t fake_winner_sort_bytes(int key_bytes, int64_t rows, int64_t k) {
 TopkPlan plan(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k,
               const DeviceLimits& device = kH200) {
   return mtk::cuda::make_topk_plan(PlanKey{dtype, rows, n, k}, device, fake_winner_sort_bytes);
+}
+
+TopkPlan ragged_plan(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k) {
+  return mtk::cuda::make_topk_plan(PlanKey{dtype, rows, n, k, true}, kH200,
+                                   fake_winner_sort_bytes);
 }
 
 // Returns the status a call throws, or MTK_SUCCESS.
@@ -343,6 +348,39 @@ void test_limits() {
          MTK_ERROR_INVALID_ARGUMENT);
 }
 
+// Ragged rows take the block kernel where a dense call would take the warp kernels, the
+// multi-block pipeline where it would take the cluster kernel, and never a sampled threshold;
+// k may exceed n. Their plans are cached apart from the dense ones.
+void test_ragged_plans() {
+  for (mtk_dtype dtype : kAllDtypes) {
+    const TopkPlan short_rows = ragged_plan(dtype, 4097, 1000, 8);
+    EXPECT(short_rows.path == TopkPath::Block);
+    EXPECT(short_rows.blocks == 4097);
+    EXPECT(is_scratchless(short_rows));
+  }
+  EXPECT(ragged_plan(MTK_FLOAT32, 256, 1000, 2048).path == TopkPath::Block);  // k > n
+  EXPECT(ragged_plan(MTK_FLOAT32, 4096, 4096, 2048).path == TopkPath::Block);
+  const TopkPlan few_rows = ragged_plan(MTK_FLOAT32, kClusterRows, 150000, 50);
+  EXPECT(few_rows.path == TopkPath::Multi);
+  EXPECT(few_rows.sample_rank == 0);
+  // 256 rows of 151936 bf16, k = 50: sampled when dense (test_sampled_threshold), not ragged.
+  const TopkPlan vocab = ragged_plan(MTK_BFLOAT16, 256, 151936, 50);
+  EXPECT(vocab.path == TopkPath::Multi);
+  EXPECT(vocab.sample_rank == 0);
+  EXPECT(plan(MTK_BFLOAT16, 256, 151936, 50).sample_rank > 0);
+  // k past the finish's sort, and past n: the winners (k slots a row) are sorted by a block
+  // per row.
+  const TopkPlan large_k = ragged_plan(MTK_FLOAT32, 64, 3000, 4096);
+  EXPECT(large_k.path == TopkPath::Multi);
+  EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(large_k.capacity == 3000);
+  expect_layout(large_k, MTK_FLOAT32, 64, 4096);
+  // Dense and ragged keys differ.
+  EXPECT(!(PlanKey{MTK_FLOAT32, 1, 2, 1} == PlanKey{MTK_FLOAT32, 1, 2, 1, true}));
+  EXPECT(mtk::cuda::PlanKeyHash()(PlanKey{MTK_FLOAT32, 1, 2, 1}) !=
+         mtk::cuda::PlanKeyHash()(PlanKey{MTK_FLOAT32, 1, 2, 1, true}));
+}
+
 }  // namespace
 
 int main() {
@@ -353,6 +391,7 @@ int main() {
   test_sampled_threshold();
   test_carve_scratch();
   test_limits();
+  test_ragged_plans();
   if (g_failures != 0) {
     std::printf("%d CUDA plan check(s) failed\n", g_failures);
     return 1;

@@ -8,7 +8,8 @@
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
 #        pytest torch host-cost sanitize faults (default: all), sanitize-cluster (the sanitizers
-#        on the cluster kernel's shapes alone, also part of sanitize), distributed-smoke (one-GPU
+#        on the cluster kernel's shapes alone, also part of sanitize), sanitize-ragged (the
+#        sanitizers on the ragged conformance's quick set), distributed-smoke (one-GPU
 #        NCCL world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
 #        bench/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
@@ -49,13 +50,20 @@ for s in $STEPS; do
   case $s in
     build)
       step build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" all \
-        "$BUILD/tests/cuda_conformance" "$BUILD/bench/gpu/bench_c_abi" \
+        "$BUILD/tests/cuda_conformance" "$BUILD/tests/cuda_ragged_conformance" \
+        "$BUILD/bench/gpu/bench_c_abi" \
         "$BUILD/bench/gpu/bench_router_c_abi" "$BUILD/bench/gpu/launch_floor" \
         "$BUILD/bench/gpu/warp_collectives" \
         "$BUILD/tests/reliability/fault_sweep" "$BUILD/tests/aoti/aoti_runner" \
         "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
-      step conformance 360 "$BUILD/tests/cuda_conformance" ;;
+      step conformance 360 "$BUILD/tests/cuda_conformance"
+      step ragged-conformance 240 "$BUILD/tests/cuda_ragged_conformance" ;;
+    sanitize-ragged)
+      step memcheck-ragged 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_ragged_conformance" --quick
+      step racecheck-ragged 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_ragged_conformance" --quick ;;
     pytest)
       step pytest 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py \
         tests/gpu/test_gpu_arrays.py -k "cuda or gpu" ;;

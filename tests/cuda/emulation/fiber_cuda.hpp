@@ -27,7 +27,8 @@ struct EmuDim3 { unsigned x = 0, y = 0, z = 0; };
 #define __global__
 #define __device__
 #define __host__
-#define __forceinline__ inline
+// Inlined as on the GPU: __activemask tells call sites apart by their return address.
+#define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
@@ -308,8 +309,13 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   });
 }
 
-inline unsigned __activemask() {
-  return emu::wait_in(emu::kActiveMask, 0, 0u, 0u,
+// Lanes that call it at different places are not converged, so they never share its mask: the
+// call site (its return address) is the op's parameter. A window's tail elements visited one by
+// one while other lanes of the warp take vectors met in one mask otherwise.
+__attribute__((noinline)) inline unsigned __activemask() {
+  const auto caller = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  const int call_site = int(caller & 0x7fffffff);
+  return emu::wait_in(emu::kActiveMask, call_site, 0u, 0u,
                       [](const emu::Word*, emu::Word* out, unsigned m, int) {
                         for (int l = 0; l < 32; ++l) out[l] = m;
                       });

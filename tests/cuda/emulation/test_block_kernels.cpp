@@ -9,6 +9,8 @@
 //    write_sorted_kernel writes. Sample
 //    ranks that hit, that leave too few candidates and that overflow a small candidate buffer
 //    drive every branch between them.
+//  - ragged rows (windows, index transforms, padding, no values) through the block kernel and
+//    the plain multi-block path.
 // Blocks run one after another, which is one of the orders a GPU may choose. Rows of every key
 // width (f32, f64 with 128-bit composites, bf16, int8), ties, NaN and signed zeros, both
 // directions, against a stable sort under selection_key.
@@ -138,11 +140,14 @@ void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
 }
 
 template <class T>
-void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* indices,
-               bool largest, const MultiChoice& c) {
+void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indices,
+               bool largest, const MultiChoice& c, const RaggedRows& ragged = RaggedRows{},
+               bool index64 = true) {
   using Comp = Composite<typename KeyTraits<T>::Key>;
   std::vector<RowState<Comp>> states(size_t(g.rows));  // zeroed, as the memset of launch_topk
-  std::vector<Comp> winners(size_t(g.rows * g.k), Comp(0));
+  // Scratch is not cleared on the GPU: all-ones composites would sort first, so a short row's
+  // winner slots that the finish leaves unset show in the results.
+  std::vector<Comp> winners(size_t(g.rows * g.k), ~Comp(0));
   std::vector<Comp> buffer0(size_t(g.rows * c.capacity)), buffer1(size_t(g.rows * c.capacity));
   const MultiLayout layout{c.blocks_per_row, c.capacity, 0, c.split_sample ? c.sample_rank : 0};
   const int64_t grid = g.rows * c.blocks_per_row;
@@ -171,29 +176,29 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
     check_sample_thresholds(g, input, largest, c, states);  // a split one's is the pass's
   } else {
     launch(grid, kMultiThreads, [&] {
-      multi_histogram_kernel<T>(g, input, largest, layout, states.data());
+      multi_histogram_kernel<T>(g, input, largest, layout, states.data(), ragged);
     });
   }
   launch(grid, kMultiThreads, [&] {
     multi_filter_kernel<T>(g, input, largest, layout, states.data(), winners.data(),
-                           buffer0.data(), buffer1.data(), true, c.sample_rank > 0);
+                           buffer0.data(), buffer1.data(), true, c.sample_rank > 0, ragged);
   });
   launch(grid, kMultiThreads, [&] {
     multi_filter_kernel<T>(g, input, largest, layout, states.data(), winners.data(),
-                           buffer1.data(), buffer0.data(), false, false);
+                           buffer1.data(), buffer0.data(), false, false, ragged);
   });
   const bool sort_here = g.k <= kSortCapacity;
   launch(g.rows, kBlockThreads, [&] {
-    finish_kernel<T>(g, input, values, indices, true, largest, layout, states.data(),
-                     winners.data(), buffer0.data(), buffer1.data(), sort_here);
+    finish_kernel<T>(g, input, values, indices, index64, largest, layout, states.data(),
+                     winners.data(), buffer0.data(), buffer1.data(), sort_here, ragged);
   });
   if (sort_here) return;
   const int64_t sort_bytes = row_sort_bytes(g.k, int64_t(sizeof(Comp)));
   if (sort_bytes <= kRowSortMaxBytes) {  // sort_rows_kernel, its shared memory a buffer here
     std::vector<Comp> row_sort(size_t(sort_bytes) / sizeof(Comp));
     launch(g.rows, kBlockThreads, [&] {
-      sort_row_winners<T>(row_sort.data(), g, input, values, indices, true, largest,
-                          winners.data(), blockIdx.x);
+      sort_row_winners<T>(row_sort.data(), g, input, values, indices, index64, largest,
+                          winners.data(), ragged, blockIdx.x);
     });
     return;
   }
@@ -202,7 +207,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* i
     std::sort(winners.begin() + r * g.k, winners.begin() + (r + 1) * g.k, std::greater<>());
   }
   launch(1, 256, [&] {
-    write_sorted_kernel<T>(g, input, values, indices, true, largest, winners.data());
+    write_sorted_kernel<T>(g, input, values, indices, index64, largest, winners.data(), ragged);
   });
 }
 
@@ -276,7 +281,8 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
     }
   } else {
     launch(rows, kBlockThreads, [&] {
-      block_select_kernel<T>(g, input.data(), values.data(), indices.data(), true, largest);
+      block_select_kernel<T>(g, input.data(), values.data(), indices.data(), true, largest,
+                             RaggedRows{});
     });
   }
   ++cases;
@@ -323,8 +329,163 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
   }
 }
 
+// Ragged rows (mtk_topk_ragged) through the block kernel or the plain multi-block path: windows
+// from lengths and starts of every kind (negative, zero, below k, past the row, starts past
+// it), each transform, int32 indices and no values, against a stable sort of each window cut
+// out of its row, clipped here independently of RaggedRows.
+enum class Transform { None, Ragged, PageTable };
+
+struct RaggedCase {
+  int64_t rows, n, k;
+  const MultiChoice* multi;  // null: the block kernel
+  bool with_starts;
+  Transform transform;
+  int64_t page_size;
+  bool with_row_to_batch, index64, with_values;
+};
+
+template <class T>
+void run_ragged_case(const RaggedCase& c, Data data, bool largest, const char* name) {
+  const int64_t rows = c.rows, n = c.n, k = c.k;
+  std::vector<T> input;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<T> row = make_row<T>(n, data);
+    input.insert(input.end(), row.begin(), row.end());
+  }
+  // Lengths and starts of every kind, in turn by row.
+  const int64_t length_kinds[] = {-5, 0, 1, k - 1, k, k + 1, n, n + 7, n / 2, n / 3 + 1};
+  const int64_t start_kinds[] = {0, -3, 1, n / 4, n - 1, n, n + 5, 17};
+  std::vector<int64_t> lengths(static_cast<size_t>(rows)), starts(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    lengths[size_t(r)] = length_kinds[(r + int64_t(rng() % 3)) % 10];
+    starts[size_t(r)] = c.with_starts ? start_kinds[(r * 3 + int64_t(rng() % 2)) % 8] : 0;
+  }
+  // Transforms: offsets near the top of int64 (wrapping), a page table of a few batches with
+  // pages in a shuffled order, rows mapped to batches (one of them outside the table).
+  const int64_t batches = c.with_row_to_batch ? 3 : rows;
+  const int64_t pages = (n + c.page_size - 1) / c.page_size + 1;
+  std::vector<int64_t> offsets(static_cast<size_t>(rows)),
+      page_table(static_cast<size_t>(batches * pages)), row_to_batch(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    offsets[size_t(r)] = r % 2 == 0 ? int64_t(rng() % 100000) : INT64_MAX - int64_t(rng() % 50);
+    row_to_batch[size_t(r)] = r % 5 == 4 ? batches : int64_t(rng() % uint64_t(batches));
+  }
+  for (int64_t& p : page_table) p = int64_t(rng() % 1000);
+
+  RaggedRows ragged;
+  ragged.lengths = RowVector{lengths.data(), MTK_INT64, 1};
+  if (c.with_starts) ragged.starts = RowVector{starts.data(), MTK_INT64, 1};
+  if (c.transform == Transform::Ragged) {
+    ragged.transform = MTK_INDEX_TRANSFORM_RAGGED;
+    ragged.offsets = RowVector{offsets.data(), MTK_INT64, 1};
+  } else if (c.transform == Transform::PageTable) {
+    ragged.transform = MTK_INDEX_TRANSFORM_PAGE_TABLE;
+    ragged.page_table = page_table.data();
+    ragged.page_table_batch = batches;
+    ragged.page_table_batch_stride = pages;
+    ragged.page_table_page_stride = 1;
+    ragged.page_size = c.page_size;
+    if (c.with_row_to_batch) ragged.row_to_batch = RowVector{row_to_batch.data(), MTK_INT64, 1};
+  }
+
+  RowGeometry g;
+  g.n = n;
+  g.k = k;
+  g.rows = rows;
+  g.batch_ndim = 1;
+  g.batch_sizes[0] = rows;
+  g.input_batch_strides[0] = n;
+  g.values_batch_strides[0] = g.indices_batch_strides[0] = k;
+  // Outputs start as garbage: every position must be written.
+  std::vector<Bits<T>> values(size_t(rows * k), Bits<T>(0x5a));
+  std::vector<int64_t> indices64(size_t(rows * k), 77);
+  std::vector<int32_t> indices32(size_t(rows * k), 77);
+  Bits<T>* values_out = c.with_values ? values.data() : nullptr;
+  void* indices_out = c.index64 ? static_cast<void*>(indices64.data()) : indices32.data();
+  if (c.multi != nullptr) {
+    run_multi<T>(g, input.data(), values_out, indices_out, largest, *c.multi, ragged, c.index64);
+  } else {
+    launch(rows, kBlockThreads, [&] {
+      block_select_kernel<T>(g, input.data(), values_out, indices_out, c.index64, largest,
+                             ragged);
+    });
+  }
+  ++cases;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t start = std::min(std::max(starts[size_t(r)], int64_t(0)), n);
+    int64_t length = std::min(std::max(lengths[size_t(r)], int64_t(0)), n - start);
+    const int64_t batch = c.with_row_to_batch ? row_to_batch[size_t(r)] : r;
+    if (c.transform == Transform::PageTable && (batch < 0 || batch >= batches)) length = 0;
+    const T* row = input.data() + r * n + start;
+    std::vector<int64_t> order(static_cast<size_t>(length));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return selection_key(row[a], largest) > selection_key(row[b], largest);
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t expected = -1;
+      Bits<T> expected_bits = 0;
+      if (j < length) {
+        const int64_t i = order[size_t(j)];
+        std::memcpy(&expected_bits, &row[i], sizeof(T));
+        expected = i;
+        if (c.transform == Transform::Ragged) {
+          expected = int64_t(uint64_t(offsets[size_t(r)]) + uint64_t(i));
+        } else if (c.transform == Transform::PageTable) {
+          expected = page_table[size_t(batch * pages + i / c.page_size)] * c.page_size +
+                     i % c.page_size;
+        }
+      }
+      const size_t at = size_t(r * k + j);
+      const int64_t got = c.index64 ? indices64[at] : int64_t(indices32[at]);
+      if (!c.index64) expected = int64_t(int32_t(expected));
+      const bool value_ok = c.with_values ? values[at] == expected_bits : values[at] == 0x5a;
+      if (got != expected || !value_ok) {
+        std::fprintf(stderr,
+                     "FAIL ragged %s %s rows=%lld n=%lld k=%lld data=%d largest=%d transform=%d "
+                     "page_size=%lld: row %lld (start %lld length %lld) rank %lld index %lld, "
+                     "expected %lld\n",
+                     c.multi != nullptr ? "multi" : "block", name, (long long)rows, (long long)n,
+                     (long long)k, int(data), int(largest), int(c.transform),
+                     (long long)c.page_size, (long long)r, (long long)start, (long long)length,
+                     (long long)j, (long long)got, (long long)expected);
+        ++failures;
+        return;
+      }
+    }
+  }
+}
+
+template <class T>
+void run_ragged_cases(const char* name, bool quick) {
+  const MultiChoice plain{3, 3000, 0, CandidateHistogram::None, false, false};
+  const MultiChoice small_buffer{4, 600, 0, CandidateHistogram::None, false, false};
+  const RaggedCase ragged_cases[] = {
+      {12, 100, 1, nullptr, false, Transform::None, 1, false, true, true},
+      {12, 700, 37, nullptr, true, Transform::None, 1, false, false, true},
+      {10, 1500, 512, nullptr, true, Transform::Ragged, 1, false, true, false},
+      {10, 300, 2048, nullptr, true, Transform::PageTable, 1, false, true, true},
+      {10, 3000, 64, nullptr, true, Transform::PageTable, 64, true, false, true},
+      {10, 9000, 100, &plain, true, Transform::None, 1, false, true, true},
+      {10, 9000, 1000, &plain, false, Transform::Ragged, 1, false, false, true},
+      {10, 9000, 2048, &small_buffer, true, Transform::PageTable, 64, true, true, false},
+      {10, 5000, 4096, &plain, true, Transform::PageTable, 1, true, true, true},
+      {10, 9000, 3000, &plain, true, Transform::None, 1, false, false, false},
+  };
+  for (const RaggedCase& c : ragged_cases) {
+    for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
+      if (std::is_integral_v<T> && data == Data::Special) continue;
+      for (bool largest : {true, false}) {
+        if (quick && largest != (data == Data::Random)) continue;
+        run_ragged_case<T>(c, data, largest, name);
+      }
+    }
+  }
+}
+
 template <class T>
 void run_type(const char* name, bool quick) {
+  run_ragged_cases<T>(name, quick);
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{1, 1}, {100, 1}, {100, 37}, {700, 64}, {1500, 1000},
                           {3000, 2048}, {5000, 129}, {2049, 2048}};
@@ -395,7 +556,9 @@ void run_type(const char* name, bool quick) {
       {2, 60000, 1000, 5, 60000, 800, kKey, false, true},   // ~23k a row, two rows placed
       {2, 20000, 300, 3, 20000, 1, kKey, false, false},     // too few candidates: fallback
       {1, 30000, 20, 4, 3000, 2048, kTop, false, true},     // overflowing buffer: fallback
+      {1, 9000, 100, 3, 3000, 0, kNone, false, false},
       {1, 30000, 200, 4, 30000, 0, kNone, false, false},    // the plain histogram pass
+      {1, 101, 100, 3, 3000, 0, kNone, false, false},       // a tail after the vectors
       {1, 30000, 2048, 2, 2000, 0, kNone, false, false},    // plain, bucket past the buffer
   };
   for (const MultiCase& m : multi_cases) {
