@@ -26,8 +26,9 @@ struct U128 {
   uint64_t hi, lo;
 };
 
-// The full product of two 64-bit integers, from 32-bit halves (the same on every target).
-MTK_HOST_DEVICE U128 multiply_u64(uint64_t a, uint64_t b) {
+// The full product of two 64-bit integers from 32-bit halves, for targets without a 128-bit
+// multiply.
+MTK_HOST_DEVICE U128 multiply_u64_by_halves(uint64_t a, uint64_t b) {
   const uint64_t a_lo = a & 0xffffffffull, a_hi = a >> 32;
   const uint64_t b_lo = b & 0xffffffffull, b_hi = b >> 32;
   const uint64_t low = a_lo * b_lo, cross1 = a_lo * b_hi, cross2 = a_hi * b_lo;
@@ -36,6 +37,20 @@ MTK_HOST_DEVICE U128 multiply_u64(uint64_t a, uint64_t b) {
   r.lo = (middle << 32) | (low & 0xffffffffull);
   r.hi = a_hi * b_hi + (cross1 >> 32) + (cross2 >> 32) + (middle >> 32);
   return r;
+}
+
+// The full product of two 64-bit integers: exact, so the same on every target however it is
+// computed.
+MTK_HOST_DEVICE U128 multiply_u64(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__) && !defined(__CUDA_ARCH__) && !defined(MTK_FLOAT_FORMATS_METAL)
+  const unsigned __int128 product = static_cast<unsigned __int128>(a) * b;
+  U128 wide;
+  wide.hi = static_cast<uint64_t>(product >> 64);
+  wide.lo = static_cast<uint64_t>(product);
+  return wide;
+#else
+  return multiply_u64_by_halves(a, b);
+#endif
 }
 
 MTK_HOST_DEVICE int leading_zeros_u64(uint64_t x) {

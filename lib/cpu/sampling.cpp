@@ -209,19 +209,40 @@ class RowSampler {
   }
 
   // Keeps the shortest prefix of the masses in the contract's order (descending, ties to the
-  // lower index) whose exact sum reaches `target`, at least one token.
+  // lower index) whose exact sum reaches `target`, at least one token. The prefix's end is
+  // found by selection rather than a sort: the range [low, high) that holds it halves each
+  // step around a median found by nth_element, and only the last few words are sorted. Exact
+  // sums make the answer the sort's, whatever order the selection leaves the words in.
   void keep_top_p(ExactSum target) {
     int64_t count = 0;
     for (int64_t i = 0; i < p_.n; ++i) {
       if (mass_[i] > 0.0f) words_[count++] = ranked(bits_from_float(mass_[i]), i);
     }
-    std::sort(words_, words_ + count, std::greater<uint64_t>());
-    ExactSum prefix = exact_zero();
-    int64_t kept = 0;
-    while (kept < count) {
-      prefix = exact_add_mass(prefix, mass_[index_of(words_[kept])]);
+    // Invariant: the words before `low` rank above all others and sum to `before` < target
+    // (or low == 0), and the prefix ends in [low, high).
+    int64_t low = 0, high = count;
+    ExactSum before = exact_zero();
+    constexpr int64_t kSortBelow = 64;
+    while (high - low > kSortBelow) {
+      const int64_t middle = low + (high - low) / 2;
+      std::nth_element(words_ + low, words_ + middle, words_ + high, std::greater<uint64_t>());
+      ExactSum upper = before;  // through words_[middle]
+      for (int64_t j = low; j <= middle; ++j) {
+        upper = exact_add_mass(upper, mass_[index_of(words_[j])]);
+      }
+      if (exact_compare(upper, target) >= 0) {
+        high = middle + 1;
+      } else {
+        before = upper;
+        low = middle + 1;
+      }
+    }
+    std::sort(words_ + low, words_ + high, std::greater<uint64_t>());
+    int64_t kept = low;
+    while (kept < high) {
+      before = exact_add_mass(before, mass_[index_of(words_[kept])]);
       ++kept;
-      if (exact_compare(prefix, target) >= 0) break;
+      if (exact_compare(before, target) >= 0) break;
     }
     for (int64_t j = kept; j < count; ++j) mass_[index_of(words_[j])] = 0.0f;
   }

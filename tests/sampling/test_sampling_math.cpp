@@ -34,6 +34,19 @@ float random_positive(std::mt19937_64& rng) {
   }
 }
 
+void test_multiplication() {
+  std::mt19937_64 rng(0);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint64_t a = rng() >> (rng() % 64), b = rng() >> (rng() % 64);
+    const mtk::U128 fast = mtk::multiply_u64(a, b), halves = mtk::multiply_u64_by_halves(a, b);
+    const unsigned __int128 want = static_cast<unsigned __int128>(a) * b;
+    CHECK(halves.hi == static_cast<uint64_t>(want >> 64) &&
+              halves.lo == static_cast<uint64_t>(want) && fast.hi == halves.hi &&
+              fast.lo == halves.lo,
+          "%" PRIx64 " * %" PRIx64, a, b);
+  }
+}
+
 void test_division() {
   std::mt19937_64 rng(1);
   for (int i = 0; i < 2000000; ++i) {
@@ -149,6 +162,7 @@ void test_exp() {
 }  // namespace
 
 int main() {
+  test_multiplication();
   test_division();
   test_exact_sum();
   test_scaled();
