@@ -76,22 +76,22 @@ MTK_HOST_DEVICE float round_to_f32(uint64_t m, int e, bool sticky) {
   if (exponent > 127) return float_from_bits(kF32Exponent);
   uint64_t kept;
   uint64_t rest;
-  uint64_t half;
+  uint64_t halfway;
   uint32_t biased;
   if (exponent >= -126) {  // normal: 24 significant bits
     kept = m >> 40;
     rest = m & ((1ull << 40) - 1u);
-    half = 1ull << 39;
+    halfway = 1ull << 39;
     biased = uint32_t(exponent + 127);
   } else {  // subnormal: multiples of 2^-149
     const int drop = 40 + (-126 - exponent);  // bits below 2^-149
     if (drop > 64) return 0.0f;               // below half of 2^-149
     kept = drop == 64 ? 0u : m >> drop;
     rest = drop == 64 ? m : m & ((1ull << drop) - 1u);
-    half = 1ull << (drop - 1);
+    halfway = 1ull << (drop - 1);
     biased = 0u;
   }
-  if (rest > half || (rest == half && (sticky || (kept & 1u) != 0u))) ++kept;
+  if (rest > halfway || (rest == halfway && (sticky || (kept & 1u) != 0u))) ++kept;
   // A carry out of the significand moves to the next binade; adding the bits does exactly that
   // (and a subnormal rounding up to 2^-126 becomes the smallest normal).
   const uint32_t bits =
