@@ -109,6 +109,10 @@ SamplingProblem make_sampling_problem(const mtk_sampling_op& given_op, const mtk
     fail(MTK_ERROR_INVALID_ARGUMENT, input_name, ".sizes[1] = ", n,
          " is too long: rows of fewer than 2^31 tokens only");
   }
+  if (p.samples() && n == 0 && rows > 0) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, input_name,
+         ".sizes[1] = 0: a row without tokens has none to sample");
+  }
   const mtk_sampling_params defaults = MTK_SAMPLING_PARAMS_INIT;
   const mtk_sampling_params params = given_params == nullptr
       ? defaults

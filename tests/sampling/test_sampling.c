@@ -258,6 +258,11 @@ static void test_errors(void) {
   const mtk_tensor flat = vec(probs, MTK_FLOAT32, 6);
   EXPECT_STATUS(mtk_renorm_probs(ctx, &flat, NULL, &out_t, NULL), MTK_ERROR_INVALID_ARGUMENT,
                 "probs.ndim = 1");
+  const mtk_tensor empty_rows = mat(probs, MTK_FLOAT32, 2, 0);
+  EXPECT_STATUS(mtk_sample(ctx, &empty_rows, NULL, &u, &s, NULL), MTK_ERROR_INVALID_ARGUMENT,
+                "probs.sizes[1] = 0");
+  const mtk_tensor empty_out = mat(out, MTK_FLOAT32, 2, 0);
+  EXPECT_STATUS(mtk_renorm_probs(ctx, &empty_rows, NULL, &empty_out, NULL), MTK_SUCCESS, NULL);
   EXPECT_STATUS(mtk_renorm_probs(NULL, &in, NULL, &out_t, NULL), MTK_ERROR_INVALID_CONTEXT, NULL);
 }
 
