@@ -353,9 +353,34 @@ MTK_HOST_DEVICE float reciprocal_temperature(float t) {
   return bits_from_float(t) == kF32Exponent ? 0.0f : divide_f32(1.0f, t);
 }
 
+// The two float operations of the sampler, each one IEEE rounding: never fused into a
+// multiply-add (nvcc fuses across statements unless told not to; Metal kernels using these
+// must compile with fast math off).
+MTK_HOST_DEVICE float multiply_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+MTK_HOST_DEVICE float subtract_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 // A logit times 1 / temperature, flushed: the value the softmax ranks and exponentiates.
 MTK_HOST_DEVICE float scaled_logit(float logit, float reciprocal) {
-  return flush_subnormal(logit * reciprocal);
+  return flush_subnormal(multiply_rn(logit, reciprocal));
+}
+
+// How far a scaled logit z lies below the row's largest, M, flushed: exp_of_negative_gap's
+// argument.
+MTK_HOST_DEVICE float gap_below(float most, float z) {
+  return flush_subnormal(subtract_rn(most, z));
 }
 
 // top_p keeps the row unfiltered at 1 and above, and at NaN; at or below 0 it keeps one token.

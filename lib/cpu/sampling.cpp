@@ -184,7 +184,7 @@ class RowSampler {
       } else if (infinite) {
         mass_[i] = bits_from_float(z) == kF32Exponent ? 1.0f : 0.0f;
       } else {
-        mass_[i] = exp_of_negative_gap(flush_subnormal(most - z));
+        mass_[i] = exp_of_negative_gap(gap_below(most, z));
       }
     }
   }

@@ -9,6 +9,8 @@ __global__ void sampling_math_device_check(const float* masses, float* out) {
   const mtk::ExactSum up = mtk::exact_ceil_scaled(sum, mtk::top_p_fraction(0.9f));
   const mtk::ScaledSum down = mtk::exact_scaled(sum, mtk::clamped_uniform(0.5f));
   float result = mtk::exact_to_f32(sum) + mtk::divide_f32(1.0f, 3.0f);
-  if (mtk::exact_compare(up, down.floor) > 0) result = mtk::scaled_logit(result, 0.5f);
+  if (mtk::exact_compare(up, down.floor) > 0) {
+    result = mtk::gap_below(1.0f, mtk::scaled_logit(result, 0.5f));
+  }
   out[index] = result;
 }

@@ -16,7 +16,7 @@ kernel void mtk_sampling_math_typecheck(device const float* masses [[buffer(0)]]
       mtk::min_p_filters(0.1f) && mtk::top_p_filters(0.9f) && mtk::top_k_filters(5, 10) &&
       !mtk::is_nan_f32(result)) {
     result = mtk::scaled_logit(result, mtk::reciprocal_temperature(0.7f)) +
-             mtk::min_p_fraction(0.1f) + mtk::flush_subnormal(result);
+             mtk::min_p_fraction(0.1f) + mtk::gap_below(1.0f, result);
   }
   out[index] = result;
 }
