@@ -32,6 +32,14 @@
 extern "C" mtk_status fuzz_topk_alloc_raw(mtk_context ctx, const mtk_tensor* input, int64_t k,
                                           int64_t dim, int largest, int sorted, int index_dtype,
                                           mtk_tensor* values_out, mtk_tensor* indices_out);
+extern "C" mtk_status fuzz_sampling_raw(mtk_context ctx, int op, const mtk_tensor* input,
+                                        const mtk_sampling_params* params,
+                                        const mtk_tensor* uniforms, const mtk_tensor* output,
+                                        void* workspace, size_t workspace_bytes);
+extern "C" mtk_status fuzz_sampling_workspace_size_raw(mtk_context ctx, int op,
+                                                       const mtk_tensor* input,
+                                                       const mtk_sampling_params* params,
+                                                       int output_dtype, size_t* bytes);
 
 namespace {
 
@@ -867,23 +875,20 @@ void fuzz_sampling(FuzzedDataProvider& fdp, mtk_context ctx) {
     return;
   }
   const std::vector<unsigned char> input_before(input_arena, input_arena + kArenaBytes);
-  mtk_sampling_op op_field;
-  std::memcpy(&op_field, &op, sizeof op);
-  const mtk_status status = mtk_sampling_with_workspace(
-      ctx, op_field, &in, &params, with_uniforms ? &uniforms : nullptr, &out, nullptr, 0, nullptr);
+  const mtk_tensor* uniforms_arg = with_uniforms ? &uniforms : nullptr;
+  const mtk_status status =
+      fuzz_sampling_raw(ctx, op, &in, &params, uniforms_arg, &out, nullptr, 0);
   if (status == MTK_ERROR_INVALID_ARGUMENT &&
       std::strstr(mtk_last_error_message(), "workspace") != nullptr) {
-    // Valid: run it on the context's own scratch instead.
+    // Valid, and it needs scratch: run it with a workspace of the size the query gives.
     size_t bytes = 0;
-    if (mtk_sampling_workspace_size(ctx, op_field, &in, &params, out.dtype, &bytes) !=
-        MTK_SUCCESS) {
+    if (fuzz_sampling_workspace_size_raw(ctx, op, &in, &params, out_raw, &bytes) != MTK_SUCCESS) {
       crash(std::string("sampling: the workspace query failed on a valid call: ") +
             mtk_last_error_message());
     }
-    std::vector<unsigned char> workspace(bytes + 1);
-    if (mtk_sampling_with_workspace(ctx, op_field, &in, &params,
-                                    with_uniforms ? &uniforms : nullptr, &out, workspace.data(),
-                                    workspace.size(), nullptr) != MTK_SUCCESS) {
+    std::vector<unsigned char> workspace(bytes);
+    if (fuzz_sampling_raw(ctx, op, &in, &params, uniforms_arg, &out, workspace.data(), bytes) !=
+        MTK_SUCCESS) {
       crash(std::string("sampling: a valid call failed: ") + mtk_last_error_message());
     }
   } else if (status != MTK_SUCCESS) {
