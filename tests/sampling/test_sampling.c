@@ -266,6 +266,50 @@ static void test_errors(void) {
   EXPECT_STATUS(mtk_renorm_probs(NULL, &in, NULL, &out_t, NULL), MTK_ERROR_INVALID_CONTEXT, NULL);
 }
 
+/* The same call on one worker thread and on several gives the same bits: rows never share. */
+static void test_thread_counts(void) {
+  enum { ROWS = 48, N = 700 };
+  static float logits[ROWS][N];
+  static float uniforms[ROWS];
+  static int64_t one[ROWS], many[ROWS];
+  static float renorm_one[ROWS][N], renorm_many[ROWS][N];
+  uint32_t state = 12345u;
+  for (int r = 0; r < ROWS; ++r) {
+    for (int i = 0; i < N; ++i) {
+      state = state * 1664525u + 1013904223u;
+      logits[r][i] = (float)(state >> 8) / 16777216.0f * 20.0f - 10.0f;
+    }
+    uniforms[r] = (float)r / ROWS;
+  }
+  mtk_context serial, parallel;
+  if (mtk_context_create(MTK_BACKEND_CPU, 0, &serial) != MTK_SUCCESS ||
+      mtk_context_create(MTK_BACKEND_CPU, 0, &parallel) != MTK_SUCCESS) {
+    CHECK(0, "contexts: %s", mtk_last_error_message());
+    return;
+  }
+  EXPECT_STATUS(mtk_context_set_num_threads(serial, 1), MTK_SUCCESS, NULL);
+  EXPECT_STATUS(mtk_context_set_num_threads(parallel, 5), MTK_SUCCESS, NULL);
+  const mtk_tensor in = mat(logits, MTK_FLOAT32, ROWS, N), u = vec(uniforms, MTK_FLOAT32, ROWS);
+  const mtk_tensor s1 = vec(one, MTK_INT64, ROWS), s2 = vec(many, MTK_INT64, ROWS);
+  const mtk_tensor r1 = mat(renorm_one, MTK_FLOAT32, ROWS, N);
+  const mtk_tensor r2 = mat(renorm_many, MTK_FLOAT32, ROWS, N);
+  mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+  params.top_k_value = 300;
+  params.top_p_value = 0.8f;
+  params.temperature_value = 1.5f;
+  EXPECT_STATUS(mtk_sample_from_logits(serial, &in, &params, &u, &s1, NULL), MTK_SUCCESS, NULL);
+  EXPECT_STATUS(mtk_sample_from_logits(parallel, &in, &params, &u, &s2, NULL), MTK_SUCCESS, NULL);
+  CHECK(memcmp(one, many, sizeof one) == 0, "samples differ between 1 and 5 threads");
+  /* The logits in [-10, 10) read as probabilities: negatives have no mass. */
+  params.temperature_value = 1.0f;
+  EXPECT_STATUS(mtk_renorm_probs(serial, &in, &params, &r1, NULL), MTK_SUCCESS, NULL);
+  EXPECT_STATUS(mtk_renorm_probs(parallel, &in, &params, &r2, NULL), MTK_SUCCESS, NULL);
+  CHECK(memcmp(renorm_one, renorm_many, sizeof renorm_one) == 0,
+        "renormalised probabilities differ between 1 and 5 threads");
+  mtk_context_destroy(serial);
+  mtk_context_destroy(parallel);
+}
+
 int main(void) {
   if (mtk_context_create(MTK_BACKEND_CPU, 0, &ctx) != MTK_SUCCESS) {
     fprintf(stderr, "no CPU context: %s\n", mtk_last_error_message());
@@ -278,6 +322,7 @@ int main(void) {
   test_workspace();
   test_versioned_params();
   test_errors();
+  test_thread_counts();
   mtk_context_destroy(ctx);
   if (failures != 0) {
     fprintf(stderr, "test_sampling: %d failures\n", failures);
