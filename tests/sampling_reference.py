@@ -164,9 +164,10 @@ def softmax_masses(row, top_k, temperature):
     kept = set(range(n))
     if top_k_filters(top_k, n):
         kept = set(sorted(range(n), key=lambda i: logit_rank(widened[i], i))[:top_k])
-    reciprocal = f32(1) / f32(temperature)
+    reciprocal = flush(f32(1) / f32(temperature))
     with np.errstate(all="ignore"):
-        z = [flush(widened[i] * reciprocal) if i in kept else f32(np.nan) for i in range(n)]
+        z = [flush(flush(widened[i]) * reciprocal) if i in kept else f32(np.nan)
+             for i in range(n)]
     finite = [v for v in z if not math.isnan(v)]
     if not finite or max(finite) == -np.inf:
         return [f32(0)] * n

@@ -141,10 +141,13 @@ def test_sample_from_logits_matches_reference(dtype):
     logits[0, 2] = np.nan
     logits[1, [4, 8]] = np.inf
     logits[2] = -np.inf
+    # Subnormal logits count as zeros, also where a tiny temperature would make them large.
+    logits[3:6, :4] = np.float32([1e-40, -1e-40, 5e-39, 0]).astype(dtype)
     uniforms = rng.random(rows, dtype=np.float32)
     options = random_options(rng, rows, n)
-    temperature = rng.choice([1.0, 0.5, 2.0, 0.0, -1.0, 1e-3, 30.0],
+    temperature = rng.choice([1.0, 0.5, 2.0, 0.0, -1.0, 1e-3, 30.0, 1e-30, 3e38],
                              size=rows).astype(np.float32)
+    temperature[3:6] = [1e-30, 3e38, 1e-38]
     got = sampling.sample_from_logits(logits, uniforms, temperature=temperature, **options)
     for r in range(rows):
         row_options = {name: value[r].item() for name, value in options.items()}
@@ -174,6 +177,20 @@ def test_degenerate_rows():
     np.testing.assert_array_equal(tokens, [0, 0, 1, 3])
     greedy = sampling.sample_from_logits(logits, np.float32([0.9] * 4), temperature=0.0)
     np.testing.assert_array_equal(greedy, [0, 0, 1, 1])
+
+
+def test_subnormal_logits_count_as_zero():
+    """Even where a tiny temperature would scale them to ordinary numbers."""
+    u = np.linspace(0, 1, 41, dtype=np.float32)
+    rows = len(u)
+    subnormal = np.tile(np.float32([1e-39, 0, -3e-39, 0]), (rows, 1))
+    zeros = np.zeros((rows, 4), np.float32)
+    for temperature in (1.0, 1e-37):
+        got = sampling.sample_from_logits(subnormal, u, temperature=temperature)
+        np.testing.assert_array_equal(got, sampling.sample_from_logits(zeros, u))
+    # Four equal masses: the token is floor(4u) (0.25 is not exceeded by the first quarter).
+    np.testing.assert_array_equal(sampling.sample_from_logits(zeros, u),
+                                  np.minimum(np.floor(u * 4), 3).astype(np.int32))
 
 
 def test_disabled_filters_keep_the_row():

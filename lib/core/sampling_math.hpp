@@ -348,9 +348,10 @@ MTK_HOST_DEVICE bool temperature_samples(float t) {
   return (bits & kF32Sign) == 0u && bits >= 0x00800000u && bits <= kF32Exponent;
 }
 
-// 1 / t correctly rounded, for a temperature that samples (+inf gives 0).
+// 1 / t correctly rounded and flushed (t above 2^126 gives a subnormal, so 0), for a
+// temperature that samples (+inf gives 0).
 MTK_HOST_DEVICE float reciprocal_temperature(float t) {
-  return bits_from_float(t) == kF32Exponent ? 0.0f : divide_f32(1.0f, t);
+  return bits_from_float(t) == kF32Exponent ? 0.0f : flush_subnormal(divide_f32(1.0f, t));
 }
 
 // The two float operations of the sampler, each one IEEE rounding: never fused into a
@@ -372,9 +373,10 @@ MTK_HOST_DEVICE float subtract_rn(float a, float b) {
 #endif
 }
 
-// A logit times 1 / temperature, flushed: the value the softmax ranks and exponentiates.
+// A logit times 1 / temperature, the logit and the product flushed: the value the softmax
+// exponentiates.
 MTK_HOST_DEVICE float scaled_logit(float logit, float reciprocal) {
-  return flush_subnormal(multiply_rn(logit, reciprocal));
+  return flush_subnormal(multiply_rn(flush_subnormal(logit), reciprocal));
 }
 
 // How far a scaled logit z lies below the row's largest, M, flushed: exp_of_negative_gap's
