@@ -2,7 +2,6 @@
 filters"): every filter and both samplers bit for bit, boundary cases, disabled filters, per-row
 arguments, NaN and infinities, batch invariance, torch inputs and the argument errors."""
 
-
 import numpy as np
 import pytest
 
