@@ -47,7 +47,7 @@
 #include <stdint.h>
 
 #define MTK_VERSION_MAJOR 0
-#define MTK_VERSION_MINOR 2
+#define MTK_VERSION_MINOR 3
 #define MTK_VERSION_PATCH 0
 #define MTK_VERSION (MTK_VERSION_MAJOR * 10000 + MTK_VERSION_MINOR * 100 + MTK_VERSION_PATCH)
 
@@ -274,6 +274,94 @@ MTK_API mtk_status mtk_topk_ragged_with_workspace(mtk_context ctx, const mtk_ten
                                                   const mtk_tensor* values,
                                                   const mtk_tensor* indices, void* workspace,
                                                   size_t workspace_bytes, void* stream);
+
+/* ---- Sampling filters and sampling (LLM decoding) ----------------------------------------- */
+
+/*
+ * The filters and the sampler of an LLM decoder, exact and batch-invariant: for the same row the
+ * result is bit for bit the same on every backend, for any batch size and any position of the
+ * row in the batch. The semantics, and why they are exact, are in docs/CONTRACT.md ("Sampling
+ * filters"). In short: `logits` and `probs` are [rows, n] with n < 2^31, any strides; a row's
+ * probabilities are read as non-negative masses (NaN and values <= 0 count as 0); every sum is
+ * exact (a fixed-point accumulator), and the filters apply in the order top-k, top-p, min-p.
+ *
+ * Versioned (see the opening comment); no member is mandatory, and params may be NULL (no
+ * filter, temperature 1). Each per-row value is a scalar, or a [rows] tensor that overrides it
+ * and is read on the device (never copied to the host, so a captured call may replay with new
+ * contents). A disabled filter keeps the whole row (vLLM's conventions): top_k <= 0 or >= n,
+ * top_p >= 1 or NaN, min_p <= 0 or NaN.
+ */
+typedef struct mtk_sampling_params {
+  size_t struct_size;           /* sizeof(mtk_sampling_params) as the caller compiled it */
+  const mtk_tensor* top_k;      /* NULL (the default: top_k_value), or [rows] int32 or int64 */
+  int64_t top_k_value;          /* tokens kept by the top-k filter (default 0: no filter) */
+  const mtk_tensor* top_p;      /* NULL (the default), or [rows] float32 */
+  float top_p_value;            /* top-p filter (default 1: no filter) */
+  const mtk_tensor* min_p;      /* NULL (the default), or [rows] float32 */
+  float min_p_value;            /* min-p filter (default 0: no filter) */
+  const mtk_tensor* temperature; /* NULL (the default), or [rows] float32; logits only */
+  float temperature_value;      /* logits are multiplied by 1 / temperature (default 1);
+                                   <= 0 or NaN: greedy, the row's top-1 */
+} mtk_sampling_params;
+
+/* The size and every default, member by member:
+ *   mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;  params.top_p_value = 0.9f; */
+#define MTK_SAMPLING_PARAMS_INIT {sizeof(mtk_sampling_params), 0, 0, 0, 1.0f, 0, 0.0f, 0, 1.0f}
+
+/* The operations, for mtk_sampling_workspace_size and mtk_sampling_with_workspace. */
+typedef enum mtk_sampling_op {
+  MTK_SAMPLING_TOP_K_MASK_LOGITS = 0,  /* mtk_top_k_mask_logits */
+  MTK_SAMPLING_RENORM_PROBS = 1,       /* mtk_renorm_probs */
+  MTK_SAMPLING_SAMPLE = 2,             /* mtk_sample */
+  MTK_SAMPLING_SAMPLE_FROM_LOGITS = 3  /* mtk_sample_from_logits */
+} mtk_sampling_op;
+
+/* `out` [rows, n] (logits' dtype: float32, float16 or bfloat16) receives the logits of each
+ * row's top-k tokens bit for bit (mtk_topk's order: NaN above +inf, ties to the lower index,
+ * exactly k kept) and -inf elsewhere. Only params' top_k is read; setting another filter or a
+ * temperature is an error. */
+MTK_API mtk_status mtk_top_k_mask_logits(mtk_context ctx, const mtk_tensor* logits,
+                                         const mtk_sampling_params* params, const mtk_tensor* out,
+                                         void* stream);
+
+/* `out` [rows, n] float32 receives each row's float32 probabilities filtered by params' top_k,
+ * top_p and min_p (in that order): the kept masses divided by their sum, 0 elsewhere (a row
+ * without mass: all 0). A temperature is an error. */
+MTK_API mtk_status mtk_renorm_probs(mtk_context ctx, const mtk_tensor* probs,
+                                    const mtk_sampling_params* params, const mtk_tensor* out,
+                                    void* stream);
+
+/* `samples` [rows] (int32 or int64) receives one token per row of `probs` (float32): the first
+ * index, in vocabulary order, whose cumulative filtered mass exceeds uniforms[r] times the row's
+ * filtered total. `uniforms` [rows] float32 is drawn by the caller (below 0 or NaN counts as 0,
+ * 1 and above as the largest float below 1). A temperature is an error. */
+MTK_API mtk_status mtk_sample(mtk_context ctx, const mtk_tensor* probs,
+                              const mtk_sampling_params* params, const mtk_tensor* uniforms,
+                              const mtk_tensor* samples, void* stream);
+
+/* mtk_sample on the softmax of `logits` (float32, float16 or bfloat16) at params' temperature;
+ * the top-k filter keeps mtk_top_k_mask_logits's tokens. */
+MTK_API mtk_status mtk_sample_from_logits(mtk_context ctx, const mtk_tensor* logits,
+                                          const mtk_sampling_params* params,
+                                          const mtk_tensor* uniforms, const mtk_tensor* samples,
+                                          void* stream);
+
+/* Scratch bytes mtk_sampling_with_workspace needs for `op` on `input` (0 if none), whatever the
+ * params' tensors hold when it runs; `output_dtype` is the output's (samples: int32 or int64). */
+MTK_API mtk_status mtk_sampling_workspace_size(mtk_context ctx, mtk_sampling_op op,
+                                               const mtk_tensor* input,
+                                               const mtk_sampling_params* params,
+                                               mtk_dtype output_dtype, size_t* bytes);
+
+/* One of the four operations with caller-provided device scratch of at least
+ * mtk_sampling_workspace_size bytes, untouched until the stream has run the call: never
+ * allocates. `uniforms` is NULL for the two filters; `output` is their `out` or the samples. */
+MTK_API mtk_status mtk_sampling_with_workspace(mtk_context ctx, mtk_sampling_op op,
+                                               const mtk_tensor* input,
+                                               const mtk_sampling_params* params,
+                                               const mtk_tensor* uniforms,
+                                               const mtk_tensor* output, void* workspace,
+                                               size_t workspace_bytes, void* stream);
 
 /* ---- Fused MoE router ------------------------------------------------------------------- */
 

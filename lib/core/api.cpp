@@ -9,6 +9,7 @@
 #include "metaltopk.h"
 #include "validate.hpp"
 
+using mtk::checked_workspace;
 using mtk::Context;
 using mtk::fail;
 using mtk::guarded;
@@ -132,12 +133,12 @@ NewOutputs checked_problem_with_new_outputs(Context& ctx, const mtk_tensor* inpu
   return out;
 }
 
-// Plans a problem with work once and runs that plan. `caller_workspace` is the caller's scratch,
-// checked against the plan here, or null: the backend takes its own.
+}  // namespace
+
 // The caller's scratch checked against what `plan` needs, or an empty Workspace (the backend
 // takes its own) where the caller gave none.
-mtk::Workspace checked_workspace(const mtk::PlannedTopk& plan,
-                                 const mtk::Workspace* caller_workspace) {
+mtk::Workspace mtk::checked_workspace(const mtk::PlannedTopk& plan,
+                                      const mtk::Workspace* caller_workspace) {
   if (caller_workspace == nullptr) return mtk::Workspace{};
   const size_t needed = plan.workspace_bytes;
   if (caller_workspace->bytes < needed) {
@@ -150,6 +151,10 @@ mtk::Workspace checked_workspace(const mtk::PlannedTopk& plan,
   return *caller_workspace;
 }
 
+namespace {
+
+// Plans a problem with work once and runs that plan. `caller_workspace` is the caller's scratch,
+// checked against the plan here, or null: the backend takes its own.
 void plan_and_run(Context& ctx, const mtk::TopkProblem& p, const mtk::Workspace* caller_workspace,
                   void* stream) {
   mtk::Backend& backend = ctx.backend();

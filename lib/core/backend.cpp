@@ -1,4 +1,5 @@
-// What a backend without ragged kernels answers: a clear refusal naming it, never a result.
+// What a backend without ragged or sampling kernels answers: a clear refusal naming it, never a
+// result.
 #include "backend.hpp"
 
 #include "error.hpp"
@@ -12,7 +13,22 @@ namespace {
        " backend yet; the cpu backend implements it");
 }
 
+[[noreturn]] void refuse_sampling(mtk_backend kind) {
+  fail(MTK_ERROR_BACKEND_UNAVAILABLE,
+       "sampling (mtk_top_k_mask_logits, mtk_renorm_probs, mtk_sample, mtk_sample_from_logits) "
+       "is not implemented on the ", mtk_backend_name(kind),
+       " backend yet; the cpu backend implements it");
+}
+
 }  // namespace
+
+std::shared_ptr<const PlannedTopk> Backend::plan_sampling(const SamplingProblem&) {
+  refuse_sampling(kind());
+}
+
+void Backend::run_sampling(const PlannedTopk&, const SamplingProblem&, Workspace, void*) {
+  refuse_sampling(kind());
+}
 
 std::shared_ptr<const PlannedTopk> Backend::plan_topk_ragged(const RaggedProblem&) {
   refuse_ragged(kind());

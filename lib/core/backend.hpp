@@ -9,6 +9,7 @@
 #include "cache.hpp"
 #include "metaltopk.h"
 #include "problem.hpp"
+#include "sampling_problem.hpp"
 
 namespace mtk {
 
@@ -52,6 +53,13 @@ class Backend {
   virtual std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem);
   virtual void run_topk_ragged(const PlannedTopk& plan, const RaggedProblem& problem,
                                Workspace workspace, void* stream);
+
+  // The sampling filters and samplers (mtk_top_k_mask_logits, mtk_renorm_probs, mtk_sample,
+  // mtk_sample_from_logits), planned and run as plan_topk and run_topk; rows and n are > 0.
+  // The defaults refuse with MTK_ERROR_BACKEND_UNAVAILABLE and a message naming the backend.
+  virtual std::shared_ptr<const PlannedTopk> plan_sampling(const SamplingProblem& problem);
+  virtual void run_sampling(const PlannedTopk& plan, const SamplingProblem& problem,
+                            Workspace workspace, void* stream);
 
   // Called only with tokens > 0.
   virtual void moe_route(const RouterProblem& problem, void* stream) = 0;

@@ -8,6 +8,7 @@
 #include "abi_enums.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
+#include "tensor_checks.hpp"
 #include "versioned_params.hpp"
 
 namespace mtk {
@@ -26,21 +27,9 @@ bool multiply_overflows(int64_t a, int64_t b, int64_t* out) {
 }
 bool add_overflows(int64_t a, int64_t b, int64_t* out) { return __builtin_add_overflow(a, b, out); }
 
-// The byte interval [first, last] a tensor's elements occupy (empty tensors occupy none).
-struct ByteSpan {
-  bool empty = true;
-  uintptr_t first = 0, last = 0;
-};
+}  // namespace
 
-struct CheckedTensor {
-  const DtypeInfo* dtype = nullptr;
-  int64_t numel = 0;
-  ByteSpan span;
-};
-
-// Structural checks common to every descriptor: pointer, rank, sizes, element count, extent.
-CheckedTensor check_descriptor(const mtk_tensor* t, const char* name,
-                               bool data_required = true) {
+CheckedTensor check_descriptor(const mtk_tensor* t, const char* name, bool data_required) {
   if (t == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, name, " is NULL");
   if (t->ndim < 0 || t->ndim > MTK_MAX_NDIM) {
     fail(MTK_ERROR_INVALID_ARGUMENT, name, ".ndim = ", t->ndim, " is outside [0, ", MTK_MAX_NDIM,
@@ -146,6 +135,8 @@ void check_output_shape(const mtk_tensor& t, const char* name, const OutputShape
     }
   }
 }
+
+namespace {
 
 void check_values_dtype(const mtk_tensor& values, const mtk_tensor& input) {
   if (values.dtype != input.dtype) {

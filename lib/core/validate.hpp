@@ -7,6 +7,7 @@
 
 #include "metaltopk.h"
 #include "problem.hpp"
+#include "sampling_problem.hpp"
 
 namespace mtk {
 
@@ -44,6 +45,19 @@ RaggedProblem make_ragged_problem(const mtk_tensor* input, int64_t k, int larges
                                   const mtk_ragged_params* params, const mtk_tensor* values,
                                   const mtk_tensor* indices,
                                   OutputMemory outputs = OutputMemory::CallerProvided);
+
+// Full validation of a sampling call; `uniforms` is NULL for the two filters and `output` is
+// their `out` or the samples. An `op` outside the enum is rejected first.
+void check_sampling_op(const mtk_sampling_op& op);
+SamplingProblem make_sampling_problem(const mtk_sampling_op& op, const mtk_tensor* input,
+                                      const mtk_sampling_params* params,
+                                      const mtk_tensor* uniforms, const mtk_tensor* output,
+                                      OutputMemory outputs = OutputMemory::CallerProvided);
+
+struct PlannedTopk;
+// The caller's scratch checked against what `plan` needs (api.cpp), or an empty Workspace (the
+// backend takes its own) where the caller gave none.
+Workspace checked_workspace(const PlannedTopk& plan, const Workspace* caller_workspace);
 
 RouterProblem make_router_problem(const mtk_tensor* logits, const mtk_router_params* params,
                                   const mtk_tensor* weights, const mtk_tensor* ids);

@@ -13,6 +13,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/moe_route.hpp"
 #include "cpu/ragged.hpp"
+#include "cpu/sampling.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/topk_kernels.hpp"
 #include "cpu/topk_plan.hpp"
@@ -91,6 +92,12 @@ struct CpuPlannedRagged final : PlannedTopk {
   std::shared_ptr<cpu::ThreadPool> pool;
 };
 
+// Sampling: every worker's scratch holds one row (cpu::sampling_worker_bytes).
+struct CpuPlannedSampling final : PlannedTopk {
+  size_t worker_bytes = 0;
+  std::shared_ptr<cpu::ThreadPool> pool;
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend() : pool_(std::make_shared<cpu::ThreadPool>(0)), kernel_(best_topk_kernel()) {}
@@ -150,6 +157,27 @@ class CpuBackend final : public Backend {
     const cpu::ScratchView view =
         carve_scratch(workspace, 0, ragged.worker_bytes, ragged.pool->num_threads());
     cpu::run_ragged(problem, kernel_, *ragged.pool, view.worker);
+  }
+
+  std::shared_ptr<const PlannedTopk> plan_sampling(const SamplingProblem& problem) override {
+    auto planned = std::make_shared<CpuPlannedSampling>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      planned->pool = pool_;
+    }
+    planned->worker_bytes = cpu::sampling_worker_bytes(problem);
+    planned->workspace_bytes =
+        planned->worker_bytes * static_cast<size_t>(planned->pool->num_threads()) + kScratchAlign;
+    return planned;
+  }
+
+  void run_sampling(const PlannedTopk& planned, const SamplingProblem& problem,
+                    Workspace workspace, void*) override {
+    const auto& sampling = static_cast<const CpuPlannedSampling&>(planned);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const cpu::ScratchView view =
+        carve_scratch(workspace, 0, sampling.worker_bytes, sampling.pool->num_threads());
+    cpu::run_sampling(problem, *sampling.pool, view.worker);
   }
 
   void moe_route(const RouterProblem& problem, void*) override {

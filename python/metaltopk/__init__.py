@@ -2,6 +2,7 @@
 
     values, indices = metaltopk.topk(x, k, dim=-1, largest=True, sorted=True, backend=None)
     weights, ids = metaltopk.moe_route(logits, k, scoring="softmax", ...)
+    tokens = metaltopk.sampling.sample(probs, uniforms, top_k=50, top_p=0.9)
 
 numpy arrays, torch tensors (any device; torch ops too, see metaltopk.torch), CuPy arrays and
 any DLPack producer go in, and the same kind comes out.
@@ -14,7 +15,7 @@ from ._abi import DeviceTensor, backends, cache_stats, default_backend, dtype_na
 from ._arguments import register_symbolic_int_type as _register_symbolic_int_type
 from ._dispatch import (moe_route, register_array_adapter, register_type_handler, topk,
                         topk_page_table_transform, topk_ragged_transform)
-from . import _cupy
+from . import _cupy, sampling
 
 
 def _version() -> str:
@@ -41,4 +42,5 @@ if _find_spec("torch") is not None:
 
 __all__ = ["topk", "topk_ragged_transform", "topk_page_table_transform", "moe_route",
            "backends", "default_backend", "cache_stats", "register_array_adapter",
-           "register_type_handler", "DeviceTensor", "dtype_name", "library_path", "__version__"]
+           "register_type_handler", "DeviceTensor", "dtype_name", "library_path", "sampling",
+           "__version__"]

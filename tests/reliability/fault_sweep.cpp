@@ -473,6 +473,77 @@ uint64_t sweep(const std::string& where, mtk_backend backend, const Scenario& sc
   return kMaxPoints;
 }
 
+// ---- sampling ------------------------------------------------------------------------------
+
+struct SamplingShape {
+  int64_t rows, n;
+  mtk_sampling_op op;
+  bool with_workspace;
+};
+
+Scenario sampling_scenario(SamplingShape s, std::shared_ptr<std::vector<unsigned char>> expected) {
+  return [s, expected](mtk_context ctx, Injector& injector) {
+    const bool samples = s.op == MTK_SAMPLING_SAMPLE || s.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+    std::vector<float> input(static_cast<size_t>(s.rows * s.n));
+    for (size_t i = 0; i < input.size(); ++i) {
+      input[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
+    }
+    std::vector<float> uniforms(static_cast<size_t>(s.rows));
+    for (size_t r = 0; r < uniforms.size(); ++r) uniforms[r] = static_cast<float>(r % 10) / 10;
+    DeviceBuffer input_dev(ctx, input.size() * sizeof(float));
+    DeviceBuffer uniforms_dev(ctx, uniforms.size() * sizeof(float));
+    DeviceBuffer out(ctx, static_cast<size_t>(s.rows * (samples ? 1 : s.n)) * sizeof(int64_t));
+    input_dev.upload(input.data());
+    uniforms_dev.upload(uniforms.data());
+    out.fill_sentinel();
+    mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+    params.top_k_value = 40;
+    if (s.op != MTK_SAMPLING_TOP_K_MASK_LOGITS) {
+      params.top_p_value = 0.9f;
+      params.min_p_value = 0.01f;
+    }
+    if (s.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS) params.temperature_value = 0.7f;
+    const mtk_tensor in = matrix(input_dev.get(), MTK_FLOAT32, s.rows, s.n);
+    mtk_tensor u = matrix(uniforms_dev.get(), MTK_FLOAT32, s.rows, 1);
+    u.ndim = 1;
+    mtk_tensor o = matrix(out.get(), samples ? MTK_INT64 : MTK_FLOAT32, s.rows, s.n);
+    if (samples) {
+      o.ndim = 1;
+      o.strides[0] = 1;
+    }
+    size_t bytes = 0;
+    if (s.with_workspace) {
+      mtk_sampling_workspace_size(ctx, s.op, &in, &params, o.dtype, &bytes);
+    }
+    DeviceBuffer workspace(ctx, std::max<size_t>(bytes, 1));
+    Outcome outcome{MTK_SUCCESS, "", true, true, false};
+    injector.arm();
+    if (s.with_workspace) {
+      outcome.status = mtk_sampling_with_workspace(ctx, s.op, &in, &params,
+                                                   samples ? &u : nullptr, &o, workspace.get(),
+                                                   bytes, nullptr);
+    } else if (s.op == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
+      outcome.status = mtk_top_k_mask_logits(ctx, &in, &params, &o, nullptr);
+    } else if (s.op == MTK_SAMPLING_RENORM_PROBS) {
+      outcome.status = mtk_renorm_probs(ctx, &in, &params, &o, nullptr);
+    } else if (s.op == MTK_SAMPLING_SAMPLE) {
+      outcome.status = mtk_sample(ctx, &in, &params, &u, &o, nullptr);
+    } else {
+      outcome.status = mtk_sample_from_logits(ctx, &in, &params, &u, &o, nullptr);
+    }
+    injector.disarm();
+    outcome.message = mtk_last_error_message();
+    mtk_synchronize(ctx, nullptr);
+    const std::vector<unsigned char> got = out.download();
+    outcome.outputs_untouched = all_sentinel(got);
+    if (outcome.status == MTK_SUCCESS) {
+      if (expected->empty()) *expected = got;  // the first clean run defines the result
+      outcome.result_correct = got == *expected;
+    }
+    return outcome;
+  };
+}
+
 struct Entry {
   std::string variant;
   Scenario scenario;
@@ -514,6 +585,27 @@ std::vector<Entry> entries(mtk_backend backend) {
                                 std::to_string(s.b) + " k=" + std::to_string(s.k) + "]";
       list.push_back({label, topk_scenario(s, variant), true});
     }
+  }
+  // Sampling runs on the CPU backend only for now (the others refuse it by name:
+  // tests/sampling/test_sampling_refusal.cpp).
+  const SamplingShape samplings[] = {
+      {1, 4096, MTK_SAMPLING_TOP_K_MASK_LOGITS, false},
+      {64, 1000, MTK_SAMPLING_RENORM_PROBS, false},
+      {64, 1000, MTK_SAMPLING_SAMPLE, true},
+      {1, 4096, MTK_SAMPLING_SAMPLE_FROM_LOGITS, false},
+      {64, 1000, MTK_SAMPLING_SAMPLE_FROM_LOGITS, true},
+  };
+  const char* sampling_names[] = {"mtk_top_k_mask_logits", "mtk_renorm_probs", "mtk_sample",
+                                  "mtk_sample_from_logits"};
+  for (const SamplingShape& sampling : samplings) {
+    if (backend != MTK_BACKEND_CPU) break;
+    const std::string label = std::string(sampling_names[sampling.op]) +
+                              (sampling.with_workspace ? " (workspace)" : "") + " [" +
+                              std::to_string(sampling.rows) + "x" + std::to_string(sampling.n) +
+                              "]";
+    list.push_back({label,
+                    sampling_scenario(sampling, std::make_shared<std::vector<unsigned char>>()),
+                    true});
   }
   const RouteShape routes[] = {
       {1, 256, 8, MTK_SCORING_SOFTMAX, 0, 0, false},

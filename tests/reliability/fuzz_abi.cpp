@@ -1,5 +1,6 @@
-// libFuzzer target over the C ABI's descriptors on the CPU backend: mtk_topk, mtk_topk_alloc
-// and mtk_moe_route with random ranks, sizes, strides, dims, k, dtypes (including unknown enum
+// libFuzzer target over the C ABI's descriptors on the CPU backend: mtk_topk, mtk_topk_alloc,
+// mtk_moe_route and the sampling entries (mtk_sampling_with_workspace's four operations) with
+// random ranks, sizes, strides, dims, k, dtypes (including unknown enum
 // values), output shapes and placements (including overlaps). An oracle of its own decides
 // whether each call is valid by the contract:
 //  - invalid calls must fail with a caller-error status and a message, write nothing, and leave
@@ -31,6 +32,14 @@
 extern "C" mtk_status fuzz_topk_alloc_raw(mtk_context ctx, const mtk_tensor* input, int64_t k,
                                           int64_t dim, int largest, int sorted, int index_dtype,
                                           mtk_tensor* values_out, mtk_tensor* indices_out);
+extern "C" mtk_status fuzz_sampling_raw(mtk_context ctx, int op, const mtk_tensor* input,
+                                        const mtk_sampling_params* params,
+                                        const mtk_tensor* uniforms, const mtk_tensor* output,
+                                        void* workspace, size_t workspace_bytes);
+extern "C" mtk_status fuzz_sampling_workspace_size_raw(mtk_context ctx, int op,
+                                                       const mtk_tensor* input,
+                                                       const mtk_sampling_params* params,
+                                                       int output_dtype, size_t* bytes);
 
 namespace {
 
@@ -71,10 +80,10 @@ int raw_dtype(const mtk_tensor& t) {
 
 // What the run exercised, printed at exit: a fuzzer that only ever skips proves nothing.
 struct Tally {
-  long checked[3] = {}, rejected[3] = {}, skipped[3] = {};
+  long checked[4] = {}, rejected[4] = {}, skipped[4] = {};
   ~Tally() {
-    static const char* names[3] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route"};
-    for (int op = 0; op < 3; ++op) {
+    static const char* names[4] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route", "sampling"};
+    for (int op = 0; op < 4; ++op) {
       std::fprintf(stderr, "fuzz_abi: %-15s %ld valid calls checked against the reference, "
                    "%ld invalid calls rejected, %ld skipped (outside the fuzzer's buffers)\n",
                    names[op], checked[op], rejected[op], skipped[op]);
@@ -742,6 +751,191 @@ void fuzz_route(FuzzedDataProvider& fdp, mtk_context ctx) {
   }
 }
 
+// ---- sampling --------------------------------------------------------------------------------
+
+// A [rows] per-row tensor in `arena` at `offset` bytes, usually of the right dtype and length.
+mtk_tensor per_row(FuzzedDataProvider& fdp, int64_t rows, int dtype, unsigned char* arena,
+                   size_t offset) {
+  mtk_tensor t{};
+  t.ndim = rare(fdp, 16) ? 2 : 1;
+  t.sizes[0] = rare(fdp, 8) ? rows + fdp.ConsumeIntegralInRange<int64_t>(-1, 1) : rows;
+  t.sizes[1] = 1;
+  t.strides[0] = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
+  t.strides[1] = 1;
+  set_dtype(t, rare(fdp, 8) ? pick_dtype(fdp) : dtype);
+  t.data = arena + offset;
+  return t;
+}
+
+bool per_row_valid(const mtk_tensor& t, int64_t rows, bool integer) {
+  const int raw = raw_dtype(t);
+  const bool dtype_ok = integer ? raw == MTK_INT32 || raw == MTK_INT64 : raw == MTK_FLOAT32;
+  return dtype_ok && t.ndim == 1 && t.sizes[0] == rows;
+}
+
+void fuzz_sampling(FuzzedDataProvider& fdp, mtk_context ctx) {
+  int op = rare(fdp, 32) ? fdp.ConsumeIntegral<int>() : fdp.ConsumeIntegralInRange<int>(0, 3);
+  const bool op_known = op >= mtk::kFirstSamplingOp && op <= mtk::kLastSamplingOp;
+  const bool logits_op = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
+                         op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  const bool samples = op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+
+  mtk_tensor in{};
+  in.ndim = rare(fdp, 16) ? fdp.ConsumeIntegralInRange<int>(0, 3) : 2;
+  const int in_raw = rare(fdp, 8) ? pick_dtype(fdp)
+                                  : (logits_op ? fdp.ConsumeIntegralInRange<int>(0, 2)
+                                               : MTK_FLOAT32);
+  set_dtype(in, in_raw);
+  for (int d = 0; d < in.ndim; ++d) in.sizes[d] = fdp.ConsumeIntegralInRange<int64_t>(0, 40);
+  pick_strides(fdp, in);
+  const DtypeInfo it = dtype_info(in_raw);
+  place(fdp, in, input_arena, it.size);
+  // Inputs hold any bits (NaN, infinities, subnormals, negatives): a xorshift stream from one
+  // fuzzed seed.
+  uint32_t state = fdp.ConsumeIntegral<uint32_t>() | 1u;
+  for (size_t b = 0; b < kArenaBytes; b += 4) {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    std::memcpy(input_arena + b, &state, 4);
+  }
+  const int64_t rows = in.ndim == 2 ? in.sizes[0] : 0, n = in.ndim == 2 ? in.sizes[1] : 0;
+
+  std::memset(bias_arena, 0, sizeof bias_arena);
+  mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+  static const float fractions[] = {1.0f, 0.0f, 0.5f, 0.9f, -1.0f, 2.0f, NAN, INFINITY, 1e-40f};
+  auto fraction = [&] { return fractions[fdp.ConsumeIntegralInRange<int>(0, 8)]; };
+  mtk_tensor top_k{}, top_p{};
+  if (fdp.ConsumeBool()) params.top_k_value = fdp.ConsumeIntegralInRange<int64_t>(-2, 45);
+  if (fdp.ConsumeBool()) params.top_p_value = fraction();
+  if (fdp.ConsumeBool()) params.min_p_value = fraction();
+  if (fdp.ConsumeBool()) params.temperature_value = fraction();
+  if (rare(fdp, 4)) {
+    top_k = per_row(fdp, rows, MTK_INT32, bias_arena, 0);
+    for (int i = 0; i < 256; ++i) {
+      const int32_t k = fdp.ConsumeIntegralInRange<int32_t>(-3, 45);
+      std::memcpy(bias_arena + 4 * i, &k, 4);
+    }
+    params.top_k = &top_k;
+  }
+  if (rare(fdp, 4)) {
+    top_p = per_row(fdp, rows, MTK_FLOAT32, bias_arena, 2048);
+    for (int i = 0; i < 256; ++i) {
+      const float f = fraction();
+      std::memcpy(bias_arena + 2048 + 4 * i, &f, 4);
+    }
+    params.top_p = &top_p;
+  }
+  mtk_tensor uniforms{};
+  const bool with_uniforms = samples ? !rare(fdp, 32) : rare(fdp, 32);
+  if (with_uniforms) {
+    uniforms = per_row(fdp, rows, MTK_FLOAT32, indices_arena, 0);
+    for (int i = 0; i < 256; ++i) {
+      const float u = rare(fdp, 8) ? fraction() : fdp.ConsumeFloatingPointInRange<float>(0, 1);
+      std::memcpy(indices_arena + 4 * i, &u, 4);
+    }
+  }
+
+  mtk_tensor out{};
+  out.ndim = samples ? 1 : 2;
+  out.sizes[0] = rows;
+  out.sizes[1] = rare(fdp, 16) ? n + 1 : n;
+  const int out_raw = rare(fdp, 16) ? pick_dtype(fdp)
+                      : samples    ? (fdp.ConsumeBool() ? MTK_INT32 : MTK_INT64)
+                      : op == MTK_SAMPLING_TOP_K_MASK_LOGITS ? in_raw
+                                                               : MTK_FLOAT32;
+  set_dtype(out, out_raw);
+  pick_strides(fdp, out, true);
+  const DtypeInfo ot = dtype_info(out_raw);
+  place(fdp, out, rare(fdp, 32) ? input_arena : values_arena, ot.size);
+  std::memset(values_arena, kSentinel, kArenaBytes);
+
+  // The oracle.
+  const Extent ie = extent_of(in), oe = extent_of(out);
+  const bool defaults_only_k = params.top_p == nullptr && params.top_p_value == 1.0f &&
+                               params.min_p_value == 0.0f && params.temperature_value == 1.0f;
+  const bool no_temperature = params.temperature_value == 1.0f;
+  bool valid = op_known && in.ndim == 2 && it.known && ie.ok &&
+               (in.data != nullptr || ie.numel == 0) &&
+               (logits_op ? in_raw <= MTK_BFLOAT16 : in_raw == MTK_FLOAT32) &&
+               !(samples && n == 0 && rows > 0) &&
+               (params.top_k == nullptr || per_row_valid(top_k, rows, true)) &&
+               (params.top_p == nullptr || per_row_valid(top_p, rows, false)) &&
+               (op != MTK_SAMPLING_TOP_K_MASK_LOGITS || defaults_only_k) &&
+               (logits_op || no_temperature) && with_uniforms == samples &&
+               (!samples || per_row_valid(uniforms, rows, false)) && ot.known && oe.ok &&
+               (out.data != nullptr || oe.numel == 0) && out.sizes[0] == rows &&
+               (samples || out.sizes[1] == n) &&
+               (samples ? out_raw == MTK_INT32 || out_raw == MTK_INT64
+                        : out_raw == (op == MTK_SAMPLING_TOP_K_MASK_LOGITS ? in_raw : MTK_FLOAT32)) &&
+               !has_duplicate_elements(out) && !spans_overlap(out, oe, ot.size, in, ie, it.size);
+  if (valid && (!inside(in, ie, it.size, input_arena, kArenaBytes) ||
+                !inside(out, oe, ot.size, values_arena, kArenaBytes))) {
+    ++tally.skipped[3];
+    return;
+  }
+  const std::vector<unsigned char> input_before(input_arena, input_arena + kArenaBytes);
+  const mtk_tensor* uniforms_arg = with_uniforms ? &uniforms : nullptr;
+  const mtk_status status =
+      fuzz_sampling_raw(ctx, op, &in, &params, uniforms_arg, &out, nullptr, 0);
+  if (status == MTK_ERROR_INVALID_ARGUMENT &&
+      std::strstr(mtk_last_error_message(), "workspace") != nullptr) {
+    // Valid, and it needs scratch: run it with a workspace of the size the query gives.
+    size_t bytes = 0;
+    if (fuzz_sampling_workspace_size_raw(ctx, op, &in, &params, out_raw, &bytes) != MTK_SUCCESS) {
+      crash(std::string("sampling: the workspace query failed on a valid call: ") +
+            mtk_last_error_message());
+    }
+    std::vector<unsigned char> workspace(bytes);
+    if (fuzz_sampling_raw(ctx, op, &in, &params, uniforms_arg, &out, workspace.data(), bytes) !=
+        MTK_SUCCESS) {
+      crash(std::string("sampling: a valid call failed: ") + mtk_last_error_message());
+    }
+  } else if (status != MTK_SUCCESS) {
+    // The one leniency, as for top-k: the conservative self-overlap rule.
+    const bool lenient = std::strstr(mtk_last_error_message(), "overlapping elements") != nullptr;
+    if (valid && !lenient) {
+      crash(std::string("sampling: a valid call failed: ") + mtk_last_error_message());
+    }
+    if (mtk_last_error_message()[0] == '\0') crash("sampling: a failure without a message");
+    for (size_t b = 0; b < kArenaBytes; ++b) {
+      if (values_arena[b] != kSentinel) crash("sampling: a failed call wrote to its output");
+    }
+    ++tally.rejected[3];
+    return;
+  }
+  if (!valid) crash("sampling: an invalid call succeeded");
+  if (std::memcmp(input_before.data(), input_arena, kArenaBytes) != 0) {
+    crash("sampling: a call wrote to its input");
+  }
+  ++tally.checked[3];
+  std::vector<bool> allowed(kArenaBytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < (samples ? 1 : n); ++j) {
+      const int64_t at = samples ? r * out.strides[0] : r * out.strides[0] + j * out.strides[1];
+      const unsigned char* element = static_cast<const unsigned char*>(out.data) +
+                                     at * static_cast<int64_t>(ot.size);
+      allow(allowed, values_arena, element, ot.size);
+      if (samples) {
+        int64_t token;
+        if (out_raw == MTK_INT32) {
+          int32_t t32;
+          std::memcpy(&t32, element, 4);
+          token = t32;
+        } else {
+          std::memcpy(&token, element, 8);
+        }
+        if (token < 0 || token >= n) crash("sampling: a token outside the row");
+      } else if (op == MTK_SAMPLING_RENORM_PROBS) {
+        float p;
+        std::memcpy(&p, element, 4);
+        if (!(p >= 0.0f && p <= 1.0f)) crash("sampling: a renormalised probability outside [0, 1]");
+      }
+    }
+  }
+  expect_only_allowed_changes(values_arena, allowed);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -751,10 +945,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return c;
   }();
   FuzzedDataProvider fdp(data, size);
-  switch (fdp.ConsumeIntegralInRange<int>(0, 2)) {
+  switch (fdp.ConsumeIntegralInRange<int>(0, 3)) {
     case 0: fuzz_topk(fdp, ctx, false); break;
     case 1: fuzz_topk(fdp, ctx, true); break;
     case 2: fuzz_route(fdp, ctx); break;
+    case 3: fuzz_sampling(fdp, ctx); break;
   }
   return 0;
 }

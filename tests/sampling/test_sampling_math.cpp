@@ -1,0 +1,176 @@
+// The sampler's portable arithmetic (lib/core/sampling_math.hpp) against the host's own: the
+// integer division must equal IEEE float division bit for bit, the exact sum must equal a sum in
+// wide integers, the scaled comparisons must be exact, and the exp must stay within 2 ulp.
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "core/sampling_math.hpp"
+
+namespace {
+
+int failures = 0;
+
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                       \
+      std::fprintf(stderr, "\n");                                              \
+      if (++failures > 20) return;                                             \
+    }                                                                          \
+  } while (0)
+
+float from_bits(uint32_t b) { return mtk::float_from_bits(b); }
+uint32_t bits(float f) { return mtk::bits_from_float(f); }
+
+// A positive finite float of any binade, subnormals included.
+float random_positive(std::mt19937_64& rng) {
+  for (;;) {
+    const uint32_t b = static_cast<uint32_t>(rng()) & 0x7fffffffu;
+    if (b != 0 && b < 0x7f800000u) return from_bits(b);
+  }
+}
+
+void test_multiplication() {
+  std::mt19937_64 rng(0);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint64_t a = rng() >> (rng() % 64), b = rng() >> (rng() % 64);
+    const mtk::U128 fast = mtk::multiply_u64(a, b), halves = mtk::multiply_u64_by_halves(a, b);
+    const unsigned __int128 want = static_cast<unsigned __int128>(a) * b;
+    CHECK(halves.hi == static_cast<uint64_t>(want >> 64) &&
+              halves.lo == static_cast<uint64_t>(want) && fast.hi == halves.hi &&
+              fast.lo == halves.lo,
+          "%" PRIx64 " * %" PRIx64, a, b);
+  }
+}
+
+void test_division() {
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 2000000; ++i) {
+    const float a = random_positive(rng);
+    float b = random_positive(rng);
+    if (i % 2 == 0) b = from_bits((bits(a) & 0x807fffffu) | (bits(b) & 0x7f800000u));
+    const float want = a / b;
+    const float got = mtk::divide_f32(a, b);
+    CHECK(bits(got) == bits(want), "%a / %a = %a, want %a", a, b, got, want);
+  }
+  CHECK(mtk::divide_f32(1.0f, 3.0f) == 1.0f / 3.0f, "1/3");
+}
+
+// A float's value in units of 2^-149, as a 256-bit number of four limbs (long arithmetic).
+void add_reference(uint64_t (&acc)[5], float f) {
+  const uint32_t b = bits(f);
+  const uint32_t biased = b >> 23;
+  const uint64_t m = (b & 0x7fffffu) | (biased ? 0x800000u : 0u);
+  const int position = biased ? static_cast<int>(biased) - 1 : 0;
+  for (int bit = 0; bit < 24; ++bit) {
+    if (!((m >> bit) & 1u)) continue;
+    int at = position + bit;
+    // add 2^at
+    for (int i = at / 64; i < 5; ++i) {
+      const uint64_t add = i == at / 64 ? (uint64_t{1} << (at % 64)) : 1u;
+      acc[i] += add;
+      if (acc[i] >= add) break;
+    }
+  }
+}
+
+void test_exact_sum() {
+  std::mt19937_64 rng(2);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint64_t reference[5] = {};
+    mtk::ExactSum sum = mtk::exact_zero();
+    long double approximate = 0;
+    const int count = 1 + static_cast<int>(rng() % 300);
+    for (int i = 0; i < count; ++i) {
+      float f = trial % 2 ? random_positive(rng)
+                          : std::ldexp(static_cast<float>(rng() % 1000) / 1000.0f,
+                                       -static_cast<int>(rng() % 150));
+      if (bits(f) > mtk::kMaxMassBits) f = from_bits(mtk::kMaxMassBits);
+      sum = mtk::exact_add_mass(sum, f);
+      add_reference(reference, f);
+      approximate += f;
+    }
+    CHECK(reference[4] == 0, "reference overflow");
+    for (int i = 0; i < 4; ++i) CHECK(sum.limb[i] == reference[i], "limb %d", i);
+    // Rounded once: equal to the long double sum rounded, unless that was itself inexact.
+    const float rounded = mtk::exact_to_f32(sum);
+    const float near = static_cast<float>(approximate);
+    CHECK(std::fabs(static_cast<double>(rounded) - static_cast<double>(near)) <=
+              std::ldexp(std::fabs(static_cast<double>(near)), -23),
+          "sum %a vs %a", rounded, near);
+  }
+  // Exact rounding: 1 + 2^-24 is a tie (to even: 1), 1 + 2^-24 + 2^-149 rounds up.
+  mtk::ExactSum s = mtk::exact_add_mass(mtk::exact_of_mass(1.0f), std::ldexp(1.0f, -24));
+  CHECK(mtk::exact_to_f32(s) == 1.0f, "tie to even");
+  s = mtk::exact_add_mass(s, from_bits(1));
+  CHECK(mtk::exact_to_f32(s) == from_bits(0x3f800001u), "sticky rounds up");
+  CHECK(mtk::exact_to_f32(mtk::exact_of_mass(from_bits(1))) == from_bits(1), "subnormal");
+}
+
+void test_scaled() {
+  // s * f against 128-bit integers: s a count below 2^40 units of 2^-149, f = m / 2^24.
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 200000; ++trial) {
+    const uint64_t units = rng() % (uint64_t{1} << (rng() % 41));
+    const uint64_t m = rng() % (1u << 24);
+    mtk::ExactSum s = mtk::exact_zero();
+    s.limb[0] = units;
+    const float f = static_cast<float>(m) / 16777216.0f;  // exact
+    const unsigned __int128 product = static_cast<unsigned __int128>(units) * m;
+    const uint64_t floor = static_cast<uint64_t>(product >> 24);
+    const bool fractional = (product & 0xffffffu) != 0;
+    const mtk::ScaledSum scaled = mtk::exact_scaled(s, f);
+    CHECK(scaled.floor.limb[0] == floor && scaled.floor.limb[1] == 0, "floor %" PRIu64 " * %a", units, f);
+    CHECK(scaled.fractional == fractional, "fractional %" PRIu64 " * %a", units, f);
+    const mtk::ExactSum up = mtk::exact_ceil_scaled(s, f);
+    CHECK(up.limb[0] == floor + (fractional ? 1 : 0), "ceil %" PRIu64 " * %a", units, f);
+  }
+  // A wide sum times a tiny fraction crosses limbs: 2^200 units * 2^-100 = 2^100 units.
+  mtk::ExactSum wide = mtk::exact_zero();
+  wide.limb[3] = uint64_t{1} << 8;  // 2^200
+  const mtk::ScaledSum scaled = mtk::exact_scaled(wide, std::ldexp(1.0f, -100));
+  CHECK(scaled.floor.limb[1] == uint64_t{1} << 36 && scaled.floor.limb[0] == 0 &&
+            scaled.floor.limb[2] == 0 && !scaled.fractional, "2^200 * 2^-100");
+}
+
+void test_exp() {
+  double worst = 0;
+  for (uint32_t b = 0; b < 0x42e00000u; b += 97) {
+    const float gap = from_bits(b);
+    const float got = mtk::exp_of_negative_gap(gap);
+    const double want = std::exp(-static_cast<double>(gap));
+    if (want < std::ldexp(1.0, -126)) {  // subnormal: within one unit of 2^-149
+      CHECK(std::fabs(got - want) <= std::ldexp(1.0, -149), "exp(-%a) = %a, want %g", gap, got, want);
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    const double error = std::fabs(static_cast<double>(got) - want) / ulp;
+    if (error > worst) worst = error;
+    CHECK(error <= 1.0, "exp(-%a) = %a, want %.17g (%.2f ulp)", gap, got, want, error);
+  }
+  std::printf("exp: worst error %.3f ulp\n", worst);
+  CHECK(mtk::exp_of_negative_gap(0.0f) == 1.0f, "exp(0)");
+  CHECK(mtk::exp_of_negative_gap(-0.0f) == 1.0f, "exp(-0)");
+  CHECK(mtk::exp_of_negative_gap(INFINITY) == 0.0f, "exp(-inf)");
+  CHECK(mtk::exp_of_negative_gap(NAN) == 0.0f, "exp(nan)");
+}
+
+}  // namespace
+
+int main() {
+  test_multiplication();
+  test_division();
+  test_exact_sum();
+  test_scaled();
+  test_exp();
+  if (failures != 0) {
+    std::fprintf(stderr, "test_sampling_math: %d failures\n", failures);
+    return 1;
+  }
+  std::printf("test_sampling_math: all passed\n");
+  return 0;
+}
