@@ -481,7 +481,8 @@ int main(int argc, char** argv) {
     for (const auto& [name, count] : harness.class_runs()) std::printf("  %-12s %d\n", name.c_str(), count);
     std::printf("per kernel and dtype (dispatches in matching cases):\n");
     int missing = 0;
-    for (int kernel = 0; kernel <= int(mtk::MetalKernel::Last); ++kernel) {
+    // The dense kernels; mtk_ragged_finish is pocl_ragged_harness's.
+    for (int kernel = 0; kernel <= int(mtk::MetalKernel::SortStore); ++kernel) {
       std::printf("  %-20s", mtk::metal_kernel_name(mtk::MetalKernel(kernel)));
       for (mtk_dtype dtype : kDtypes) {
         const std::string name = std::string(mtk::metal_kernel_name(mtk::MetalKernel(kernel))) + "_" + mtk::metal_dtype_suffix(dtype);

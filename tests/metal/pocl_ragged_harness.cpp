@@ -425,6 +425,8 @@ std::vector<Case> cases() {
       // k beyond the row: every row pads; k = n.
       {6, 1000, 2048, true, true, true, I64, I64, I32, RAGGED, I64, 1, NO, NO, 1, 0, apple},
       {9, 64, 64, false, true, true, I32, I32, I32, PAGED, NO, 1, I32, I64, 1, 1, apple},
+      // Rows of no elements: only the padding kernel runs.
+      {4, 0, 5, true, true, true, I64, I32, I64, NONE, NO, 1, NO, NO, 1, 0, apple},
       // Multi-pass rows (small limits), sorted through threadgroup or device memory.
       {4, 5000, 300, true, true, true, I64, I64, I64, RAGGED, I32, 1, NO, NO, 1, 0, small},
       {4, 5000, 100, false, false, false, I32, I32, NO, PAGED, NO, 64, I64, I64, 1, 2, small},
