@@ -4,7 +4,8 @@
 # one source string and compiled on the Mac at run time; the Objective-C++ glue is built with
 # manual retain/release everywhere (Debian's GNUstep has no ARC, and one discipline is checked).
 
-METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/core/float_formats.hpp lib/metal/topk_params.h \
+METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/core/float_formats.hpp lib/core/ragged_window.hpp \
+                        lib/metal/topk_params.h \
                         lib/metal/topk_kernels.h \
                         lib/metal/topk.metal lib/metal/router_params.h lib/metal/router_kernels.h \
                         lib/metal/moe_route.metal
@@ -59,7 +60,7 @@ METAL_PLAN_SRC := $(patsubst %,lib/metal/%.cpp,$(METAL_PLAN_NAMES)) lib/core/dty
 TEST_TARGETS += test-metal
 
 .PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
-        test-metal-objc
+        test-metal-pocl-ragged test-metal-objc
 
 $(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS)
 	@mkdir -p $(dir $@)
@@ -76,7 +77,7 @@ ifeq ($(UNAME),Darwin)
 test-metal: test-metal-plan
 else
 test-metal: test-metal-plan test-metal-kernels test-metal-embedded test-metal-objc test-metal-pocl \
-            test-metal-pocl-router
+            test-metal-pocl-ragged test-metal-pocl-router
 
 test-metal-kernels:
 	@for source in lib/metal/*.metal; do \
@@ -96,14 +97,24 @@ $(METAL_TEST_DIR)/kernels.bc: tests/metal/pocl_kernels.clcpp $(METAL_KERNEL_SOUR
 	$(METAL_CLANG) -cc1 -triple spir64-unknown-unknown -emit-llvm-bc -x clcpp -cl-std=clc++ \
 	  -finclude-default-header -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -O2 $< -o $@
 
-$(METAL_TEST_DIR)/pocl_harness: tests/metal/pocl_harness.cpp tests/metal/pocl_runtime.hpp $(METAL_PLAN_SRC) \
-                                $(METAL_PLAN_HEADERS) lib/core/ordered_key.hpp $(LIBRARY)
+$(METAL_TEST_DIR)/pocl_harness: tests/metal/pocl_harness.cpp tests/metal/pocl_runtime.hpp tests/metal/pocl_test_data.hpp \
+                                $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) lib/core/ordered_key.hpp $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_harness.cpp $(METAL_PLAN_SRC) \
 	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
 
 test-metal-pocl: $(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
 	$(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
+
+# Ragged rows and indices only (mtk_topk_ragged; values = NULL in both calls) against the CPU backend.
+$(METAL_TEST_DIR)/pocl_ragged_harness: tests/metal/pocl_ragged_harness.cpp tests/metal/pocl_runtime.hpp \
+                                       tests/metal/pocl_test_data.hpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_ragged_harness.cpp $(METAL_PLAN_SRC) \
+	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
+
+test-metal-pocl-ragged: $(METAL_TEST_DIR)/pocl_ragged_harness $(METAL_TEST_DIR)/kernels.bc
+	$(METAL_TEST_DIR)/pocl_ragged_harness $(METAL_TEST_DIR)/kernels.bc
 
 $(METAL_TEST_DIR)/pocl_router_harness: tests/metal/pocl_router_harness.cpp tests/metal/pocl_runtime.hpp \
                                        $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)

@@ -14,17 +14,32 @@
 namespace mtk {
 namespace metal {
 
-void encode_metal_topk(MetalDevice& device, const MetalPlan& planned, const TopkProblem& problem, Workspace workspace,
-                       void* stream) {
-  MetalPlan plan = planned;  // with this call's buffer offsets
-  // Every byte a tensor's strides reach must lie in one buffer; the kernels address element 0
-  // through its offset in that buffer (bound at offset 0, so negative strides stay inside).
-  const MetalExtents extents = metal_tensor_extents(problem);
-  const BufferSlice input = device.resolve_tensor(problem.input, extents.input, "input");
-  const BufferSlice values = device.resolve_tensor(problem.values, extents.values, "values");
-  const BufferSlice indices = device.resolve_tensor(problem.indices, extents.indices, "indices");
-  set_metal_buffer_offsets(plan, problem.dtype, problem.index_dtype, input.offset, values.offset, indices.offset);
+namespace {
 
+// The buffers every top-k kernel binds: input, values, indices, then the per-row tensors of a
+// ragged call (MetalRaggedBuffer order). A slot without a tensor holds the input's buffer,
+// which the kernels never read through it.
+struct TopkBuffers {
+  BufferSlice input, values, indices;
+  BufferSlice ragged[kMetalRaggedBuffers];
+};
+
+// Every byte a tensor's strides reach must lie in one buffer; the kernels address element 0
+// through its offset in that buffer (bound at offset 0, so negative strides stay inside).
+TopkBuffers resolve_topk_buffers(MetalDevice& device, MetalPlan& plan, const TopkProblem& problem) {
+  const MetalExtents extents = metal_tensor_extents(problem);
+  TopkBuffers b;
+  b.input = device.resolve_tensor(problem.input, extents.input, "input");
+  b.values = problem.values != nullptr ? device.resolve_tensor(problem.values, extents.values, "values") : b.input;
+  b.indices = device.resolve_tensor(problem.indices, extents.indices, "indices");
+  for (BufferSlice& slot : b.ragged) slot = b.input;
+  set_metal_buffer_offsets(plan, problem.dtype, problem.index_dtype, b.input.offset,
+                           problem.values != nullptr ? b.values.offset : 0, b.indices.offset);
+  return b;
+}
+
+void encode_plan(MetalDevice& device, const MetalPlan& plan, const TopkBuffers& buffers, Workspace workspace,
+                 void* stream) {
   ObjcRef<id<MTLBuffer>> scratch;
   size_t scratch_offset = 0;
   if (plan.workspace_bytes > 0) {
@@ -59,12 +74,15 @@ void encode_metal_topk(MetalDevice& device, const MetalPlan& planned, const Topk
     for (size_t i = 0; i < plan.dispatches.size(); ++i) {
       const MetalDispatch& d = plan.dispatches[i];
       [encoder setComputePipelineState:pipelines[i].get()];
-      [encoder setBuffer:input.buffer.get() offset:0 atIndex:0];
-      [encoder setBuffer:values.buffer.get() offset:0 atIndex:1];
-      [encoder setBuffer:indices.buffer.get() offset:0 atIndex:2];
+      [encoder setBuffer:buffers.input.buffer.get() offset:0 atIndex:0];
+      [encoder setBuffer:buffers.values.buffer.get() offset:0 atIndex:1];
+      [encoder setBuffer:buffers.indices.buffer.get() offset:0 atIndex:2];
       [encoder setBytes:&plan.params length:sizeof plan.params atIndex:3];
       [encoder setBytes:&d.pass length:sizeof d.pass atIndex:4];
       [encoder setBuffer:scratch.get() offset:scratch_offset atIndex:5];
+      for (NSUInteger r = 0; r < kMetalRaggedBuffers; ++r) {
+        [encoder setBuffer:buffers.ragged[r].buffer.get() offset:0 atIndex:kMetalFirstRaggedBuffer + r];
+      }
       for (NSUInteger t = 0; t < kMetalThreadgroupBuffers; ++t) {
         [encoder setThreadgroupMemoryLength:d.threadgroup_bytes[t] atIndex:t];
       }
@@ -74,6 +92,32 @@ void encode_metal_topk(MetalDevice& device, const MetalPlan& planned, const Topk
     [encoder endEncoding];
     device.submit(command_buffer, stream);
   });
+}
+
+}  // namespace
+
+void encode_metal_topk(MetalDevice& device, const MetalPlan& planned, const TopkProblem& problem, Workspace workspace,
+                       void* stream) {
+  MetalPlan plan = planned;  // with this call's buffer offsets
+  const TopkBuffers buffers = resolve_topk_buffers(device, plan, problem);
+  encode_plan(device, plan, buffers, workspace, stream);
+}
+
+void encode_metal_topk_ragged(MetalDevice& device, const MetalPlan& planned, const RaggedProblem& problem,
+                              Workspace workspace, void* stream) {
+  static const char* const names[kMetalRaggedBuffers] = {"params.lengths", "params.starts", "params.offsets",
+                                                         "params.page_table", "params.row_to_batch"};
+  MetalPlan plan = planned;  // with this call's buffer offsets
+  TopkBuffers buffers = resolve_topk_buffers(device, plan, problem.dense);
+  const MetalRaggedTensors tensors = metal_ragged_tensors(problem);
+  size_t offsets[kMetalRaggedBuffers] = {};
+  for (int r = 0; r < kMetalRaggedBuffers; ++r) {
+    if (tensors.data[r] == nullptr) continue;
+    buffers.ragged[r] = device.resolve_tensor(tensors.data[r], tensors.extents[r], names[r]);
+    offsets[r] = buffers.ragged[r].offset;
+  }
+  set_metal_ragged_buffer_offsets(plan, problem, offsets);
+  encode_plan(device, plan, buffers, workspace, stream);
 }
 
 void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, void* stream) {
@@ -119,6 +163,19 @@ class MetalBackend final : public MetalDeviceBackend {
   mtk_backend kind() const override { return MTK_BACKEND_METAL; }
   void run_topk(const PlannedTopk& planned, const TopkProblem& problem, Workspace workspace, void* stream) override {
     encode_metal_topk(device_, static_cast<const MetalPlannedTopk&>(planned).plan, problem, workspace, stream);
+  }
+  // The MPSGraph backend keeps Backend's refusals of both: its graphs always write values and
+  // have no ragged form.
+  bool supports_indices_only() const override { return true; }
+  std::shared_ptr<const PlannedTopk> plan_topk_ragged(const RaggedProblem& problem) override {
+    auto planned = std::make_shared<MetalPlannedTopk>();
+    planned->plan = make_metal_ragged_plan(problem, device_.limits(problem.dense.dtype));
+    planned->workspace_bytes = planned->plan.workspace_bytes;
+    return planned;
+  }
+  void run_topk_ragged(const PlannedTopk& planned, const RaggedProblem& problem, Workspace workspace,
+                       void* stream) override {
+    encode_metal_topk_ragged(device_, static_cast<const MetalPlannedTopk&>(planned).plan, problem, workspace, stream);
   }
   CacheCounters cache_counters() const override { return device_.pipeline_counters(); }
 };

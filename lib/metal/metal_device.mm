@@ -49,7 +49,7 @@ MetalLimits MetalDevice::limits(mtk_dtype dtype) {
   if (found != limits_.end()) return found->second;
   // Register pressure can make a pipeline accept fewer than 1024 threads per threadgroup.
   NSUInteger fewest = NSUIntegerMax;
-  for (int kernel = 0; kernel <= static_cast<int>(MetalKernel::SortStore); ++kernel) {
+  for (int kernel = 0; kernel <= static_cast<int>(MetalKernel::Last); ++kernel) {
     const std::string function = std::string(metal_kernel_name(static_cast<MetalKernel>(kernel))) + "_" +
                                  metal_dtype_suffix(dtype);
     fewest = std::min(fewest, [pipeline(function).get() maxTotalThreadsPerThreadgroup]);

@@ -25,6 +25,10 @@ struct MetalPlannedTopk final : PlannedTopk {
 void encode_metal_topk(MetalDevice& device, const MetalPlan& plan, const TopkProblem& problem,
                        Workspace workspace, void* stream);
 
+// The Metal backend's ragged top-k (the MPSGraph backend refuses ragged calls).
+void encode_metal_topk_ragged(MetalDevice& device, const MetalPlan& plan, const RaggedProblem& problem,
+                              Workspace workspace, void* stream);
+
 // The Metal backend's MoE router (one kernel), which the MPSGraph backend also runs.
 void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, void* stream);
 

@@ -60,10 +60,13 @@ struct TgBytes {
   }
 };
 
+// Plans a dense problem, or a ragged one (`ragged` non-null, `problem` its dense form): the
+// selection kernels then pick min(k, n) winners of each row's window (the most any row has)
+// and mtk_ragged_finish pads and transforms.
 class PlanBuilder {
  public:
-  PlanBuilder(const TopkProblem& problem, const MetalLimits& limits)
-      : problem_(problem), limits_(limits), suffix_(metal_dtype_suffix(problem.dtype)) {}
+  PlanBuilder(const TopkProblem& problem, const RaggedProblem* ragged, const MetalLimits& limits)
+      : problem_(problem), ragged_(ragged), limits_(limits), suffix_(metal_dtype_suffix(problem.dtype)) {}
 
   MetalPlan build() {
     const RowGeometry& g = problem_.geometry;
@@ -73,14 +76,23 @@ class PlanBuilder {
     }
     rows_ = to_u32(static_cast<uint64_t>(g.rows), "rows");
     n_ = static_cast<uint64_t>(g.n);
-    k_ = static_cast<uint64_t>(g.k);
+    k_ = static_cast<uint64_t>(std::min(g.k, g.n));
     kb_ = key_bytes(problem_.dtype);
     if (problem_.sorted && k_ > (uint64_t(1) << 31)) {
       fail(MTK_ERROR_INVALID_ARGUMENT, "sorted top-k with k = ", k_, " exceeds the Metal backend's limit of 2^31");
     }
     sort_size_ = next_pow2(k_);
     fill_params();
+    plan_.shape_class = MetalShapeClass::ShortRows;
+    if (k_ > 0) plan_selection();
+    if (ragged_ != nullptr) plan_ragged_finish();
+    plan_.workspace_bytes = workspace_;
+    return plan_;
+  }
 
+ private:
+  void plan_selection() {
+    const RowGeometry& g = problem_.geometry;
     const bool huge = g.n >= limits_.huge_row_min_n && g.rows <= limits_.huge_row_max_rows;
     bool sort_pending = problem_.sorted;
     if (huge) {
@@ -90,12 +102,14 @@ class PlanBuilder {
       sort_pending = plan_row_kernel();
     }
     if (sort_pending) plan_sort();
-
-    plan_.workspace_bytes = workspace_;
-    return plan_;
   }
 
- private:
+  void plan_ragged_finish() {
+    const uint64_t k = static_cast<uint64_t>(problem_.geometry.k);
+    const uint32_t threads = threads_for(k, kSimdWidth);
+    add(MetalKernel::RaggedFinish, (k + threads - 1) / threads, rows_, threads, TgBytes{});
+  }
+
   void fill_params() {
     const RowGeometry& g = problem_.geometry;
     MtkTopkParams& p = plan_.params;
@@ -115,6 +129,35 @@ class PlanBuilder {
     p.largest = problem_.largest ? 1u : 0u;
     p.index_is_64 = problem_.index_dtype == MTK_INT64 ? 1u : 0u;
     p.sort_size = static_cast<mtk_u32>(sort_size_);
+    p.has_values = problem_.values != nullptr ? 1u : 0u;
+    if (ragged_ != nullptr) fill_ragged_params();
+  }
+
+  void fill_ragged_params() {
+    const RaggedProblem& r = *ragged_;
+    MtkTopkParams& p = plan_.params;
+    p.ragged = 1u;
+    p.transform = static_cast<mtk_u32>(r.transform);
+    p.lengths = row_vector(r.lengths);
+    p.starts = row_vector(r.starts);
+    p.offsets = row_vector(r.offsets);
+    p.row_to_batch = row_vector(r.row_to_batch);
+    if (r.transform == MTK_INDEX_TRANSFORM_PAGE_TABLE) {
+      p.page_table_batches = r.page_table_batch;
+      p.page_table_batch_stride = r.page_table_batch_stride;
+      p.page_table_page_stride = r.page_table_page_stride;
+      p.page_size = r.page_size;
+      p.page_table_is_64 = r.page_table_dtype == MTK_INT64 ? 1u : 0u;
+    }
+  }
+
+  // Bases are set per call (set_metal_ragged_buffer_offsets).
+  static MtkRowVector row_vector(const RowVector& v) {
+    MtkRowVector out{};
+    out.present = v.data != nullptr ? 1u : 0u;
+    out.stride = v.stride;
+    out.is_64 = v.dtype == MTK_INT64 ? 1u : 0u;
+    return out;
   }
 
   // Reserves an aligned workspace region and returns its byte offset.
@@ -276,6 +319,7 @@ class PlanBuilder {
   }
 
   const TopkProblem& problem_;
+  const RaggedProblem* ragged_;
   const MetalLimits& limits_;
   const char* suffix_;
   MetalPlan plan_{};
@@ -300,6 +344,7 @@ const char* metal_kernel_name(MetalKernel kernel) {
     case MetalKernel::BitonicTile: return "mtk_bitonic_tile";
     case MetalKernel::BitonicStep: return "mtk_bitonic_step";
     case MetalKernel::SortStore: return "mtk_sort_store";
+    case MetalKernel::RaggedFinish: return "mtk_ragged_finish";
   }
   return "unknown";
 }
@@ -322,8 +367,51 @@ MetalExtents metal_tensor_extents(const TopkProblem& problem) {
   const size_t index = require_dtype(problem.index_dtype, "indices").size;
   return MetalExtents{
       extent(g.batch_sizes, g.input_batch_strides, g.batch_ndim, g.n, g.input_stride, element),
-      extent(g.batch_sizes, g.values_batch_strides, g.batch_ndim, g.k, g.values_stride, element),
+      problem.values != nullptr
+          ? extent(g.batch_sizes, g.values_batch_strides, g.batch_ndim, g.k, g.values_stride, element)
+          : ByteExtent{0, 0},
       extent(g.batch_sizes, g.indices_batch_strides, g.batch_ndim, g.k, g.indices_stride, index)};
+}
+
+MetalRaggedTensors metal_ragged_tensors(const RaggedProblem& problem) {
+  MetalRaggedTensors t{};
+  const int64_t rows = problem.dense.geometry.rows;
+  const auto row_vector = [&](MetalRaggedBuffer slot, const RowVector& v) {
+    if (v.data == nullptr) return;
+    t.data[slot] = v.data;
+    t.extents[slot] = extent(nullptr, nullptr, 0, rows, v.stride, require_dtype(v.dtype, "ragged params").size);
+  };
+  row_vector(kRaggedLengths, problem.lengths);
+  row_vector(kRaggedStarts, problem.starts);
+  row_vector(kRaggedOffsets, problem.offsets);
+  row_vector(kRaggedRowToBatch, problem.row_to_batch);
+  // An empty table is never read: no row has a batch in it, or no row has candidates.
+  if (problem.transform == MTK_INDEX_TRANSFORM_PAGE_TABLE && problem.page_table_batch > 0 &&
+      problem.page_table_pages > 0) {
+    t.data[kRaggedPageTable] = problem.page_table;
+    t.extents[kRaggedPageTable] =
+        extent(&problem.page_table_batch, &problem.page_table_batch_stride, 1, problem.page_table_pages,
+               problem.page_table_page_stride, require_dtype(problem.page_table_dtype, "params.page_table").size);
+  }
+  return t;
+}
+
+void set_metal_ragged_buffer_offsets(MetalPlan& plan, const RaggedProblem& problem,
+                                     const size_t (&bytes)[kMetalRaggedBuffers]) {
+  const MetalRaggedTensors tensors = metal_ragged_tensors(problem);
+  MtkTopkParams& p = plan.params;
+  const auto base = [&](MetalRaggedBuffer slot, const RowVector& v, const char* name) {
+    return tensors.data[slot] != nullptr ? element_offset(bytes[slot], require_dtype(v.dtype, name).size, name) : 0;
+  };
+  p.lengths.base = base(kRaggedLengths, problem.lengths, "params.lengths");
+  p.starts.base = base(kRaggedStarts, problem.starts, "params.starts");
+  p.offsets.base = base(kRaggedOffsets, problem.offsets, "params.offsets");
+  p.row_to_batch.base = base(kRaggedRowToBatch, problem.row_to_batch, "params.row_to_batch");
+  p.page_table_base =
+      tensors.data[kRaggedPageTable] != nullptr
+          ? element_offset(bytes[kRaggedPageTable], require_dtype(problem.page_table_dtype, "params.page_table").size,
+                           "params.page_table")
+          : 0;
 }
 
 void check_metal_workspace(const MetalPlan& plan, size_t bytes, size_t offset_in_buffer) {
@@ -339,7 +427,12 @@ void check_metal_workspace(const MetalPlan& plan, size_t bytes, size_t offset_in
 
 MetalPlan make_metal_plan(const TopkProblem& problem, const MetalLimits& limits) {
   validate_limits(limits);
-  return PlanBuilder(problem, limits).build();
+  return PlanBuilder(problem, nullptr, limits).build();
+}
+
+MetalPlan make_metal_ragged_plan(const RaggedProblem& problem, const MetalLimits& limits) {
+  validate_limits(limits);
+  return PlanBuilder(problem.dense, &problem, limits).build();
 }
 
 }  // namespace mtk

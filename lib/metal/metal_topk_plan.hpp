@@ -16,7 +16,8 @@
 
 namespace mtk {
 
-static_assert(sizeof(MtkTopkParams) == 8 * 8 + 4 * 7 * 8 + 5 * 8 + 8 * 4, "layout shared with MSL");
+static_assert(sizeof(MtkRowVector) == 24, "layout shared with MSL");
+static_assert(sizeof(MtkTopkParams) == 8 * 8 + 4 * 7 * 8 + 4 * 24 + 5 * 8 + 5 * 8 + 12 * 4, "layout shared with MSL");
 static_assert(sizeof(MtkPassParams) == 32, "layout shared with MSL");
 static_assert(sizeof(MtkRowState) == 32, "layout shared with MSL");
 static_assert(MTK_METAL_MAX_BATCH_DIMS == kMaxBatchDims, "one batch-dim limit");
@@ -37,6 +38,8 @@ enum class MetalKernel {
   BitonicTile,
   BitonicStep,
   SortStore,
+  RaggedFinish,
+  Last = RaggedFinish,
 };
 
 const char* metal_kernel_name(MetalKernel kernel);  // "mtk_rows_short", ...
@@ -50,6 +53,18 @@ enum MetalThreadgroupBuffer {
   kTgKeyCache = 4,
   kMetalThreadgroupBuffers = 5,
 };
+
+// The per-row tensors of a ragged call, bound at [[buffer(kMetalFirstRaggedBuffer + i)]] for
+// every kernel; a dense call, or an absent tensor, binds the input's buffer there (never read).
+enum MetalRaggedBuffer {
+  kRaggedLengths = 0,
+  kRaggedStarts = 1,
+  kRaggedOffsets = 2,
+  kRaggedPageTable = 3,
+  kRaggedRowToBatch = 4,
+  kMetalRaggedBuffers = 5,
+};
+constexpr int kMetalFirstRaggedBuffer = 6;
 
 // Apple's defaults with the threadgroup size capped by what the device's pipelines allow (their
 // smallest maxTotalThreadsPerThreadgroup). Throws MTK_ERROR_DEVICE below the kernels' minimum
@@ -73,9 +88,15 @@ struct MetalPlan {
   size_t workspace_bytes;  // device scratch for the whole plan (0 if none)
 };
 
-// Plans a valid problem (rows, n, k > 0). Throws MTK_ERROR_UNSUPPORTED_DTYPE for float64 and
-// MTK_ERROR_INVALID_ARGUMENT for rows the kernels' 32-bit counters cannot address.
+// Plans a valid problem (rows, n, k > 0; values may be null). Throws
+// MTK_ERROR_UNSUPPORTED_DTYPE for float64 and MTK_ERROR_INVALID_ARGUMENT for rows the kernels'
+// 32-bit counters cannot address.
 MetalPlan make_metal_plan(const TopkProblem& problem, const MetalLimits& limits = MetalLimits());
+
+// Plans a valid ragged problem (rows, k > 0; n may be 0 and k may exceed it) as the dense
+// problem's plan for min(k, n) winners, each row's kernels reading its window, followed by
+// mtk_ragged_finish. Throws as make_metal_plan.
+MetalPlan make_metal_ragged_plan(const RaggedProblem& problem, const MetalLimits& limits = MetalLimits());
 
 // Records where element 0 of the input and outputs sits in its bound buffer, given byte offsets
 // from each buffer's start. Throws MTK_ERROR_INVALID_ARGUMENT for an offset that is not a
@@ -87,7 +108,21 @@ void set_metal_buffer_offsets(MetalPlan& plan, mtk_dtype dtype, mtk_dtype index_
 struct MetalExtents {
   ByteExtent input, values, indices;
 };
-MetalExtents metal_tensor_extents(const TopkProblem& problem);
+MetalExtents metal_tensor_extents(const TopkProblem& problem);  // values: none when null
+
+// The per-row tensors of a ragged call, in MetalRaggedBuffer order: each one's data (null when
+// absent) and the bytes it touches.
+struct MetalRaggedTensors {
+  const void* data[kMetalRaggedBuffers];
+  ByteExtent extents[kMetalRaggedBuffers];
+};
+MetalRaggedTensors metal_ragged_tensors(const RaggedProblem& problem);
+
+// Records where entry 0 of each present per-row tensor sits in its bound buffer, given byte
+// offsets from each buffer's start (MetalRaggedBuffer order; absent ones are ignored). Throws
+// MTK_ERROR_INVALID_ARGUMENT for an offset that is not a multiple of its element size.
+void set_metal_ragged_buffer_offsets(MetalPlan& plan, const RaggedProblem& problem,
+                                     const size_t (&bytes)[kMetalRaggedBuffers]);
 
 // Checks caller-provided scratch for a plan: large enough, and at a 256-byte offset in its
 // buffer (the plan's regions are aligned relative to it). Throws MTK_ERROR_INVALID_ARGUMENT.

@@ -17,7 +17,8 @@
   MTK_INSTANTIATE(mtk_sort_load, DT, suffix)          \
   MTK_INSTANTIATE(mtk_bitonic_tile, DT, suffix)       \
   MTK_INSTANTIATE(mtk_bitonic_step, DT, suffix)       \
-  MTK_INSTANTIATE(mtk_sort_store, DT, suffix)
+  MTK_INSTANTIATE(mtk_sort_store, DT, suffix)         \
+  MTK_INSTANTIATE(mtk_ragged_finish, DT, suffix)
 
 MTK_INSTANTIATE_DTYPE(DtF32, f32)
 MTK_INSTANTIATE_DTYPE(DtF16, f16)

@@ -14,10 +14,15 @@
 // (key desc, index asc) with a bitonic network: inside the row kernel when they fit in
 // threadgroup memory, else mtk_sort_rows, else the device-memory network (mtk_sort_load,
 // mtk_bitonic_tile, mtk_bitonic_step, mtk_sort_store).
+// Ragged rows (mtk_topk_ragged) run the same kernels: each threadgroup reads its row's window
+// from the lengths and starts buffers and selects min(k, length) winners there, with indices
+// relative to the window; mtk_ragged_finish then transforms those indices and pads the rest.
+// Without values (indices only) nothing writes or reads the values buffer.
 #pragma once
 
 #include "mtk_dialect.h"
 #include "../core/float_formats.hpp"
+#include "../core/ragged_window.hpp"
 #include "topk_params.h"
 
 // ---- Element types ----------------------------------------------------------------------
@@ -105,11 +110,12 @@ inline RowOffsets row_offsets(constant MtkTopkParams& p, uint row) {
   return o;
 }
 
-inline void store_index(device uchar* indices, constant MtkTopkParams& p, long element, uint index) {
+// int32 indices keep the low 32 bits (unsigned conversion: defined for every value).
+inline void store_index(device uchar* indices, constant MtkTopkParams& p, long element, long index) {
   if (p.index_is_64 != 0u) {
-    ((device long*)indices)[element] = long(index);
+    ((device long*)indices)[element] = index;
   } else {
-    ((device int*)indices)[element] = int(index);
+    ((device uint*)indices)[element] = uint(ulong(index));
   }
 }
 
@@ -120,6 +126,64 @@ inline uint load_index(device const uchar* indices, constant MtkTopkParams& p, l
 
 // Sort padding: ranks after every real (key, index) because real indices are below 2^32 - 1.
 enum : uint { kPaddingIndex = 0xffffffffu };
+
+// ---- Ragged rows ------------------------------------------------------------------------
+
+inline long load_row_entry(device const uchar* data, constant MtkRowVector& v, uint row) {
+  const long at = v.base + long(row) * v.stride;
+  return v.is_64 != 0u ? ((device const long*)data)[at] : long(((device const int*)data)[at]);
+}
+
+// The page table's batch of a row (b = row_to_batch[r], or r).
+inline long page_table_batch(constant MtkTopkParams& p, device const uchar* row_to_batch, uint row) {
+  return p.row_to_batch.present != 0u ? load_row_entry(row_to_batch, p.row_to_batch, row) : long(row);
+}
+
+// One row's candidates and winners: its window (the whole row unless ragged) of n candidates
+// from position `start`, and k = min(k, n) winners. It holds no RowOffsets: with the row's
+// offsets copied out of this struct, mtk_rows_long's in-kernel sort read out of bounds on PoCL
+// (not understood; the kernels take the offsets from row_offsets directly instead).
+struct RowWindow {
+  long start;
+  uint n;
+  uint k;
+};
+
+// lib/core/ragged_rows.hpp ragged_window, with the clipping of lib/core/ragged_window.hpp.
+inline RowWindow row_window(constant MtkTopkParams& p, device const uchar* lengths,
+                            device const uchar* starts, device const uchar* row_to_batch, uint row) {
+  long start = 0;
+  long length = p.n;
+  if (p.ragged != 0u) {
+    if (p.starts.present != 0u) start = mtk::clipped_window_start(load_row_entry(starts, p.starts, row), p.n);
+    length = mtk::clipped_window_length(load_row_entry(lengths, p.lengths, row), start, p.n);
+    if (p.transform == MTK_METAL_TRANSFORM_PAGE_TABLE &&
+        !mtk::page_table_has_batch(page_table_batch(p, row_to_batch, row), p.page_table_batches)) {
+      length = 0;
+    }
+  }
+  RowWindow w;
+  w.start = start;
+  w.n = uint(length);
+  w.k = uint(min(long(p.k), length));
+  return w;
+}
+
+// The index written for a winner at window position `index` of row `row`.
+inline long transformed_index(constant MtkTopkParams& p, device const uchar* offsets, device const uchar* page_table,
+                              device const uchar* row_to_batch, uint row, long index) {
+  if (p.transform == MTK_METAL_TRANSFORM_RAGGED) {
+    return mtk::ragged_transformed_index(load_row_entry(offsets, p.offsets, row), index);
+  }
+  if (p.transform == MTK_METAL_TRANSFORM_PAGE_TABLE) {
+    const long at = p.page_table_base + page_table_batch(p, row_to_batch, row) * p.page_table_batch_stride +
+                    (index / p.page_size) * p.page_table_page_stride;
+    const long page = p.page_table_is_64 != 0u ? ((device const long*)page_table)[at]
+                                               : long(((device const int*)page_table)[at]);
+    return mtk::paged_transformed_index(page, p.page_size, index);
+  }
+  return index;
+}
 
 // ---- Radix select building blocks -------------------------------------------------------
 
@@ -224,6 +288,11 @@ inline void bitonic_threadgroup(threadgroup Key* keys, threadgroup uint* idx, ui
   threadgroup typename DT::Key* tg_keys BIND(threadgroup(2)),                      \
   threadgroup uint* tg_idx BIND(threadgroup(3)),                                   \
   threadgroup typename DT::Key* tg_cache BIND(threadgroup(4)),                     \
+  device const uchar* lengths BIND(buffer(6)),                                     \
+  device const uchar* starts BIND(buffer(7)),                                      \
+  device const uchar* offsets BIND(buffer(8)),                                     \
+  device const uchar* page_table BIND(buffer(9)),                                  \
+  device const uchar* row_to_batch BIND(buffer(10)),                               \
   uint2 group BIND(threadgroup_position_in_grid),                                  \
   uint2 local_id BIND(thread_position_in_threadgroup),                             \
   uint2 tg_size BIND(threads_per_threadgroup)
@@ -232,7 +301,19 @@ inline void bitonic_threadgroup(threadgroup Key* keys, threadgroup uint* idx, ui
 
 #define MTK_UNUSED_KERNEL_PARAMS() \
   (void)input; (void)values; (void)indices; (void)p; (void)pass; (void)workspace; (void)tg_words; \
-  (void)tg_scan; (void)tg_keys; (void)tg_idx; (void)tg_cache; (void)group; (void)local_id; (void)tg_size
+  (void)tg_scan; (void)tg_keys; (void)tg_idx; (void)tg_cache; (void)lengths; (void)starts; (void)offsets; \
+  (void)page_table; (void)row_to_batch; (void)group; (void)local_id; (void)tg_size
+
+// The arguments a kernel forwards to a device function taking MTK_FUNCTION_PARAMS.
+#define MTK_FORWARD_PARAMS                                                                      \
+  input, values, indices, p, pass, workspace, tg_words, tg_scan, tg_keys, tg_idx, tg_cache, lengths, \
+      starts, offsets, page_table, row_to_batch, group, local_id, tg_size
+
+// The window of this threadgroup's row (grid: ... x rows).
+#define MTK_ROW_WINDOW() row_window(p, lengths, starts, row_to_batch, group.y)
+
+// The first candidate of the window `w` of row `o`.
+#define MTK_WINDOW_INPUT(o, w) (input + (o).input + (w).start * p.input_stride)
 
 template <typename DT, bool kCacheKeys>
 inline typename DT::Key row_key(device const typename DT::Storage* row, long stride, uint i,
@@ -247,12 +328,15 @@ inline void select_row(MTK_FUNCTION_PARAMS(DT)) {
   MTK_UNUSED_KERNEL_PARAMS();
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (w.k == 0u) return;  // an empty window: uniform across the threadgroup, before any barrier
   const RowOffsets o = row_offsets(p, group.y);
-  device const typename DT::Storage* row = input + o.input;
+  device const typename DT::Storage* row = MTK_WINDOW_INPUT(o, w);
   const long stride = p.input_stride;
-  const uint n = uint(p.n);
-  const uint k = uint(p.k);
+  const uint n = w.n;
+  const uint k = w.k;
   const bool largest = p.largest != 0u;
+  const bool has_values = p.has_values != 0u;
 
   if (kCacheKeys) {
     for (uint i = tid; i < n; i += threads) tg_cache[i] = selection_key<DT>(row[long(i) * stride], largest);
@@ -301,7 +385,7 @@ inline void select_row(MTK_FUNCTION_PARAMS(DT)) {
         tg_keys[position] = key;
         tg_idx[position] = i;
       } else {
-        values[o.values + long(position) * p.values_stride] = row[long(i) * stride];
+        if (has_values) values[o.values + long(position) * p.values_stride] = row[long(i) * stride];
         store_index(indices, p, o.indices + long(position) * p.indices_stride, i);
       }
     }
@@ -318,28 +402,27 @@ inline void select_row(MTK_FUNCTION_PARAMS(DT)) {
   bitonic_threadgroup(tg_keys, tg_idx, width, 2u, width, 0u, tid, threads);
   for (uint j = tid; j < k; j += threads) {
     const uint i = tg_idx[j];
-    values[o.values + long(j) * p.values_stride] = row[long(i) * stride];
+    if (has_values) values[o.values + long(j) * p.values_stride] = row[long(i) * stride];
     store_index(indices, p, o.indices + long(j) * p.indices_stride, i);
   }
 }
 
 template <typename DT>
 [[kernel]] void mtk_rows_short(MTK_KERNEL_PARAMS(DT)) {
-  select_row<DT, true>(input, values, indices, p, pass, workspace, tg_words, tg_scan, tg_keys,
-                       tg_idx, tg_cache, group, local_id, tg_size);
+  select_row<DT, true>(MTK_FORWARD_PARAMS);
 }
 
 template <typename DT>
 [[kernel]] void mtk_rows_long(MTK_KERNEL_PARAMS(DT)) {
-  select_row<DT, false>(input, values, indices, p, pass, workspace, tg_words, tg_scan, tg_keys,
-                        tg_idx, tg_cache, group, local_id, tg_size);
+  select_row<DT, false>(MTK_FORWARD_PARAMS);
 }
 
-// The element range [begin, end) of threadgroup `block` of a row in the multi-pass kernels.
-inline void block_range(constant MtkTopkParams& p, uint block, thread uint& begin, thread uint& end) {
+// The element range [begin, end) of threadgroup `block` of a row of n candidates in the
+// multi-pass kernels.
+inline void block_range(constant MtkTopkParams& p, uint n, uint block, thread uint& begin, thread uint& end) {
   const ulong first = ulong(block) * p.block_elems;
-  begin = uint(min(first, ulong(p.n)));
-  end = uint(min(first + p.block_elems, ulong(p.n)));
+  begin = uint(min(first, ulong(n)));
+  end = uint(min(first + p.block_elems, ulong(n)));
 }
 
 inline device MtkRowState* row_state(device uchar* workspace, constant MtkTopkParams& p, uint row) {
@@ -359,14 +442,15 @@ template <typename DT>
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
   const uint row_index = group.y;
-  const RowOffsets o = row_offsets(p, row_index);
-  device const typename DT::Storage* row = input + o.input;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (w.k == 0u) return;  // no row state is chosen, read or written for an empty window
+  device const typename DT::Storage* row = MTK_WINDOW_INPUT(row_offsets(p, row_index), w);
   device const MtkRowState* state = row_state(workspace, p, row_index);
   const Key prefix = pass.first != 0u ? Key(0) : Key(state->prefix);
   const Key mask = pass.first != 0u ? Key(0) : Key(state->mask);
   const bool largest = p.largest != 0u;
   uint begin, end;
-  block_range(p, group.x, begin, end);
+  block_range(p, w.n, group.x, begin, end);
 
   for (uint b = tid; b < MTK_RADIX_BINS; b += threads) tg_words[b] = 0u;
   tg_barrier();
@@ -388,6 +472,8 @@ template <typename DT>
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
   const uint row_index = group.y;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (w.k == 0u) return;
   device const uint* hist = (device const uint*)(workspace + p.ws_block_hist) +
                             ulong(row_index) * p.blocks_per_row * MTK_RADIX_BINS;
   for (uint b = tid; b < MTK_RADIX_BINS; b += threads) {
@@ -398,7 +484,7 @@ template <typename DT>
   tg_barrier();
   device MtkRowState* state = row_state(workspace, p, row_index);
   const bool first = pass.first != 0u;
-  const uint remaining = first ? uint(p.k) : uint(state->remaining);
+  const uint remaining = first ? w.k : uint(state->remaining);
   const ulong prefix = first ? 0ul : state->prefix;
   const ulong mask = first ? 0ul : state->mask;
   choose_radix_digit(tg_words, remaining, tid, threads, tg_scan);
@@ -417,14 +503,15 @@ template <typename DT>
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
   const uint row_index = group.y;
-  const RowOffsets o = row_offsets(p, row_index);
-  device const typename DT::Storage* row = input + o.input;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (w.k == 0u) return;
+  device const typename DT::Storage* row = MTK_WINDOW_INPUT(row_offsets(p, row_index), w);
   device const MtkRowState* state = row_state(workspace, p, row_index);
   const Key threshold = Key(state->prefix);
   const Key mask = Key(state->mask);
   const bool largest = p.largest != 0u;
   uint begin, end;
-  block_range(p, group.x, begin, end);
+  block_range(p, w.n, group.x, begin, end);
   uint above = 0;
   uint equal = 0;
   for (uint i = begin + tid; i < end; i += threads) {
@@ -449,6 +536,7 @@ template <typename DT>
   MTK_UNUSED_KERNEL_PARAMS();
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
+  if (MTK_ROW_WINDOW().k == 0u) return;
   device uint* counts = block_counts(workspace, p, group.y);
   uint above_base = 0;
   uint equal_base = 0;
@@ -477,19 +565,21 @@ template <typename DT>
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
   const uint row_index = group.y;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (w.k == 0u) return;
   const RowOffsets o = row_offsets(p, row_index);
-  device const typename DT::Storage* row = input + o.input;
+  device const typename DT::Storage* row = MTK_WINDOW_INPUT(o, w);
   device const MtkRowState* state = row_state(workspace, p, row_index);
   device const uint* counts = block_counts(workspace, p, row_index);
   const Key threshold = Key(state->prefix);
   const Key mask = Key(state->mask);
   const uint remaining = uint(state->remaining);
-  const uint k = uint(p.k);
+  const uint k = w.k;
   const bool largest = p.largest != 0u;
   uint above_before = counts[2 * group.x];
   uint equal_before = counts[2 * group.x + 1];
   uint begin, end;
-  block_range(p, group.x, begin, end);
+  block_range(p, w.n, group.x, begin, end);
   for (uint base = begin; base < end; base += threads) {
     if (above_before + min(equal_before, remaining) >= k) break;
     const uint i = base + tid;
@@ -502,10 +592,18 @@ template <typename DT>
     }
     uint position;
     if (select_position(above, equal, remaining, tid, threads, tg_scan, above_before, equal_before, position)) {
-      values[o.values + long(position) * p.values_stride] = row[long(i) * p.input_stride];
+      if (p.has_values != 0u) values[o.values + long(position) * p.values_stride] = row[long(i) * p.input_stride];
       store_index(indices, p, o.indices + long(position) * p.indices_stride, i);
     }
   }
+}
+
+// The value of a row's winner at output position j whose window index is i: the output holds
+// it, or (indices only) the input.
+template <typename DT>
+inline typename DT::Storage winner_value(device typename DT::Storage* values, constant MtkTopkParams& p, RowOffsets o,
+                                         uint j, device const typename DT::Storage* row, uint i) {
+  return p.has_values != 0u ? values[o.values + long(j) * p.values_stride] : row[long(i) * p.input_stride];
 }
 
 // Sorts one row's k winners (already in the outputs) in threadgroup memory (grid: 1 x rows).
@@ -514,14 +612,17 @@ template <typename DT>
   MTK_UNUSED_KERNEL_PARAMS();
   const uint tid = local_id.x;
   const uint threads = tg_size.x;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (w.k == 0u) return;
   const RowOffsets o = row_offsets(p, group.y);
-  const uint k = uint(p.k);
+  const uint k = w.k;
   const uint width = p.sort_size;
   const bool largest = p.largest != 0u;
+  device const typename DT::Storage* row = MTK_WINDOW_INPUT(o, w);
   for (uint j = tid; j < width; j += threads) {
     if (j < k) {
-      tg_keys[j] = selection_key<DT>(values[o.values + long(j) * p.values_stride], largest);
       tg_idx[j] = load_index(indices, p, o.indices + long(j) * p.indices_stride);
+      tg_keys[j] = selection_key<DT>(winner_value<DT>(values, p, o, j, row, tg_idx[j]), largest);
     } else {
       tg_keys[j] = 0;
       tg_idx[j] = kPaddingIndex;
@@ -529,10 +630,9 @@ template <typename DT>
   }
   tg_barrier();
   bitonic_threadgroup(tg_keys, tg_idx, width, 2u, width, 0u, tid, threads);
-  device const typename DT::Storage* row = input + o.input;
   for (uint j = tid; j < k; j += threads) {
     const uint i = tg_idx[j];
-    values[o.values + long(j) * p.values_stride] = row[long(i) * p.input_stride];
+    if (p.has_values != 0u) values[o.values + long(j) * p.values_stride] = row[long(i) * p.input_stride];
     store_index(indices, p, o.indices + long(j) * p.indices_stride, i);
   }
 }
@@ -553,12 +653,14 @@ template <typename DT>
   MTK_UNUSED_KERNEL_PARAMS();
   const uint j = group.x * tg_size.x + local_id.x;
   if (j >= p.sort_size) return;
+  const RowWindow w = MTK_ROW_WINDOW();
   const RowOffsets o = row_offsets(p, group.y);
   device typename DT::Key* keys = sort_keys<DT>(workspace, p, group.y);
   device uint* idx = sort_indices(workspace, p, group.y);
-  if (j < uint(p.k)) {
-    keys[j] = selection_key<DT>(values[o.values + long(j) * p.values_stride], p.largest != 0u);
-    idx[j] = load_index(indices, p, o.indices + long(j) * p.indices_stride);
+  if (j < w.k) {
+    const uint i = load_index(indices, p, o.indices + long(j) * p.indices_stride);
+    keys[j] = selection_key<DT>(winner_value<DT>(values, p, o, j, MTK_WINDOW_INPUT(o, w), i), p.largest != 0u);
+    idx[j] = i;
   } else {
     keys[j] = 0;
     idx[j] = kPaddingIndex;
@@ -620,9 +722,30 @@ template <typename DT>
 [[kernel]] void mtk_sort_store(MTK_KERNEL_PARAMS(DT)) {
   MTK_UNUSED_KERNEL_PARAMS();
   const uint j = group.x * tg_size.x + local_id.x;
-  if (j >= uint(p.k)) return;
+  const RowWindow w = MTK_ROW_WINDOW();
+  if (j >= w.k) return;
   const RowOffsets o = row_offsets(p, group.y);
   const uint i = sort_indices(workspace, p, group.y)[j];
-  values[o.values + long(j) * p.values_stride] = input[o.input + long(i) * p.input_stride];
+  if (p.has_values != 0u) values[o.values + long(j) * p.values_stride] = MTK_WINDOW_INPUT(o, w)[long(i) * p.input_stride];
   store_index(indices, p, o.indices + long(j) * p.indices_stride, i);
+}
+
+// Ragged rows, last step: transforms each row's winners' indices and pads positions
+// [min(k, length), k) with index -1 and all-zero value bits (grid: ceil(k / threads) x rows).
+template <typename DT>
+[[kernel]] void mtk_ragged_finish(MTK_KERNEL_PARAMS(DT)) {
+  MTK_UNUSED_KERNEL_PARAMS();
+  const ulong j = ulong(group.x) * tg_size.x + local_id.x;
+  if (j >= ulong(p.k)) return;
+  const RowWindow w = MTK_ROW_WINDOW();
+  const RowOffsets o = row_offsets(p, group.y);
+  const long at = o.indices + long(j) * p.indices_stride;
+  if (j < ulong(w.k)) {
+    if (p.transform == MTK_METAL_TRANSFORM_NONE) return;
+    const long index = long(load_index(indices, p, at));
+    store_index(indices, p, at, transformed_index(p, offsets, page_table, row_to_batch, group.y, index));
+    return;
+  }
+  store_index(indices, p, at, long(-1));
+  if (p.has_values != 0u) values[o.values + long(j) * p.values_stride] = typename DT::Storage(0);
 }

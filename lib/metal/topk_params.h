@@ -18,6 +18,20 @@ typedef uint32_t mtk_u32;
 #define MTK_RADIX_BINS 256
 #define MTK_RADIX_BITS 8
 
+// How a ragged call's indices are transformed (mtk_index_transform's values).
+#define MTK_METAL_TRANSFORM_NONE 0
+#define MTK_METAL_TRANSFORM_RAGGED 1
+#define MTK_METAL_TRANSFORM_PAGE_TABLE 2
+
+// One per-row int32 or int64 tensor of a ragged call (lengths, starts, offsets, row_to_batch),
+// read by the kernels from its own bound buffer.
+struct MtkRowVector {
+  mtk_i64 base;      // element offset of entry 0 in the bound buffer
+  mtk_i64 stride;    // elements
+  mtk_u32 present;   // 0: absent (its buffer slot holds another tensor, never read)
+  mtk_u32 is_64;     // int64 (else int32)
+};
+
 // One top-k call: the row geometry (lib/core/problem.hpp RowGeometry) and the plan's choices.
 struct MtkTopkParams {
   // Element offsets of element 0 of the input and the outputs from the start of their bound
@@ -34,6 +48,17 @@ struct MtkTopkParams {
   mtk_i64 input_batch_strides[MTK_METAL_MAX_BATCH_DIMS];
   mtk_i64 values_batch_strides[MTK_METAL_MAX_BATCH_DIMS];
   mtk_i64 indices_batch_strides[MTK_METAL_MAX_BATCH_DIMS];
+  // Ragged rows (mtk_topk_ragged; `ragged` below): each row selects from its window of the
+  // row (lib/core/ragged_window.hpp clips it), k is the outputs' width and may exceed n.
+  MtkRowVector lengths;
+  MtkRowVector starts;
+  MtkRowVector offsets;
+  MtkRowVector row_to_batch;
+  mtk_i64 page_table_base;  // element offset of entry [0, 0] in the bound buffer
+  mtk_i64 page_table_batches;
+  mtk_i64 page_table_batch_stride;  // elements
+  mtk_i64 page_table_page_stride;   // elements
+  mtk_i64 page_size;
   // Byte offsets of the workspace regions (multi-pass selection and the device-memory sort).
   mtk_u64 ws_row_state;
   mtk_u64 ws_block_hist;
@@ -48,6 +73,10 @@ struct MtkTopkParams {
   mtk_u32 block_elems;          // elements per such threadgroup (a multiple of its threads)
   mtk_u32 sort_size;            // k rounded up to a power of two: the bitonic network's width
   mtk_u32 sort_tile;            // elements a threadgroup sorts in threadgroup memory
+  mtk_u32 has_values;           // 0: indices only (the values binding is another tensor's)
+  mtk_u32 ragged;               // per-row windows, padded and transformed by mtk_ragged_finish
+  mtk_u32 transform;            // MTK_METAL_TRANSFORM_*
+  mtk_u32 page_table_is_64;
 };
 
 // What changes between dispatches of one plan.

@@ -48,7 +48,21 @@ mtk::TopkProblem problem(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k, bo
   p.geometry.input_batch_strides[0] = n;
   p.geometry.values_batch_strides[0] = k;
   p.geometry.indices_batch_strides[0] = k;
+  // Plans never dereference these; a non-null values pointer means values are written.
+  static char placeholder;
+  p.values = &placeholder;
+  p.indices = &placeholder;
   return p;
+}
+
+// A ragged problem over [rows, n]: contiguous int32 lengths, no starts, no transform.
+mtk::RaggedProblem ragged_problem(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k) {
+  static const int32_t placeholder_lengths = 0;
+  mtk::RaggedProblem r{};
+  r.dense = problem(dtype, rows, n, k);
+  r.lengths = mtk::RowVector{&placeholder_lengths, MTK_INT32, 1};
+  r.transform = MTK_INDEX_TRANSFORM_NONE;
+  return r;
 }
 
 std::vector<MetalKernel> kernels(const MetalPlan& plan) {
@@ -332,6 +346,71 @@ void test_tensor_extents() {
   EXPECT(e.indices.first == 0 && e.indices.bytes == 4 * 10);  // elements 0 .. 9
 }
 
+void test_ragged_plans() {
+  using K = MetalKernel;
+  // k above n: the selection is planned for n winners, the finish for all k positions.
+  mtk::RaggedProblem r = ragged_problem(MTK_FLOAT32, 8, 100, 2048);
+  MetalPlan plan = mtk::make_metal_ragged_plan(r);
+  check_dispatches(plan, r.dense, MetalLimits());
+  EXPECT(plan.params.ragged == 1 && plan.params.k == 2048 && plan.params.sort_size == 128);
+  EXPECT(plan.params.has_values == 1 && plan.params.lengths.present == 1 && plan.params.starts.present == 0);
+  EXPECT(kernels(plan) == (std::vector<K>{K::RowsShort, K::RaggedFinish}));
+  EXPECT(uint64_t(plan.dispatches.back().threadgroups_x) * plan.dispatches.back().threads >= 2048);
+  // Empty rows (n = 0): only the padding runs, without scratch.
+  plan = mtk::make_metal_ragged_plan(ragged_problem(MTK_FLOAT16, 3, 0, 5));
+  EXPECT(kernels(plan) == (std::vector<K>{K::RaggedFinish}) && plan.workspace_bytes == 0);
+  // Huge rows: the multi-pass selection and the device-memory sort, then the finish.
+  r = ragged_problem(MTK_BFLOAT16, 2, 1 << 20, 8192);
+  plan = mtk::make_metal_ragged_plan(r);
+  check_dispatches(plan, r.dense, MetalLimits());
+  const std::vector<K> huge = kernels(plan);
+  EXPECT(plan.shape_class == MetalShapeClass::HugeRows && huge.back() == K::RaggedFinish);
+  EXPECT(std::count(huge.begin(), huge.end(), K::SortStore) == 1);
+  // Dense plans never finish; indices only is a flag, and the values have no extent.
+  mtk::TopkProblem dense = problem(MTK_INT8, 4, 300, 7);
+  dense.values = nullptr;
+  plan = mtk::make_metal_plan(dense);
+  EXPECT(plan.params.has_values == 0 && plan.params.ragged == 0 && kernels(plan).back() != K::RaggedFinish);
+  EXPECT(mtk::metal_tensor_extents(dense).values.bytes == 0);
+}
+
+void test_ragged_tensors() {
+  // lengths int32 every 2nd entry, starts int64 walking backwards, row_to_batch int64, a
+  // [2, 3] int32 page table with its pages 2 apart.
+  static const int64_t entries[16] = {};
+  mtk::RaggedProblem r = ragged_problem(MTK_FLOAT32, 4, 6, 2);
+  r.lengths = mtk::RowVector{entries, MTK_INT32, 2};
+  r.starts = mtk::RowVector{entries + 8, MTK_INT64, -1};
+  r.row_to_batch = mtk::RowVector{entries, MTK_INT64, 1};
+  r.transform = MTK_INDEX_TRANSFORM_PAGE_TABLE;
+  r.page_table = entries;
+  r.page_table_dtype = MTK_INT32;
+  r.page_table_batch = 2;
+  r.page_table_pages = 3;
+  r.page_table_batch_stride = 6;
+  r.page_table_page_stride = 2;
+  r.page_size = 2;
+  const mtk::MetalRaggedTensors t = mtk::metal_ragged_tensors(r);
+  EXPECT(t.data[mtk::kRaggedLengths] == entries && t.extents[mtk::kRaggedLengths].first == 0 &&
+         t.extents[mtk::kRaggedLengths].bytes == 4 * 7);
+  EXPECT(t.extents[mtk::kRaggedStarts].first == -24 && t.extents[mtk::kRaggedStarts].bytes == 32);
+  EXPECT(t.data[mtk::kRaggedOffsets] == nullptr);
+  EXPECT(t.extents[mtk::kRaggedPageTable].first == 0 && t.extents[mtk::kRaggedPageTable].bytes == 4 * 11);
+  EXPECT(t.extents[mtk::kRaggedRowToBatch].bytes == 32);
+
+  MetalPlan plan = mtk::make_metal_ragged_plan(r);
+  EXPECT(plan.params.transform == MTK_METAL_TRANSFORM_PAGE_TABLE && plan.params.page_size == 2 &&
+         plan.params.page_table_batches == 2 && plan.params.page_table_page_stride == 2 &&
+         plan.params.page_table_is_64 == 0 && plan.params.starts.stride == -1 && plan.params.starts.is_64 == 1);
+  mtk::set_metal_ragged_buffer_offsets(plan, r, {8, 64, 0, 12, 16});
+  EXPECT(plan.params.lengths.base == 2 && plan.params.starts.base == 8 && plan.params.page_table_base == 3 &&
+         plan.params.row_to_batch.base == 2 && plan.params.offsets.base == 0);
+  EXPECT(status_of([&] { mtk::set_metal_ragged_buffer_offsets(plan, r, {8, 60, 0, 12, 16}); }) ==
+         MTK_ERROR_INVALID_ARGUMENT);
+  // An absent tensor's offset is never checked.
+  EXPECT(status_of([&] { mtk::set_metal_ragged_buffer_offsets(plan, r, {8, 64, 3, 12, 16}); }) == MTK_SUCCESS);
+}
+
 void test_geometry_is_passed_through() {
   // Experts on dim 0 of a [256, 4096] tensor: 4096 rows of 256 elements 4096 apart.
   mtk::TopkProblem p = problem(MTK_BFLOAT16, 4096, 256, 8);
@@ -567,6 +646,8 @@ int main() {
   test_geometry_is_passed_through();
   test_workspace_checks();
   test_tensor_extents();
+  test_ragged_plans();
+  test_ragged_tensors();
   test_pipeline_thread_limits();
   test_router_benchmark_shapes();
   test_router_threadgroup_memory_limit();
