@@ -17,9 +17,9 @@
  * tensors are rejected as unsupported).
  *
  * Every function allocates its outputs (callee-allocated, as AOTInductor expects): on success
- * *ret0 (and *ret1 where the op has two outputs) are new tensor handles the caller owns; on failure they are left untouched,
- * every tensor the call created is deleted, the message is printed to stderr as torch's own
- * shims do, and metaltopk_aoti_last_error() returns it.
+ * *ret0 (and *ret1 where the op has two outputs) are new tensor handles the caller owns; on
+ * failure they are left untouched, every tensor the call created is deleted, the message is
+ * printed to stderr as torch's own shims do, and metaltopk_aoti_last_error() returns it.
  */
 #ifndef METALTOPK_AOTI_H
 #define METALTOPK_AOTI_H

@@ -369,7 +369,9 @@ PageTable page_table_of(const RaggedShape& s) {
   PageTable t;
   t.pages = (s.n + s.page_size - 1) / s.page_size + 1;
   t.batch = s.row_to_batch ? s.rows / 2 + 1 : s.rows;
-  for (int64_t e = 0; e < t.batch * t.pages; ++e) t.entries.push_back(static_cast<int32_t>(e * 5 + 1));
+  for (int64_t e = 0; e < t.batch * t.pages; ++e) {
+    t.entries.push_back(static_cast<int32_t>(e * 5 + 1));
+  }
   if (s.row_to_batch) {
     for (int64_t r = 0; r < s.rows; ++r) {
       t.row_to_batch.push_back(r % 5 == 4 ? -1 : static_cast<int32_t>((r * 3) % (t.batch + 1)));

@@ -184,6 +184,33 @@ def test_gradient_goes_to_the_winners_positions():
         assert torch.equal(leaf.grad, want if dim == -1 else want.t())
 
 
+@CUDA
+def test_cuda_graph_replays_with_new_lengths():
+    """Lengths and starts are read on the device: a captured call follows their new contents
+    on each replay, with no host synchronisation."""
+    rng = np.random.default_rng(14)
+    x = from_numpy(ref.random_values(rng, (64, 20000), np.float32, "specials"), "cuda")
+    lengths = torch.tensor(lengths_for(rng, 64, 20000, 2048), device="cuda")
+    starts = torch.zeros(64, dtype=torch.int32, device="cuda")
+    table = torch.arange(64 * 313, dtype=torch.int32, device="cuda").view(64, 313)
+    metaltopk.topk(x, 2048, lengths=lengths, starts=starts)  # warm-up outside the capture
+    metaltopk.topk_page_table_transform(x, table, lengths, 2048, page_size=64)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        values, indices = metaltopk.topk(x, 2048, lengths=lengths, starts=starts)
+        slots = metaltopk.topk_page_table_transform(x, table, lengths, 2048, page_size=64)
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        lengths.copy_(torch.tensor(lengths_for(rng, 64, 20000, 2048)))
+        starts.copy_(torch.tensor(rng.integers(-2, 20000, size=64), dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = metaltopk.topk(x.cpu(), 2048, lengths=lengths.cpu(), starts=starts.cpu())
+        assert_same((values.cpu(), indices.cpu()), want)
+        assert torch.equal(slots.cpu(), metaltopk.topk_page_table_transform(
+            x.cpu(), table.cpu(), lengths.cpu(), 2048, page_size=64))
+
+
 def test_meta_tensors_have_the_output_shapes():
     x = torch.empty(5, 100, device="meta", dtype=torch.bfloat16)
     lengths = torch.empty(5, dtype=torch.int32, device="meta")
@@ -213,7 +240,8 @@ def error_cases(device):
         (ValueError, "lengths",
          lambda: metaltopk.topk(x, 2, lengths=torch.tensor([1, 2, 3], device=device))),
         (ValueError, "lengths", lambda: ragged_op(x, 2, lengths.view(1, 2))),
-        (ValueError, "lengths", lambda: ragged_op(x, 2, torch.empty_like(lengths, device=elsewhere))),
+        (ValueError, "lengths",
+         lambda: ragged_op(x, 2, torch.empty_like(lengths, device=elsewhere))),
         (TypeError, "starts", lambda: metaltopk.topk(x, 2, lengths=lengths,
                                                      starts=lengths.double())),
         (ValueError, "starts", lambda: ragged_op(x, 2, lengths, lengths[:1])),
