@@ -57,7 +57,8 @@ class RaggedRequest:
     def translate(self, message):
         """The library's message with the C names of params' fields as this API's arguments."""
         message = (message.replace("params.page_table", "src_page_table")
-                   .replace("params.", "").replace("mtk_topk_ragged", ""))
+                   .replace("params.", "")
+                   .replace("mtk_topk_ragged", f"metaltopk.{self.function}"))
         return f"metaltopk.{self.function}: {message}"
 
     def params(self, tensors):
