@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (make test-d
 import metaltopk  # noqa: E402
 from metaltopk import _dispatch  # noqa: E402
 from metaltopk._abi import DeviceTensor  # noqa: E402
-from metaltopk.torch import aoti_config, aoti_library_path  # noqa: E402
+from metaltopk.torch import _tensors, aoti_config, aoti_library_path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ragged_reference as rr  # noqa: E402
@@ -50,6 +50,22 @@ CUDA = pytest.mark.skipif(not cuda_runs_ragged_rows(),
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 TORCH_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
                 torch.uint8, torch.int16, torch.int32, torch.int64]
+
+
+@pytest.fixture(params=["compiled", "python"])
+def ragged_path(request, monkeypatch):
+    """Runs a test on the compiled torch fast path (adapters/torch/), then on the Python path."""
+    if request.param == "python":
+        monkeypatch.setattr(_tensors, "_fast_ragged", None)
+    elif _tensors._fast_ragged is None:
+        pytest.skip("the torch fast path was not built beside the library")
+    return request.param
+
+
+def test_make_test_runs_ragged_rows_on_the_fast_path():
+    if not os.environ.get("METALTOPK_EXPECT_TORCH_FAST_PATH"):
+        pytest.skip("not run by `make test` with torch")
+    assert _tensors._fast_ragged is not None
 
 
 def to_numpy(t):
@@ -89,6 +105,7 @@ def lengths_for(rng, rows, n, k):
 SCORES = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], np.float32)
 
 
+@pytest.mark.usefixtures("ragged_path")
 @pytest.mark.parametrize("device", DEVICES)
 def test_contract_examples(device):
     x = torch.tensor(SCORES, device=device)
@@ -108,6 +125,7 @@ def test_contract_examples(device):
     assert got.dtype == torch.int32 and got.tolist() == [[10, 6], [14, 6]]
 
 
+@pytest.mark.usefixtures("ragged_path")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: str(d).split(".")[1])
 def test_every_dtype_against_the_model(dtype, device):
@@ -129,6 +147,7 @@ def test_every_dtype_against_the_model(dtype, device):
             assert_exact(values, indices, *want, device)
 
 
+@pytest.mark.usefixtures("ragged_path")
 @pytest.mark.parametrize("device", DEVICES)
 def test_strided_inputs_dim0_and_indices_only(device):
     rng = np.random.default_rng(4)
@@ -151,6 +170,7 @@ def test_strided_inputs_dim0_and_indices_only(device):
     assert_exact(None, indices, None, want_indices, device)
 
 
+@pytest.mark.usefixtures("ragged_path")
 @pytest.mark.parametrize("device", DEVICES)
 def test_transforms_against_the_model(device):
     rng = np.random.default_rng(6)
@@ -180,6 +200,7 @@ def test_transforms_against_the_model(device):
                      None, want, device)
 
 
+@pytest.mark.usefixtures("ragged_path")
 def test_gradient_goes_to_the_winners_positions():
     x = torch.randn(6, 40, dtype=torch.float64)
     lengths, starts = torch.tensor([40, 3, 0, 10, 25, 7]), torch.tensor([0, 5, 2, 35, -4, 1])
@@ -276,6 +297,7 @@ def error_cases(device):
     ]
 
 
+@pytest.mark.usefixtures("ragged_path")
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_errors_name_the_argument(device):
     """On real tensors the library checks (its message, in this API's names); on meta tensors

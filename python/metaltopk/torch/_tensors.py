@@ -10,7 +10,8 @@ The eager path is host-bound for small inputs (MoE routing), so a call's geometr
 scratch size are looked up once per (shape, strides, dtype, device, k, dim, largest, sorted) and a
 call then costs two or three allocations, one struct pack and one library call. Where `make` built
 the torch fast path (adapters/torch/) against this torch, a plain CPU or CUDA tensor's call runs in
-C++ instead: the allocations and the library call then take no Python at all.
+C++ instead (top-k, the router and ragged rows): the allocations and the library call then take
+no Python at all.
 """
 
 import atexit
@@ -84,6 +85,8 @@ def _load_fast_path(directory=Path(library_path).parent):
 _fast_path = _load_fast_path()
 _fast_topk = _fast_path.topk if _fast_path is not None else None
 _fast_moe_route = _fast_path.moe_route if _fast_path is not None else None
+# An extension built before ragged rows existed has no topk_ragged: those calls take cffi.
+_fast_ragged = getattr(_fast_path, "topk_ragged", None)
 _fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
 
 
@@ -280,6 +283,16 @@ def run_ragged(x, request):
         host_request.arrays = {name: t.cpu() for name, t in request.arrays.items()}
         values, indices = run_ragged(x.cpu(), host_request)
         return (None if values is None else values.to(x.device)), indices.to(x.device)
+    if _fast_ragged is not None:
+        arrays = request.arrays
+        result = _fast_call(
+            _fast_ragged, x.get_device(), x, request.k, arrays["lengths"], arrays.get("starts"),
+            request.dim, request.largest, request.sorted, request.return_values,
+            request.transform, arrays.get("offsets"), arrays.get("src_page_table"),
+            arrays.get("row_to_batch"), request.page_size, request.index_dtype == "int32",
+            translate=request.translate)
+        if result is not None:
+            return (result[0] if request.return_values else None), result[1]
     views = {name: tensor_view(t, request.function) for name, t in request.arrays.items()}
     out = _ragged.run_device_tensors(tensor_view(x, request.function), request, views)
     return out if request.return_values else (None, out)
