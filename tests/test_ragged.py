@@ -234,10 +234,14 @@ def test_backends_without_ragged_kernels_refuse_by_name():
             metaltopk.topk(SCORES, 2, lengths=[3, 4], backend=backend)
 
 
-def test_torch_inputs_are_not_taken_yet():
+def test_torch_inputs_give_torch_outputs():
+    """The torch integration in brief (tests/torch/test_torch_ragged.py has the rest)."""
     torch = pytest.importorskip("torch")
     x = torch.tensor(SCORES)
-    with pytest.raises(NotImplementedError, match="numpy"):
-        metaltopk.topk(x, 2, lengths=torch.tensor([3, 4]))
+    values, indices = metaltopk.topk(x, 2, lengths=torch.tensor([9, 2]), starts=[1, 3])
+    assert isinstance(indices, torch.Tensor) and indices.tolist() == [[3, 1], [0, 1]]
+    assert values.tolist() == [[5, 4], [5, 3]]
     indices = metaltopk.topk(x, 2, return_values=False, backend="cpu")
     assert isinstance(indices, torch.Tensor) and indices.tolist() == [[4, 2], [0, 2]]
+    got = metaltopk.topk_ragged_transform(x, torch.tensor([100, 200]), torch.tensor([5, 1]), 2)
+    assert got.dtype == torch.int32 and got.tolist() == [[104, 102], [200, -1]]

@@ -278,6 +278,146 @@ void moe_route(const Device& device, AtenTensorHandle logits, int64_t k, const c
   *ret1 = ids_owner.release();
 }
 
+// ---- ragged rows (docs/CONTRACT.md, "Ragged rows") --------------------------------------------
+
+// An index tensor of a ragged call, on the input's device (the library cannot tell devices
+// apart, so this is checked here; its dtype, rank and size are the library's checks).
+Input describe_index(AtenTensorHandle handle, const char* argument, const Input& input) {
+  Input index = describe(handle, argument);
+  if (index.device_type != input.device_type ||
+      (index.device_index < 0 ? 0 : index.device_index) !=
+          (input.device_index < 0 ? 0 : input.device_index)) {
+    fail(std::string(argument) + " is on another device than the input");
+  }
+  return index;
+}
+
+// What a ragged op asks for beyond its tensors.
+struct RaggedCall {
+  int64_t k = 0;
+  int64_t dim = -1;  // -1 or 1: rows along the last dim; -2 or 0: the transposed input's rows
+  int32_t largest = 1;
+  int32_t sorted = 1;
+  bool return_values = false;
+  mtk_dtype index_dtype = MTK_INT32;
+};
+
+// Runs mtk_topk_ragged_with_workspace with outputs and scratch allocated through the runtime:
+// indices [rows, k] (or [k, rows] for dim 0) of call.index_dtype, and values of the input's
+// dtype where asked (else, in *values_ret, an empty [0] tensor, as the op's schema returns).
+void topk_ragged(const Device& device, const Input& scores, mtk_ragged_params& params,
+                 const RaggedCall& call, AtenTensorHandle* values_ret,
+                 AtenTensorHandle* indices_ret) {
+  if (indices_ret == nullptr || (call.return_values && values_ret == nullptr)) {
+    fail("the output handles must not be NULL");
+  }
+  if (scores.tensor.ndim != 2) {
+    fail("input.ndim = " + std::to_string(scores.tensor.ndim) + " must be 2 ([rows, n])");
+  }
+  if (call.dim < -2 || call.dim > 1) {
+    fail("dim = " + std::to_string(call.dim) + " is out of range for a 2-d input");
+  }
+  const bool along_rows = call.dim == -1 || call.dim == 1;
+  mtk_tensor input = scores.tensor;
+  if (!along_rows) {  // the transposed view: dim 0's columns are the rows
+    std::swap(input.sizes[0], input.sizes[1]);
+    std::swap(input.strides[0], input.strides[1]);
+  }
+  const int32_t device_index = scores.device_index < 0 ? 0 : scores.device_index;
+  mtk_context ctx = context_for(device.backend, device_index);
+  size_t workspace_bytes = 0;
+  // Validates every argument before anything is allocated.
+  check(mtk_topk_ragged_workspace_size(ctx, &input, call.k, call.largest, call.sorted, &params,
+                                       call.index_dtype, &workspace_bytes));
+  const int64_t rows = input.sizes[0];
+  const int64_t out_sizes[2] = {along_rows ? rows : call.k, along_rows ? call.k : rows};
+  // The outputs are contiguous in the caller's layout; dim 0's are described transposed.
+  auto as_rows = [&](mtk_tensor tensor) {
+    if (!along_rows) {
+      std::swap(tensor.sizes[0], tensor.sizes[1]);
+      std::swap(tensor.strides[0], tensor.strides[1]);
+    }
+    return tensor;
+  };
+  OwnedTensor values_owner, indices_owner, workspace_owner;
+  const mtk_tensor indices =
+      as_rows(allocate(scores, 2, out_sizes, call.index_dtype, indices_owner));
+  mtk_tensor values{};
+  if (call.return_values) {
+    values = as_rows(allocate(scores, 2, out_sizes, input.dtype, values_owner));
+  } else if (values_ret != nullptr) {
+    const int64_t empty = 0;
+    allocate(scores, 1, &empty, input.dtype, values_owner);
+  }
+  void* workspace = allocate_scratch(scores, workspace_bytes, workspace_owner);
+  check(mtk_topk_ragged_with_workspace(ctx, &input, call.k, call.largest, call.sorted, &params,
+                                       call.return_values ? &values : nullptr, &indices,
+                                       workspace, workspace_bytes,
+                                       device.stream(scores.device_index)));
+  if (values_ret != nullptr) *values_ret = values_owner.release();
+  *indices_ret = indices_owner.release();
+}
+
+void topk_ragged_op(const Device& device, AtenTensorHandle self, int64_t k,
+                    AtenTensorHandle lengths, AtenTensorHandle* starts, int64_t dim,
+                    int32_t largest, int32_t sorted, int32_t return_values,
+                    AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  if (ret0 == nullptr || ret1 == nullptr) fail("ret0 and ret1 must not be NULL");
+  const Input input = describe(self, "self");
+  const Input lengths_input = describe_index(lengths, "lengths", input);
+  Input starts_input;
+  if (starts != nullptr) starts_input = describe_index(*starts, "starts", input);
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  params.lengths = &lengths_input.tensor;
+  params.starts = starts != nullptr ? &starts_input.tensor : nullptr;
+  RaggedCall call;
+  call.k = k;
+  call.dim = dim;
+  call.largest = largest;
+  call.sorted = sorted;
+  call.return_values = return_values != 0;
+  call.index_dtype = MTK_INT64;
+  topk_ragged(device, input, params, call, ret0, ret1);
+}
+
+void ragged_transform_op(const Device& device, AtenTensorHandle scores, AtenTensorHandle offsets,
+                         AtenTensorHandle lengths, int64_t k, AtenTensorHandle* ret0) {
+  if (ret0 == nullptr) fail("ret0 must not be NULL");
+  const Input input = describe(scores, "scores");
+  const Input offsets_input = describe_index(offsets, "offsets", input);
+  const Input lengths_input = describe_index(lengths, "lengths", input);
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  params.lengths = &lengths_input.tensor;
+  params.transform = MTK_INDEX_TRANSFORM_RAGGED;
+  params.offsets = &offsets_input.tensor;
+  RaggedCall call;
+  call.k = k;
+  topk_ragged(device, input, params, call, nullptr, ret0);
+}
+
+void page_table_transform_op(const Device& device, AtenTensorHandle scores,
+                             AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
+                             AtenTensorHandle* row_to_batch, int64_t page_size,
+                             AtenTensorHandle* ret0) {
+  if (ret0 == nullptr) fail("ret0 must not be NULL");
+  const Input input = describe(scores, "scores");
+  const Input table_input = describe_index(src_page_table, "src_page_table", input);
+  const Input lengths_input = describe_index(lengths, "lengths", input);
+  Input row_to_batch_input;
+  if (row_to_batch != nullptr) {
+    row_to_batch_input = describe_index(*row_to_batch, "row_to_batch", input);
+  }
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  params.lengths = &lengths_input.tensor;
+  params.transform = MTK_INDEX_TRANSFORM_PAGE_TABLE;
+  params.page_table = &table_input.tensor;
+  params.page_size = page_size;
+  params.row_to_batch = row_to_batch != nullptr ? &row_to_batch_input.tensor : nullptr;
+  RaggedCall call;
+  call.k = k;
+  topk_ragged(device, input, params, call, nullptr, ret0);
+}
+
 template <typename Body>
 AOTITorchError guarded(const char* function, Body&& body) noexcept {
   try {
@@ -322,6 +462,33 @@ AOTITorchError aoti_torch_cpu_mtk_moe_route(AtenTensorHandle logits, int64_t k,
   });
 }
 
+AOTITorchError aoti_torch_cpu_mtk_topk_ragged(AtenTensorHandle self, int64_t k,
+                                              AtenTensorHandle lengths, AtenTensorHandle* starts,
+                                              int64_t dim, int32_t largest, int32_t sorted,
+                                              int32_t return_values, AtenTensorHandle* ret0,
+                                              AtenTensorHandle* ret1) {
+  return guarded(__func__, [&] {
+    topk_ragged_op(kCpu, self, k, lengths, starts, dim, largest, sorted, return_values, ret0,
+                   ret1);
+  });
+}
+
+AOTITorchError aoti_torch_cpu_mtk_topk_ragged_transform(AtenTensorHandle scores,
+                                                        AtenTensorHandle offsets,
+                                                        AtenTensorHandle lengths, int64_t k,
+                                                        AtenTensorHandle* ret0) {
+  return guarded(__func__, [&] { ragged_transform_op(kCpu, scores, offsets, lengths, k, ret0); });
+}
+
+AOTITorchError aoti_torch_cpu_mtk_topk_page_table_transform(
+    AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
+    AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0) {
+  return guarded(__func__, [&] {
+    page_table_transform_op(kCpu, scores, src_page_table, lengths, k, row_to_batch, page_size,
+                            ret0);
+  });
+}
+
 #ifdef METALTOPK_AOTI_CUDA
 AOTITorchError aoti_torch_cuda_mtk_topk(AtenTensorHandle self, int64_t k, int64_t dim,
                                         int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
@@ -340,6 +507,36 @@ AOTITorchError aoti_torch_cuda_mtk_moe_route(AtenTensorHandle logits, int64_t k,
   return guarded(__func__, [&] {
     moe_route(cuda, logits, k, scoring, bias, n_group, topk_group, renormalize, scale,
               index_dtype, ret0, ret1);
+  });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_topk_ragged(AtenTensorHandle self, int64_t k,
+                                               AtenTensorHandle lengths, AtenTensorHandle* starts,
+                                               int64_t dim, int32_t largest, int32_t sorted,
+                                               int32_t return_values, AtenTensorHandle* ret0,
+                                               AtenTensorHandle* ret1) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] {
+    topk_ragged_op(cuda, self, k, lengths, starts, dim, largest, sorted, return_values, ret0,
+                   ret1);
+  });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_topk_ragged_transform(AtenTensorHandle scores,
+                                                         AtenTensorHandle offsets,
+                                                         AtenTensorHandle lengths, int64_t k,
+                                                         AtenTensorHandle* ret0) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] { ragged_transform_op(cuda, scores, offsets, lengths, k, ret0); });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_topk_page_table_transform(
+    AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
+    AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] {
+    page_table_transform_op(cuda, scores, src_page_table, lengths, k, row_to_batch, page_size,
+                            ret0);
   });
 }
 

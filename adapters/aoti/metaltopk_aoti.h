@@ -1,6 +1,8 @@
 /*
  * metaltopk's AOTInductor C shim: the functions that AOTInductor-compiled code calls for the
- * metaltopk::mtk_topk and metaltopk::mtk_moe_route torch ops (and, on macOS, the origin's
+ * metaltopk::mtk_topk and metaltopk::mtk_moe_route torch ops, the ragged ops
+ * metaltopk::mtk_topk_ragged, mtk_topk_ragged_transform and mtk_topk_page_table_transform (and,
+ * on macOS, the origin's
  * aoti_torch_mps_topk), over AtenTensorHandle.
  *
  * The library is written against torch's stable C shim API only, and of that only against
@@ -16,9 +18,9 @@
  * float16. A dtype without its getter is rejected as unsupported in that runtime.
  *
  * Every function allocates its outputs (callee-allocated, as AOTInductor expects): on success
- * *ret0 and *ret1 are new tensor handles the caller owns; on failure they are left untouched,
- * every tensor the call created is deleted, the message is printed to stderr as torch's own
- * shims do, and metaltopk_aoti_last_error() returns it.
+ * *ret0 (and *ret1 where the op has two outputs) are new tensor handles the caller owns; on
+ * failure they are left untouched, every tensor the call created is deleted, the message is
+ * printed to stderr as torch's own shims do, and metaltopk_aoti_last_error() returns it.
  */
 #ifndef METALTOPK_AOTI_H
 #define METALTOPK_AOTI_H
@@ -44,6 +46,28 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_moe_route(
     int64_t n_group, int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype,
     AtenTensorHandle* ret0, AtenTensorHandle* ret1);
 
+/* metaltopk::mtk_topk_ragged (docs/CONTRACT.md, "Ragged rows"): self [rows, n]; lengths and
+ * starts (NULL: none) int32 or int64 [rows] on self's device. ret0: values [rows, k] of self's
+ * dtype, or an empty [0] tensor when return_values is 0; ret1: indices [rows, k] int64, -1
+ * padded (both [k, rows] for dim 0). */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_topk_ragged(
+    AtenTensorHandle self, int64_t k, AtenTensorHandle lengths, AtenTensorHandle* starts,
+    int64_t dim, int32_t largest, int32_t sorted, int32_t return_values, AtenTensorHandle* ret0,
+    AtenTensorHandle* ret1);
+
+/* metaltopk::mtk_topk_ragged_transform (FlashInfer's top_k_ragged_transform): ret0 int32
+ * [rows, k], offsets[r] + index, -1 padded. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_topk_ragged_transform(
+    AtenTensorHandle scores, AtenTensorHandle offsets, AtenTensorHandle lengths, int64_t k,
+    AtenTensorHandle* ret0);
+
+/* metaltopk::mtk_topk_page_table_transform (FlashInfer's top_k_page_table_transform):
+ * row_to_batch NULL or int32/int64 [rows]; ret0 int32 [rows, k], each index mapped through
+ * src_page_table [batch, pages], -1 padded. */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_topk_page_table_transform(
+    AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
+    AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0);
+
 #ifdef METALTOPK_AOTI_CUDA
 AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk(AtenTensorHandle self, int64_t k,
                                                           int64_t dim, int32_t largest,
@@ -53,6 +77,17 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_moe_route(
     AtenTensorHandle logits, int64_t k, const char* scoring, AtenTensorHandle* bias,
     int64_t n_group, int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype,
     AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk_ragged(
+    AtenTensorHandle self, int64_t k, AtenTensorHandle lengths, AtenTensorHandle* starts,
+    int64_t dim, int32_t largest, int32_t sorted, int32_t return_values, AtenTensorHandle* ret0,
+    AtenTensorHandle* ret1);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk_ragged_transform(
+    AtenTensorHandle scores, AtenTensorHandle offsets, AtenTensorHandle lengths, int64_t k,
+    AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk_page_table_transform(
+    AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
+    AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0);
+
 
 #ifdef METALTOPK_AOTI_ATEN_TOPK
 /* torch.topk's own C function (AOTInductor's fallback for aten.topk), for runtimes that have

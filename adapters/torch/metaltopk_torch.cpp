@@ -8,6 +8,10 @@
 //   topk(x, k, dim, largest, sorted, context address)
 //   moe_route(logits, k, scoring code, bias or None, n_group, topk_group, renormalize, scale,
 //             int64 ids?, context address)
+//   topk_ragged(x, k, lengths, starts, dim, largest, sorted, return values?, transform code,
+//               offsets, page table, row_to_batch, page size, int32 indices?, context address)
+//     (starts, offsets, page table and row_to_batch: a tensor or None; returns (values or an
+//     empty [0] tensor, indices), as the ragged ops do)
 //
 // They never raise. Each returns its two tensors on success, the library's status (an int) when
 // the library refused the call (its message is in mtk_last_error_message, on this thread), and
@@ -23,6 +27,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "metaltopk.h"
 
@@ -150,6 +155,80 @@ PyObject* moe_route(const at::Tensor& logits, int64_t k, mtk_scoring scoring, Py
   return outcome(status, weights, ids);
 }
 
+// An optional index tensor of a ragged call: false where the fast path cannot describe it (not
+// a tensor, not on x's device, a dtype the library has no code for); the library checks the
+// rest.
+bool describe_index(PyObject* object, const at::Tensor& x, mtk_tensor* described,
+                    const mtk_tensor** slot) {
+  if (object == Py_None) return true;
+  if (!THPVariable_Check(object)) return false;
+  const at::Tensor& tensor = THPVariable_Unpack(object);
+  const std::optional<mtk_dtype> dtype = library_dtype(tensor.scalar_type());
+  if (!dtype || tensor.device() != x.device() || tensor.dim() > MTK_MAX_NDIM) return false;
+  *described = describe(tensor, *dtype);
+  *slot = described;
+  return true;
+}
+
+PyObject* topk_ragged(const at::Tensor& x, int64_t k, PyObject* const* index_tensors, int64_t dim,
+                      int largest, int sorted, bool return_values, int transform,
+                      int64_t page_size, bool int32_indices, mtk_context ctx) {
+  const std::optional<mtk_dtype> dtype = library_dtype(x.scalar_type());
+  if (!dtype || x.dim() != 2 || !(x.is_cuda() || x.is_cpu()) || dim < -2 || dim > 1) {
+    Py_RETURN_NONE;
+  }
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  params.transform = static_cast<mtk_index_transform>(transform);
+  params.page_size = page_size;
+  // lengths, starts, offsets, page table, row_to_batch, in the order the entry takes them.
+  mtk_tensor described[5] = {};
+  const mtk_tensor** slots[5] = {&params.lengths, &params.starts, &params.offsets,
+                                 &params.page_table, &params.row_to_batch};
+  for (int i = 0; i < 5; ++i) {
+    if (!describe_index(index_tensors[i], x, &described[i], slots[i])) Py_RETURN_NONE;
+  }
+  mtk_tensor input = describe(x, *dtype);
+  const bool along_rows = dim == -1 || dim == 1;
+  if (!along_rows) {  // the transposed view: dim 0's columns are the rows
+    std::swap(input.sizes[0], input.sizes[1]);
+    std::swap(input.strides[0], input.strides[1]);
+  }
+  const mtk_dtype index_dtype = int32_indices ? MTK_INT32 : MTK_INT64;
+  size_t workspace_bytes = 0;
+  // Validates every argument before anything is allocated.
+  mtk_status status = mtk_topk_ragged_workspace_size(ctx, &input, k, largest, sorted, &params,
+                                                     index_dtype, &workspace_bytes);
+  if (status != MTK_SUCCESS) return PyLong_FromLong(status);
+  const int64_t rows = input.sizes[0];
+  const int64_t out_sizes[2] = {along_rows ? rows : k, along_rows ? k : rows};
+  const at::Tensor indices =
+      at::empty(out_sizes, x.options().dtype(int32_indices ? at::kInt : at::kLong));
+  const at::Tensor values =
+      return_values ? at::empty(out_sizes, x.options()) : at::empty({0}, x.options());
+  at::Tensor scratch;
+  if (workspace_bytes > 0) {
+    scratch = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
+  }
+  // The outputs are contiguous in the caller's layout; dim 0's are described transposed.
+  auto as_rows = [&](mtk_tensor tensor) {
+    if (!along_rows) {
+      std::swap(tensor.sizes[0], tensor.sizes[1]);
+      std::swap(tensor.strides[0], tensor.strides[1]);
+    }
+    return tensor;
+  };
+  const mtk_tensor indices_out = as_rows(describe(indices, index_dtype));
+  const mtk_tensor values_out = return_values ? as_rows(describe(values, *dtype)) : mtk_tensor{};
+  void* stream = current_stream(x);
+  void* workspace = scratch.defined() ? scratch.data_ptr() : nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  status = mtk_topk_ragged_with_workspace(ctx, &input, k, largest, sorted, &params,
+                                          return_values ? &values_out : nullptr, &indices_out,
+                                          workspace, workspace_bytes, stream);
+  Py_END_ALLOW_THREADS
+  return outcome(status, values, indices);
+}
+
 PyObject* topk_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6 || !THPVariable_Check(args[0])) {
     PyErr_SetString(PyExc_TypeError,
@@ -195,11 +274,42 @@ PyObject* moe_route_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
+PyObject* topk_ragged_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 15 || !THPVariable_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "topk_ragged(x: torch.Tensor, k, lengths, starts, dim, largest, sorted, "
+                    "return_values, transform, offsets, page_table, row_to_batch, page_size, "
+                    "int32 indices, context address)");
+    return nullptr;
+  }
+  const int64_t k = PyLong_AsLongLong(args[1]);
+  const int64_t dim = PyLong_AsLongLong(args[4]);
+  const int largest = PyObject_IsTrue(args[5]);
+  const int sorted = PyObject_IsTrue(args[6]);
+  const int return_values = PyObject_IsTrue(args[7]);
+  const long transform = PyLong_AsLong(args[8]);
+  const int64_t page_size = PyLong_AsLongLong(args[12]);
+  const int int32_indices = PyObject_IsTrue(args[13]);
+  void* ctx = PyLong_AsVoidPtr(args[14]);
+  if (PyErr_Occurred()) return nullptr;
+  PyObject* const index_tensors[5] = {args[2], args[3], args[9], args[10], args[11]};
+  try {
+    return topk_ragged(THPVariable_Unpack(args[0]), k, index_tensors, dim, largest, sorted,
+                       return_values != 0, static_cast<int>(transform), page_size,
+                       int32_indices != 0, static_cast<mtk_context>(ctx));
+  } catch (...) {  // torch's allocator failed: the Python path reports it
+    Py_RETURN_NONE;
+  }
+}
+
 PyMethodDef methods[] = {
     {"topk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(topk_entry)),
      METH_FASTCALL, "metaltopk's top-k of a plain CPU or CUDA tensor; see metaltopk_torch.cpp"},
     {"moe_route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(moe_route_entry)),
      METH_FASTCALL, "metaltopk's MoE router on plain CPU or CUDA tensors; see metaltopk_torch.cpp"},
+    {"topk_ragged",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(topk_ragged_entry)), METH_FASTCALL,
+     "metaltopk's ragged top-k of plain CPU or CUDA tensors; see metaltopk_torch.cpp"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_metaltopk_torch", nullptr, -1, methods,

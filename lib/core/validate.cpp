@@ -436,10 +436,13 @@ RaggedProblem make_ragged_problem(const mtk_tensor* input, int64_t k, int larges
   g.rows = rows;
   g.batch_ndim = 1;
   g.batch_sizes[0] = rows;
-  g.input_batch_strides[0] = input->strides[0];
+  // An empty input is read nowhere and any strides describe it: they stay out of the geometry,
+  // where a row's offset could overflow (its rows still write their padding).
+  const bool input_empty = rows == 0 || n == 0;
+  g.input_batch_strides[0] = input_empty ? 0 : input->strides[0];
   g.values_batch_strides[0] = with_values ? values->strides[0] : 0;
   g.indices_batch_strides[0] = indices->strides[0];
-  g.input_stride = input->strides[1];
+  g.input_stride = input_empty ? 0 : input->strides[1];
   g.values_stride = with_values ? values->strides[1] : 0;
   g.indices_stride = indices->strides[1];
   return p;

@@ -96,10 +96,10 @@ def topk(x, k, dim=-1, largest=True, sorted=True, *, lengths=None, starts=None,
     Ragged rows (docs/CONTRACT.md, "Ragged rows"): with `lengths` (int32 or int64, one per
     row of a 2-D x), row r selects among its positions [starts[r], starts[r] + lengths[r])
     (`starts` defaults to 0), clipped to the row; any k >= 0; indices count from the window
-    start, and a row with fewer than k candidates ends with index -1 and zero values. numpy
-    inputs (and anything numpy reads) for now, on the CPU backend (the GPU backends refuse
-    with RuntimeError until their kernels exist). return_values=False returns the indices
-    alone, ragged or not.
+    start, and a row with fewer than k candidates ends with index -1 and zero values. Every
+    kind of input above; the index arrays live where x does (for torch inputs also lists and
+    numpy arrays, moved to x's device); a backend without ragged kernels refuses with
+    RuntimeError naming it. return_values=False returns the indices alone, ragged or not.
     """
     if lengths is not None or starts is not None or return_values is not True:
         return _topk_with_options(x, k, dim, largest, sorted, lengths, starts, return_values,
@@ -139,20 +139,32 @@ def _topk_with_options(x, k, dim, largest, sorted, lengths, starts, return_value
         result = topk(x, k, dim, largest, sorted, backend=backend)
         return result if return_values else result[1]
     k, dim, largest, sorted = topk_arguments(k, dim, largest, sorted)
-    if not isinstance(x, np.ndarray) and (type_handler(x) is not None or device_view(x)
-                                          is not None or _dlpack.is_foreign(x)):
-        raise NotImplementedError(
-            f"metaltopk.topk: lengths and starts take numpy arrays for now, not "
-            f"{type(x).__module__}.{type(x).__name__}")
-    return _ragged.topk_ragged(x, k, dim, largest, sorted, lengths, starts, return_values,
-                               backend)
+    request = _ragged.topk_request(k, dim, largest, sorted, lengths, starts, return_values)
+    return _ragged_call(x, request, backend)
+
+
+def _ragged_call(x, request, backend):
+    """A ragged request on x, whatever kind x is (the four kinds of the module docstring)."""
+    if not isinstance(x, np.ndarray):
+        handler = type_handler(x)
+        if handler is not None:
+            return handler.ragged(x, request, backend)
+        view = device_view(x)
+        if view is not None:
+            index_views = {name: device_view(value) for name, value in request.arrays.items()}
+            return _ragged.run_device_tensors(view, request, index_views, backend)
+        if _dlpack.is_foreign(x):
+            return _dlpack.call_ragged(_ragged_call, x, request, backend)
+    return _ragged.run_host_arrays(x, request, backend)
 
 
 def topk_ragged_transform(scores, offsets, lengths, k, *, backend=None):
     """The top k of each row's first lengths[r] scores, as offsets[r] + their index: int32
     [rows, k], best first (ties to the lower index), -1 where a row has fewer than k. The
-    arguments of FlashInfer's top_k_ragged_transform. numpy inputs; backend as for topk."""
-    return _ragged.topk_ragged_transform(scores, offsets, lengths, k, backend)
+    arguments of FlashInfer's top_k_ragged_transform. Inputs and output of any kind topk takes
+    (numpy, torch on its device, CuPy, DLPack; the index arrays on the scores' device); backend
+    as for topk."""
+    return _ragged_call(scores, _ragged.ragged_transform_request(offsets, lengths, k), backend)
 
 
 def topk_page_table_transform(scores, src_page_table, lengths, k, *, row_to_batch=None,
@@ -161,9 +173,10 @@ def topk_page_table_transform(scores, src_page_table, lengths, k, *, row_to_batc
     table to src_page_table[b, i // page_size] * page_size + i % page_size, b = row_to_batch[r]
     (or r): int32 [rows, k], best first, -1 where a row has fewer than k (and on rows whose
     row_to_batch is outside the table). The arguments of FlashInfer's
-    top_k_page_table_transform. numpy inputs; backend as for topk."""
-    return _ragged.topk_page_table_transform(scores, src_page_table, lengths, k, row_to_batch,
-                                             page_size, backend)
+    top_k_page_table_transform. Inputs and output as for topk_ragged_transform."""
+    request = _ragged.page_table_transform_request(src_page_table, lengths, k, row_to_batch,
+                                                   page_size)
+    return _ragged_call(scores, request, backend)
 
 
 def moe_route(logits, k, *, scoring="softmax", bias=None, n_group=None, topk_group=None,

@@ -53,3 +53,16 @@ def call(operation, x, *args, **options):
     if bias is not None and is_foreign(bias):
         options["bias"] = importer(bias)
     return tuple(export(out) for out in operation(importer(x), *args, **options))
+
+
+def call_ragged(run, x, request, backend):
+    """run(x, request, backend) (a ragged front door's dispatcher) on x and the request's
+    foreign index arrays imported without a copy; its outputs exported back to x's kind."""
+    export = _exporter(x)
+    importer = _importer(x)
+    request.arrays = {name: importer(value) if is_foreign(value) else value
+                      for name, value in request.arrays.items()}
+    out = run(importer(x), request, backend)
+    if isinstance(out, tuple):
+        return tuple(export(part) for part in out)
+    return export(out)

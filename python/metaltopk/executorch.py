@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from ._ffi import library_path
-from .torch._aoti import _MOE_ROUTE_SHIM, _TOPK_SHIM, aoti_library_path
+from .torch._aoti import _SHIMS, aoti_library_path
 
 # Releases whose AotiBackend, CudaBackend and MetalBackend were read: the two classmethods exist
 # with these signatures, preprocess() reads them on every lowering, and a backend's own
@@ -44,7 +44,7 @@ KNOWN_VERSIONS = ("1.2.0", "1.3.1", "1.4.1")
 # wrapper): aten.topk as its ATen operator, a custom op as namespace::name whether or not it has
 # a C shim.
 ATEN_TOPK_KERNEL = "at::_ops::topk::call"
-METALTOPK_KERNELS = ("metaltopk::mtk_topk", "metaltopk::mtk_moe_route")
+METALTOPK_KERNELS = tuple(f"metaltopk::{op}" for op in _SHIMS)
 
 # The backend's device, as AOTInductor names it in C function names.
 _SHIM_DEVICES = {"cpu": "cpu", "cuda": "cuda", "metal": "mps"}
@@ -78,16 +78,15 @@ def _backends(backends):
 
 def c_shims(device: str) -> dict:
     """AOTInductor's custom_ops_to_c_shims entries for metaltopk's ops on an ExecuTorch backend's
-    device ('cuda', 'metal' or 'cpu'). On Metal, mtk_topk calls the origin's aoti_torch_mps_topk, which
-    has its signature; the router has no Metal entry (export with replace_topk(router=False))."""
+    device ('cuda', 'metal' or 'cpu'). On Metal, mtk_topk calls the origin's aoti_torch_mps_topk,
+    which has its signature; the other ops have no Metal entry (export with
+    replace_topk(router=False))."""
     if device == "metal":
         return {torch.ops.metaltopk.mtk_topk.default:
-                [_TOPK_SHIM.replace("{device}_mtk_topk", "mps_topk")]}
+                [_SHIMS["mtk_topk"].replace("{device}_mtk_topk", "mps_topk")]}
     shim_device = _SHIM_DEVICES[device]
-    return {
-        torch.ops.metaltopk.mtk_topk.default: [_TOPK_SHIM.format(device=shim_device)],
-        torch.ops.metaltopk.mtk_moe_route.default: [_MOE_ROUTE_SHIM.format(device=shim_device)],
-    }
+    return {getattr(torch.ops.metaltopk, op).default: [template.format(device=shim_device)]
+            for op, template in _SHIMS.items()}
 
 
 def fallback_kernels() -> tuple:

@@ -5,7 +5,7 @@
 // library's own failure points (metaltopk_testing.h) that sweeps every failure path of every
 // entry point: each must return AOTI_TORCH_FAILURE with a message, leave ret0 and ret1
 // untouched, and leave no tensor and no library allocation behind. The clean calls must match
-// mtk_topk / mtk_moe_route called directly.
+// mtk_topk / mtk_moe_route / mtk_topk_ragged called directly.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -160,7 +160,10 @@ void expect(bool ok, const std::string& what) {
 mtk_tensor describe(AtenTensorHandle t) {
   mtk_tensor d{};
   d.data = t->storage.empty() ? nullptr : t->storage.data();
-  d.dtype = t->dtype == kF32 ? MTK_FLOAT32 : t->dtype == kBF16 ? MTK_BFLOAT16 : MTK_INT64;
+  d.dtype = t->dtype == kF32    ? MTK_FLOAT32
+            : t->dtype == kBF16 ? MTK_BFLOAT16
+            : t->dtype == kI32  ? MTK_INT32
+                                : MTK_INT64;
   d.ndim = static_cast<int32_t>(t->sizes.size());
   for (int32_t i = 0; i < d.ndim; ++i) {
     d.sizes[i] = t->sizes[i];
@@ -182,17 +185,40 @@ bool same_bytes(AtenTensorHandle a, const std::vector<unsigned char>& b) {
   return a->storage == b;
 }
 
+// A [size] int64 (or int32) tensor holding `values` in turn.
+AtenTensorHandle index_vector(int64_t size, bool int32, const std::vector<int64_t>& values) {
+  AtenTensorHandle t = new_tensor({size}, {1}, int32 ? kI32 : kI64);
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t v = values[static_cast<size_t>(i) % values.size()];
+    if (int32) {
+      const int32_t narrow = static_cast<int32_t>(v);
+      std::memcpy(t->storage.data() + i * 4, &narrow, 4);
+    } else {
+      std::memcpy(t->storage.data() + i * 8, &v, 8);
+    }
+  }
+  return t;
+}
+
+// Deletes the tensors a call returned; a single-output call leaves ret1 as it was.
+void delete_outputs(AtenTensorHandle ret0, AtenTensorHandle ret1, int outputs) {
+  aoti_torch_delete_tensor_object(ret0);
+  if (outputs == 2) aoti_torch_delete_tensor_object(ret1);
+}
+
 // Calls `call` clean once, checks it with `verify`, then makes every failure point of the
-// runtime and of the library fail in turn.
+// runtime and of the library fail in turn. `outputs`: 1 for the ops with one output (ret1
+// unused).
 void sweep(const std::string& name, const std::function<AOTITorchError(AtenTensorHandle*,
                                                                        AtenTensorHandle*)>& call,
-           const std::function<void(AtenTensorHandle, AtenTensorHandle)>& verify) {
+           const std::function<void(AtenTensorHandle, AtenTensorHandle)>& verify,
+           int outputs = 2) {
   const long tensors_before = live_tensors;
   AtenTensorHandle ret0 = nullptr, ret1 = nullptr;
   expect(call(&ret0, &ret1) == AOTI_TORCH_SUCCESS, name + ": clean call failed: " +
          metaltopk_aoti_last_error());
-  expect(live_tensors == tensors_before + 2, name + ": a clean call leaves its two outputs");
-  if (ret0 != nullptr && ret1 != nullptr) verify(ret0, ret1);
+  expect(live_tensors == tensors_before + outputs, name + ": a clean call leaves its outputs");
+  if (ret0 != nullptr && (ret1 != nullptr || outputs == 1)) verify(ret0, ret1);
   if (ret0 != nullptr) aoti_torch_delete_tensor_object(ret0);
   if (ret1 != nullptr) aoti_torch_delete_tensor_object(ret1);
 
@@ -205,8 +231,7 @@ void sweep(const std::string& name, const std::function<AOTITorchError(AtenTenso
     const AOTITorchError status = call(&untouched0, &untouched1);
     fail_allocation_at = 0;
     if (status == AOTI_TORCH_SUCCESS) {
-      aoti_torch_delete_tensor_object(untouched0);
-      aoti_torch_delete_tensor_object(untouched1);
+      delete_outputs(untouched0, untouched1, outputs);
       break;
     }
     ++failed_paths;
@@ -224,8 +249,7 @@ void sweep(const std::string& name, const std::function<AOTITorchError(AtenTenso
     const AOTITorchError status = call(&out0, &out1);
     mtk_testing_reset();
     if (status == AOTI_TORCH_SUCCESS) {
-      aoti_torch_delete_tensor_object(out0);
-      aoti_torch_delete_tensor_object(out1);
+      delete_outputs(out0, out1, outputs);
       break;
     }
     ++failed_paths;
@@ -244,8 +268,7 @@ void sweep(const std::string& name, const std::function<AOTITorchError(AtenTenso
     const AOTITorchError status = call(&out0, &out1);
     new_armed = false;
     if (status == AOTI_TORCH_SUCCESS) {
-      aoti_torch_delete_tensor_object(out0);
-      aoti_torch_delete_tensor_object(out1);
+      delete_outputs(out0, out1, outputs);
       break;
     }
     ++failed_paths;
@@ -329,12 +352,132 @@ void test_moe_route() {
   aoti_torch_delete_tensor_object(logits);
 }
 
+// The three ragged ops against mtk_topk_ragged called directly with the same params.
+void expect_ragged_result(const std::string& name, AtenTensorHandle input, int64_t k,
+                          bool along_rows, const mtk_ragged_params& params, AtenTensorHandle values,
+                          AtenTensorHandle indices, bool int32_indices) {
+  mtk_context ctx = nullptr;
+  mtk_context_create(MTK_BACKEND_CPU, 0, &ctx);
+  mtk_tensor in = describe(input);
+  if (!along_rows) {
+    std::swap(in.sizes[0], in.sizes[1]);
+    std::swap(in.strides[0], in.strides[1]);
+  }
+  AtenTensorHandle want_values = new_tensor({in.sizes[0], k}, {k, 1}, kF32);
+  AtenTensorHandle want_indices =
+      new_tensor({in.sizes[0], k}, {k, 1}, int32_indices ? kI32 : kI64);
+  const mtk_tensor wv = describe(want_values), wi = describe(want_indices);
+  expect(mtk_topk_ragged(ctx, &in, k, 1, 1, &params, values != nullptr ? &wv : nullptr, &wi,
+                         nullptr) == MTK_SUCCESS,
+         name + ": mtk_topk_ragged failed: " + mtk_last_error_message());
+  // The op's outputs are contiguous in the caller's layout: [k, rows] for dim 0.
+  auto as_rows = [&](AtenTensorHandle t, int32_t dtype) {
+    if (along_rows) return t->storage;
+    AtenTensorHandle transposed = new_tensor({in.sizes[0], k}, {k, 1}, dtype);
+    const size_t item = element_size(dtype);
+    for (int64_t r = 0; r < in.sizes[0]; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        std::memcpy(transposed->storage.data() + (r * k + j) * item,
+                    t->storage.data() + (j * in.sizes[0] + r) * item, item);
+    std::vector<unsigned char> bytes = transposed->storage;
+    aoti_torch_delete_tensor_object(transposed);
+    return bytes;
+  };
+  expect(indices->dtype == (int32_indices ? kI32 : kI64) &&
+             as_rows(indices, indices->dtype) == want_indices->storage,
+         name + ": indices differ from mtk_topk_ragged's");
+  if (values != nullptr) {
+    expect(values->dtype == kF32 && as_rows(values, kF32) == want_values->storage,
+           name + ": values differ from mtk_topk_ragged's");
+  }
+  aoti_torch_delete_tensor_object(want_values);
+  aoti_torch_delete_tensor_object(want_indices);
+  mtk_context_destroy(ctx);
+}
+
+void test_ragged() {
+  AtenTensorHandle input = float_input(9, 300, false);
+  AtenTensorHandle lengths = index_vector(9, false, {300, 0, 15, 16, -2, 400, 1, 290, 77});
+  AtenTensorHandle starts = index_vector(9, true, {0, 5, -1, 299, 40, 3, 7, 12, 250});
+  AtenTensorHandle offsets = index_vector(9, false, {1000, -7, 1 << 30, 5});
+  AtenTensorHandle table = new_tensor({4, 20}, {20, 1}, kI32);
+  for (int64_t e = 0; e < 80; ++e) {
+    const int32_t entry = static_cast<int32_t>(e * 37 % 80);
+    std::memcpy(table->storage.data() + e * 4, &entry, 4);
+  }
+  AtenTensorHandle row_to_batch = index_vector(9, true, {3, 0, 1, -1, 2, 4});
+  const mtk_tensor lengths_t = describe(lengths), starts_t = describe(starts),
+                   offsets_t = describe(offsets), table_t = describe(table),
+                   row_to_batch_t = describe(row_to_batch);
+
+  mtk_ragged_params windows = MTK_RAGGED_PARAMS_INIT;
+  windows.lengths = &lengths_t;
+  windows.starts = &starts_t;
+  sweep("topk_ragged 9x300 k=16 starts",
+        [&](AtenTensorHandle* v, AtenTensorHandle* i) {
+          return aoti_torch_cpu_mtk_topk_ragged(input, 16, lengths, &starts, -1, 1, 1, 1, v, i);
+        },
+        [&](AtenTensorHandle values, AtenTensorHandle indices) {
+          expect_ragged_result("topk_ragged", input, 16, true, windows, values, indices, false);
+        });
+  AtenTensorHandle columns = float_input(300, 9, true);
+  mtk_ragged_params plain = MTK_RAGGED_PARAMS_INIT;
+  plain.lengths = &lengths_t;
+  sweep("topk_ragged dim=0 indices only",
+        [&](AtenTensorHandle* v, AtenTensorHandle* i) {
+          return aoti_torch_cpu_mtk_topk_ragged(columns, 20, lengths, nullptr, 0, 1, 1, 0, v, i);
+        },
+        [&](AtenTensorHandle values, AtenTensorHandle indices) {
+          expect(values->sizes == std::vector<int64_t>{0} && values->dtype == kF32,
+                 "topk_ragged indices only: values is not an empty [0] float32 tensor");
+          expect_ragged_result("topk_ragged dim=0", columns, 20, false, plain, nullptr, indices,
+                               false);
+        });
+  mtk_ragged_params ragged = MTK_RAGGED_PARAMS_INIT;
+  ragged.lengths = &lengths_t;
+  ragged.transform = MTK_INDEX_TRANSFORM_RAGGED;
+  ragged.offsets = &offsets_t;
+  sweep("topk_ragged_transform 9x300 k=32",
+        [&](AtenTensorHandle* out, AtenTensorHandle*) {
+          return aoti_torch_cpu_mtk_topk_ragged_transform(input, offsets, lengths, 32, out);
+        },
+        [&](AtenTensorHandle indices, AtenTensorHandle) {
+          expect_ragged_result("topk_ragged_transform", input, 32, true, ragged, nullptr,
+                               indices, true);
+        },
+        1);
+  mtk_ragged_params paged = MTK_RAGGED_PARAMS_INIT;
+  paged.lengths = &lengths_t;
+  paged.transform = MTK_INDEX_TRANSFORM_PAGE_TABLE;
+  paged.page_table = &table_t;
+  paged.page_size = 16;
+  paged.row_to_batch = &row_to_batch_t;
+  sweep("topk_page_table_transform k=32",
+        [&](AtenTensorHandle* out, AtenTensorHandle*) {
+          return aoti_torch_cpu_mtk_topk_page_table_transform(input, table, lengths, 32,
+                                                              &row_to_batch, 16, out);
+        },
+        [&](AtenTensorHandle indices, AtenTensorHandle) {
+          expect_ragged_result("topk_page_table_transform", input, 32, true, paged, nullptr,
+                               indices, true);
+        },
+        1);
+  for (AtenTensorHandle t : {input, columns, lengths, starts, offsets, table, row_to_batch}) {
+    aoti_torch_delete_tensor_object(t);
+  }
+}
+
 // Calls that must fail before anything is allocated, with a message naming the problem.
 void test_rejections() {
   AtenTensorHandle input = float_input(4, 10, false);
   AtenTensorHandle doubles = new_tensor({4, 10}, {10, 1}, kF64);
   AtenTensorHandle flags = new_tensor({4, 10}, {10, 1}, kBool);
   AtenTensorHandle logits3d = new_tensor({2, 4, 10}, {40, 10, 1}, kF32);
+  AtenTensorHandle lengths = index_vector(4, false, {3});
+  AtenTensorHandle float_lengths = new_tensor({4}, {1}, kF32);
+  AtenTensorHandle gpu_lengths = new_tensor({4}, {1}, kI64);
+  gpu_lengths->device_type = aoti_torch_device_type_cuda();
+  AtenTensorHandle table = new_tensor({4, 2}, {2, 1}, kI64);
   const long before = live_tensors;
   struct Case {
     const char* what;
@@ -352,6 +495,13 @@ void test_rejections() {
       {"unknown scoring", [&](auto w, auto i) { return aoti_torch_cpu_mtk_moe_route(input, 2, "tanh", nullptr, 0, 0, 1, 1.0, kI32, w, i); }, "tanh"},
       {"3-d logits", [&](auto w, auto i) { return aoti_torch_cpu_mtk_moe_route(logits3d, 2, "softmax", nullptr, 0, 0, 1, 1.0, kI32, w, i); }, "ndim"},
       {"int16 ids", [&](auto w, auto i) { return aoti_torch_cpu_mtk_moe_route(input, 2, "softmax", nullptr, 0, 0, 1, 1.0, kI16, w, i); }, "ids"},
+      {"float lengths", [&](auto v, auto i) { return aoti_torch_cpu_mtk_topk_ragged(input, 2, float_lengths, nullptr, -1, 1, 1, 1, v, i); }, "lengths.dtype"},
+      {"lengths on another device", [&](auto v, auto i) { return aoti_torch_cpu_mtk_topk_ragged(input, 2, gpu_lengths, nullptr, -1, 1, 1, 1, v, i); }, "lengths is on another device"},
+      {"NULL lengths", [&](auto v, auto i) { return aoti_torch_cpu_mtk_topk_ragged(input, 2, nullptr, nullptr, -1, 1, 1, 1, v, i); }, "lengths is NULL"},
+      {"ragged dim out of range", [&](auto v, auto i) { return aoti_torch_cpu_mtk_topk_ragged(input, 2, lengths, nullptr, 2, 1, 1, 1, v, i); }, "dim"},
+      {"offsets of the wrong size", [&](auto out, auto) { return aoti_torch_cpu_mtk_topk_ragged_transform(input, table, lengths, 2, out); }, "offsets.ndim"},
+      {"too few pages", [&](auto out, auto) { return aoti_torch_cpu_mtk_topk_page_table_transform(input, table, lengths, 2, nullptr, 4, out); }, "page_table.sizes[1]"},
+      {"page size 0", [&](auto out, auto) { return aoti_torch_cpu_mtk_topk_page_table_transform(input, table, lengths, 2, nullptr, 0, out); }, "page_size"},
 #ifdef METALTOPK_AOTI_MPS
       {"mps without the Metal backend", [&](auto v, auto i) { return aoti_torch_mps_topk(input, 1, -1, 1, 1, v, i); }, "metal"},
 #endif
@@ -368,7 +518,10 @@ void test_rejections() {
   }
   std::printf("%-34s %zu rejected with their messages\n", "bad arguments",
               sizeof(cases) / sizeof(cases[0]));
-  for (AtenTensorHandle t : {input, doubles, flags, logits3d}) aoti_torch_delete_tensor_object(t);
+  for (AtenTensorHandle t : {input, doubles, flags, logits3d, lengths, float_lengths, gpu_lengths,
+                             table}) {
+    aoti_torch_delete_tensor_object(t);
+  }
 }
 
 }  // namespace
@@ -379,6 +532,7 @@ int main() {
   test_topk(300, 40, 7, 0, true, 0, 1);
   test_topk(1, 1 << 16, 500, 1, false, 1, 1);
   test_moe_route();
+  test_ragged();
   test_rejections();
   expect(live_tensors == 0, "tensors left at exit: " + std::to_string(live_tensors));
   if (failures != 0) {

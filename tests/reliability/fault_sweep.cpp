@@ -30,6 +30,7 @@
 
 #include "metaltopk.h"
 #include "metaltopk_testing.h"
+#include "ragged_model.hpp"
 
 // clang says so through __has_feature, GCC (before 14) only through __SANITIZE_*__.
 #if defined(__has_feature)
@@ -334,6 +335,219 @@ Scenario topk_scenario(TopkShape s, TopkVariant variant) {
   };
 }
 
+// ---- ragged rows with their options ---------------------------------------------------------
+
+// mtk_topk_ragged's own options: windows of every kind (empty, short, clipped, past the end),
+// starts, both index transforms, indices only, int32 indices; and its workspace-size query.
+enum class RaggedVariant { Plain, WithWorkspace, WorkspaceSize };
+
+struct RaggedShape {
+  int64_t rows, n, k;
+  int largest;
+  mtk_index_transform transform;
+  bool starts, values, row_to_batch;
+  mtk_dtype index_dtype;
+  int64_t page_size = 1;
+};
+
+// Row r's length and start: the edge cases first, then spread out.
+int64_t ragged_length(const RaggedShape& s, int64_t r) {
+  const int64_t edges[] = {s.n, 0, s.k - 1, s.k + 3, -2, s.n + 5, 1};
+  return r < 7 ? edges[r] : (r * 37) % (s.n + 1);
+}
+int64_t ragged_start(const RaggedShape& s, int64_t r) {
+  return s.starts ? (r * 11) % (s.n + 3) - 1 : 0;
+}
+
+// The page table [batch, pages] and row_to_batch of a PAGE_TABLE shape.
+struct PageTable {
+  int64_t batch, pages;
+  std::vector<int32_t> entries, row_to_batch;
+};
+
+PageTable page_table_of(const RaggedShape& s) {
+  PageTable t;
+  t.pages = (s.n + s.page_size - 1) / s.page_size + 1;
+  t.batch = s.row_to_batch ? s.rows / 2 + 1 : s.rows;
+  for (int64_t e = 0; e < t.batch * t.pages; ++e) {
+    t.entries.push_back(static_cast<int32_t>(e * 5 + 1));
+  }
+  if (s.row_to_batch) {
+    for (int64_t r = 0; r < s.rows; ++r) {
+      t.row_to_batch.push_back(r % 5 == 4 ? -1 : static_cast<int32_t>((r * 3) % (t.batch + 1)));
+    }
+  }
+  return t;
+}
+
+int64_t ragged_offset(int64_t r) { return r * 100003 - 7; }
+
+// Indices [rows, k] and values [rows, k] (their bits) the contract gives; distinct values per
+// row (topk_input's), so the order is exact.
+void ragged_expected(const RaggedShape& s, const std::vector<float>& x, const PageTable& table,
+                     std::vector<int64_t>& indices, std::vector<float>& values) {
+  indices.assign(static_cast<size_t>(s.rows * s.k), -1);
+  values.assign(static_cast<size_t>(s.rows * s.k), 0.0f);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const float* row = x.data() + r * s.n;
+    int64_t batch = r;
+    if (s.transform == MTK_INDEX_TRANSFORM_PAGE_TABLE && s.row_to_batch) {
+      batch = table.row_to_batch[static_cast<size_t>(r)];
+      if (batch < 0 || batch >= table.batch) continue;  // no page table: all padding
+    }
+    const ragged_model::Window w =
+        ragged_model::window(s.n, ragged_length(s, r), ragged_start(s, r));
+    const std::vector<int64_t> won = ragged_model::winners(w, s.k, [&](int64_t p, int64_t q) {
+      return s.largest ? row[p] > row[q] : row[p] < row[q];
+    });
+    for (size_t j = 0; j < won.size(); ++j) {
+      const int64_t i = won[j];
+      int64_t index = i;
+      if (s.transform == MTK_INDEX_TRANSFORM_RAGGED) {
+        index = ragged_model::wrapping_add(ragged_offset(r), i);
+      } else if (s.transform == MTK_INDEX_TRANSFORM_PAGE_TABLE) {
+        index = ragged_model::paged(table.entries[static_cast<size_t>(batch * table.pages +
+                                                                      i / s.page_size)],
+                                    s.page_size, i);
+      }
+      indices[static_cast<size_t>(r * s.k) + j] = ragged_model::stored(index, s.index_dtype);
+      values[static_cast<size_t>(r * s.k) + j] = row[w.start + i];
+    }
+  }
+}
+
+mtk_tensor vector_of(void* data, mtk_dtype dtype, int64_t size) {
+  mtk_tensor t = matrix(data, dtype, size, 1);
+  t.ndim = 1;
+  return t;
+}
+
+Scenario ragged_scenario(RaggedShape s, RaggedVariant variant) {
+  return [s, variant](mtk_context ctx, Injector& injector) {
+    const std::vector<float> x = topk_input({s.rows, s.n, s.k, -1, s.largest});
+    const PageTable table = page_table_of(s);
+    std::vector<int64_t> lengths, starts, offsets;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      lengths.push_back(ragged_length(s, r));
+      starts.push_back(ragged_start(s, r));
+      offsets.push_back(ragged_offset(r));
+    }
+    DeviceBuffer input(ctx, x.size() * sizeof(float));
+    DeviceBuffer lengths_dev(ctx, lengths.size() * 8), starts_dev(ctx, starts.size() * 8),
+        offsets_dev(ctx, offsets.size() * 8), table_dev(ctx, table.entries.size() * 4),
+        row_to_batch_dev(ctx, std::max<size_t>(table.row_to_batch.size(), 1) * 4);
+    input.upload(x.data());
+    lengths_dev.upload(lengths.data());
+    starts_dev.upload(starts.data());
+    offsets_dev.upload(offsets.data());
+    table_dev.upload(table.entries.data());
+    if (s.row_to_batch) row_to_batch_dev.upload(table.row_to_batch.data());
+    const mtk_tensor in = matrix(input.get(), MTK_FLOAT32, s.rows, s.n);
+    const mtk_tensor lengths_t = vector_of(lengths_dev.get(), MTK_INT64, s.rows);
+    const mtk_tensor starts_t = vector_of(starts_dev.get(), MTK_INT64, s.rows);
+    const mtk_tensor offsets_t = vector_of(offsets_dev.get(), MTK_INT64, s.rows);
+    const mtk_tensor table_t = matrix(table_dev.get(), MTK_INT32, table.batch, table.pages);
+    const mtk_tensor row_to_batch_t = vector_of(row_to_batch_dev.get(), MTK_INT32, s.rows);
+    mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+    params.lengths = &lengths_t;
+    params.starts = s.starts ? &starts_t : nullptr;
+    params.transform = s.transform;
+    if (s.transform == MTK_INDEX_TRANSFORM_RAGGED) params.offsets = &offsets_t;
+    if (s.transform == MTK_INDEX_TRANSFORM_PAGE_TABLE) {
+      params.page_table = &table_t;
+      params.page_size = s.page_size;
+      params.row_to_batch = s.row_to_batch ? &row_to_batch_t : nullptr;
+    }
+    Outcome o{MTK_SUCCESS, "", true, true, false};
+
+    if (variant == RaggedVariant::WorkspaceSize) {
+      // The answer of a context that never saw a fault.
+      mtk_backend backend{};
+      mtk_context_backend(ctx, &backend);
+      mtk_context reference = nullptr;
+      size_t expected = SIZE_MAX;
+      if (mtk_context_create(backend, 0, &reference) == MTK_SUCCESS) {
+        mtk_topk_ragged_workspace_size(reference, &in, s.k, s.largest, 1, &params,
+                                       s.index_dtype, &expected);
+        mtk_context_destroy(reference);
+      }
+      size_t bytes = SIZE_MAX;  // a failed call answers 0, as the library sets it first
+      injector.arm();
+      o.status = mtk_topk_ragged_workspace_size(ctx, &in, s.k, s.largest, 1, &params,
+                                                s.index_dtype, &bytes);
+      injector.disarm();
+      o.message = mtk_last_error_message();
+      o.outputs_untouched = bytes == 0;
+      o.result_correct = expected != SIZE_MAX && bytes == expected;
+      return o;
+    }
+
+    const size_t count = static_cast<size_t>(s.rows * s.k);
+    const size_t index_size = s.index_dtype == MTK_INT32 ? 4 : 8;
+    DeviceBuffer values(ctx, count * sizeof(float)), indices(ctx, count * index_size);
+    values.fill_sentinel();
+    indices.fill_sentinel();
+    const mtk_tensor v = matrix(values.get(), MTK_FLOAT32, s.rows, s.k);
+    const mtk_tensor i = matrix(indices.get(), s.index_dtype, s.rows, s.k);
+    const mtk_tensor* values_out = s.values ? &v : nullptr;
+    if (variant == RaggedVariant::WithWorkspace) {
+      size_t bytes = 0;
+      mtk_topk_ragged_workspace_size(ctx, &in, s.k, s.largest, 1, &params, s.index_dtype,
+                                     &bytes);
+      DeviceBuffer workspace(ctx, bytes);
+      injector.arm();
+      o.status = mtk_topk_ragged_with_workspace(ctx, &in, s.k, s.largest, 1, &params,
+                                                values_out, &i, workspace.get(), bytes, nullptr);
+      injector.disarm();  // before the workspace's mtk_free, which clears the message
+      o.message = mtk_last_error_message();
+    } else {
+      injector.arm();
+      o.status = mtk_topk_ragged(ctx, &in, s.k, s.largest, 1, &params, values_out, &i, nullptr);
+      injector.disarm();
+      o.message = mtk_last_error_message();
+    }
+    mtk_synchronize(ctx, nullptr);
+    const std::vector<unsigned char> values_bytes = values.download();
+    const std::vector<unsigned char> indices_bytes = indices.download();
+    o.outputs_untouched = all_sentinel(values_bytes) && all_sentinel(indices_bytes);
+    if (o.status == MTK_SUCCESS) {
+      std::vector<int64_t> want_indices;
+      std::vector<float> want_values;
+      ragged_expected(s, x, table, want_indices, want_values);
+      o.result_correct = true;
+      for (size_t e = 0; e < count; ++e) {
+        int64_t got = 0;
+        if (index_size == 4) {
+          int32_t narrow;
+          std::memcpy(&narrow, indices_bytes.data() + e * 4, 4);
+          got = narrow;
+        } else {
+          std::memcpy(&got, indices_bytes.data() + e * 8, 8);
+        }
+        if (got != want_indices[e]) o.result_correct = false;
+      }
+      // Indices only: the values buffer is not the call's and stays as it was.
+      o.result_correct = o.result_correct &&
+                         (s.values ? std::memcmp(values_bytes.data(), want_values.data(),
+                                                 count * sizeof(float)) == 0
+                                   : all_sentinel(values_bytes));
+    }
+    return o;
+  };
+}
+
+// Whether the backend runs ragged rows (the others refuse them by name:
+// tests/ragged/test_ragged_refusal.cpp).
+bool runs_ragged(mtk_backend backend) {
+  mtk_context ctx = nullptr;
+  if (mtk_context_create(backend, 0, &ctx) != MTK_SUCCESS) return false;
+  Injector clean(0, 0);
+  const RaggedShape probe{2, 8, 2, 1, MTK_INDEX_TRANSFORM_NONE, false, true, false, MTK_INT64};
+  const Outcome o = ragged_scenario(probe, RaggedVariant::Plain)(ctx, clean);
+  mtk_context_destroy(ctx);
+  return o.status != MTK_ERROR_BACKEND_UNAVAILABLE;
+}
+
 // ---- MoE router ----------------------------------------------------------------------------
 
 struct RouteShape {
@@ -571,14 +785,19 @@ std::vector<Entry> entries(mtk_backend backend) {
       list.push_back({label, topk_scenario(s, variant), true});
     }
   }
-  // Ragged rows run on the CPU backend only for now (the others refuse them by name:
-  // tests/ragged/test_ragged_refusal.cpp).
+  // Ragged rows where the backend runs them: full rows (the plain top-k's result), then every
+  // option of their own.
   const std::pair<TopkVariant, const char*> ragged_variants[] = {
       {TopkVariant::Ragged, "mtk_topk_ragged"},
       {TopkVariant::RaggedWithWorkspace, "mtk_topk_ragged_with_workspace"},
   };
+  const bool ragged = runs_ragged(backend);
+  if (!ragged) {
+    std::printf("%-8s ragged rows refused by name: their sweep skipped\n",
+                mtk_backend_name(backend));
+  }
   for (const auto& [variant, name] : ragged_variants) {
-    if (backend != MTK_BACKEND_CPU) break;
+    if (!ragged) break;
     for (const TopkShape& s : shapes) {
       if (s.dim != -1) continue;
       const std::string label = std::string(name) + " [" + std::to_string(s.a) + "x" +
@@ -606,6 +825,28 @@ std::vector<Entry> entries(mtk_backend backend) {
     list.push_back({label,
                     sampling_scenario(sampling, std::make_shared<std::vector<unsigned char>>()),
                     true});
+  }
+  const RaggedShape ragged_shapes[] = {
+      {9, 300, 16, 1, MTK_INDEX_TRANSFORM_NONE, true, false, false, MTK_INT64},
+      {64, 5000, 512, 0, MTK_INDEX_TRANSFORM_RAGGED, false, true, false, MTK_INT32},
+      {12, 700, 64, 1, MTK_INDEX_TRANSFORM_PAGE_TABLE, true, false, true, MTK_INT32, 16},
+      {8, 40000, 2048, 1, MTK_INDEX_TRANSFORM_PAGE_TABLE, false, true, false, MTK_INT64, 3},
+  };
+  const char* transform_names[] = {"none", "ragged", "page table"};
+  const std::pair<RaggedVariant, const char*> option_variants[] = {
+      {RaggedVariant::Plain, "mtk_topk_ragged"},
+      {RaggedVariant::WithWorkspace, "mtk_topk_ragged_with_workspace"},
+      {RaggedVariant::WorkspaceSize, "mtk_topk_ragged_workspace_size"},
+  };
+  for (const auto& [variant, name] : option_variants) {
+    if (!ragged) break;
+    for (const RaggedShape& s : ragged_shapes) {
+      const std::string label =
+          std::string(name) + " [" + std::to_string(s.rows) + "x" + std::to_string(s.n) +
+          " k=" + std::to_string(s.k) + " " + transform_names[s.transform] +
+          (s.starts ? " starts" : "") + (s.values ? "" : " indices only") + "]";
+      list.push_back({label, ragged_scenario(s, variant), true});
+    }
   }
   const RouteShape routes[] = {
       {1, 256, 8, MTK_SCORING_SOFTMAX, 0, 0, false},

@@ -12,6 +12,8 @@
 //    where the caller's memory ends).
 // The one deliberate leniency: an output the library's conservative self-overlap rule rejects
 // although no two elements coincide may fail with that message.
+// Ragged rows (mtk_topk_ragged, _workspace_size, _with_workspace) have an oracle of their own,
+// described at fuzz_ragged.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 
 #include "core/abi_enums.hpp"
 #include "metaltopk.h"
+#include "ragged_model.hpp"
 
 extern "C" mtk_status fuzz_topk_alloc_raw(mtk_context ctx, const mtk_tensor* input, int64_t k,
                                           int64_t dim, int largest, int sorted, int index_dtype,
@@ -51,6 +54,7 @@ alignas(64) unsigned char input_arena[kArenaBytes];
 alignas(64) unsigned char values_arena[kArenaBytes];
 alignas(64) unsigned char indices_arena[kArenaBytes];
 alignas(64) unsigned char bias_arena[4096];
+alignas(64) unsigned char params_arena[1 << 13];  // ragged rows' lengths, starts, ... tables
 
 [[noreturn]] void crash(const std::string& what) {
   std::fprintf(stderr, "fuzz_abi: %s\n", what.c_str());
@@ -80,10 +84,11 @@ int raw_dtype(const mtk_tensor& t) {
 
 // What the run exercised, printed at exit: a fuzzer that only ever skips proves nothing.
 struct Tally {
-  long checked[4] = {}, rejected[4] = {}, skipped[4] = {};
+  long checked[5] = {}, rejected[5] = {}, skipped[5] = {};
   ~Tally() {
-    static const char* names[4] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route", "sampling"};
-    for (int op = 0; op < 4; ++op) {
+    static const char* names[5] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route", "sampling",
+                                   "mtk_topk_ragged"};
+    for (int op = 0; op < 5; ++op) {
       std::fprintf(stderr, "fuzz_abi: %-15s %ld valid calls checked against the reference, "
                    "%ld invalid calls rejected, %ld skipped (outside the fuzzer's buffers)\n",
                    names[op], checked[op], rejected[op], skipped[op]);
@@ -934,6 +939,357 @@ void fuzz_sampling(FuzzedDataProvider& fdp, mtk_context ctx) {
     }
   }
   expect_only_allowed_changes(values_arena, allowed);
+// ---- ragged rows -----------------------------------------------------------------------------
+//
+// A ragged call is built valid (random windows, contents of any value, options, strides and
+// placements), then, two times in three, given one defect from the list below, so that the
+// oracle knows its outcome: a defective call must fail with a caller-error status and a message,
+// write nothing and answer 0 workspace bytes; a valid one must succeed, equal ragged_model.hpp's
+// result (sorted: exactly; unsorted: the same (index, value) pairs, winners first), and write
+// nothing outside its output elements. mtk_topk_ragged_workspace_size does not see the outputs,
+// so their defects leave it valid. A valid call that would reach outside the fuzzer's buffers
+// is skipped; its odd sizes and strides are the dense fuzzer's business.
+
+enum class RaggedDefect {
+  None, InputRank, NegativeK, UnknownTransform, ShortParams, NullLengths, LengthsDtype,
+  LengthsRank, LengthsSize, StartsSize, UnusedTensor, MissingTensor, PageSize, FewPages,
+  FewBatches, RowToBatchSize, ValuesDtype, ValuesShape, IndicesDtype, IndicesShape,
+  ValuesOverlapInput, ShortWorkspace, Count
+};
+
+bool is_output_defect(RaggedDefect d) {
+  return d >= RaggedDefect::ValuesDtype && d <= RaggedDefect::ValuesOverlapInput;
+}
+
+int64_t read_index(const mtk_tensor& t, int64_t at) {
+  const unsigned char* p = static_cast<const unsigned char*>(t.data) +
+                           at * t.strides[t.ndim - 1] * (raw_dtype(t) == MTK_INT32 ? 4 : 8);
+  if (raw_dtype(t) == MTK_INT32) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// A [size] int32 or int64 vector in params_arena at `slot` (1 KiB each), strides 1, -1, 0 or 2,
+// holding values picked by `value`.
+template <typename Value>
+mtk_tensor row_vector(FuzzedDataProvider& fdp, int slot, int64_t size, Value value) {
+  mtk_tensor t{};
+  const bool wide = fdp.ConsumeBool();
+  set_dtype(t, wide ? MTK_INT64 : MTK_INT32);
+  t.ndim = 1;
+  t.sizes[0] = size;
+  static const int64_t strides[] = {1, -1, 0, 2};
+  t.strides[0] = strides[fdp.ConsumeIntegralInRange<int>(0, 3)];
+  const int64_t item = wide ? 8 : 4;
+  unsigned char* base = params_arena + slot * 1024 + (t.strides[0] < 0 ? 1024 - item : 0);
+  t.data = base;
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t v = value();
+    unsigned char* p = base + i * t.strides[0] * item;
+    if (wide) std::memcpy(p, &v, 8);
+    else { const int32_t narrow = static_cast<int32_t>(v); std::memcpy(p, &narrow, 4); }
+  }
+  return t;
+}
+
+void fuzz_ragged(FuzzedDataProvider& fdp, mtk_context ctx) {
+  constexpr int kOp = 4;
+  const int variant = fdp.ConsumeIntegralInRange<int>(0, 2);  // plain, with workspace, size
+  RaggedDefect defect = RaggedDefect::None;
+  if (fdp.ConsumeIntegralInRange<int>(0, 2) != 0) {
+    defect = static_cast<RaggedDefect>(fdp.ConsumeIntegralInRange<int>(
+        1, static_cast<int>(RaggedDefect::Count) - 1));
+  }
+  mtk_tensor in{};
+  in.ndim = 2;
+  set_dtype(in, fdp.ConsumeIntegralInRange<int>(mtk::kFirstDtype, mtk::kLastDtype));
+  in.sizes[0] = rare(fdp, 8) ? fdp.ConsumeIntegralInRange<int64_t>(0, 40)
+                             : fdp.ConsumeIntegralInRange<int64_t>(0, 8);
+  in.sizes[1] = rare(fdp, 8) ? fdp.ConsumeIntegralInRange<int64_t>(0, 300)
+                             : fdp.ConsumeIntegralInRange<int64_t>(0, 40);
+  const int64_t rows = in.sizes[0], n = in.sizes[1];
+  pick_strides(fdp, in);
+  const DtypeInfo in_type = dtype_info(raw_dtype(in));
+  place(fdp, in, input_arena, in_type.size);
+  int64_t k = fdp.ConsumeIntegralInRange<int64_t>(0, std::min<int64_t>(n, 70) + 3);
+  const int largest = fdp.ConsumeBool(), sorted = fdp.ConsumeBool();
+  int index_raw = fdp.ConsumeBool() ? MTK_INT64 : MTK_INT32;
+  int transform = fdp.ConsumeIntegralInRange<int>(0, 2);
+  // Defects of a transform's tensors need that transform.
+  if (defect >= RaggedDefect::PageSize && defect <= RaggedDefect::RowToBatchSize) transform = 2;
+  if (defect == RaggedDefect::MissingTensor && transform == 0) transform = 1;
+  int64_t page_size = fdp.ConsumeIntegralInRange<int64_t>(1, 5);
+  const bool with_starts = fdp.ConsumeBool() || defect == RaggedDefect::StartsSize;
+  bool with_row_to_batch = fdp.ConsumeBool() || defect == RaggedDefect::RowToBatchSize;
+  if (defect == RaggedDefect::FewBatches) with_row_to_batch = false;
+  int64_t batch = with_row_to_batch ? fdp.ConsumeIntegralInRange<int64_t>(1, 6) : rows;
+  int64_t pages = (n + page_size - 1) / page_size + fdp.ConsumeIntegralInRange<int64_t>(0, 1);
+  if (transform == 2 && batch * pages * 8 > 1024 * 4) transform = 1;  // the table's slots
+  if (transform != 2 && defect >= RaggedDefect::PageSize &&
+      defect <= RaggedDefect::RowToBatchSize) {
+    defect = RaggedDefect::None;
+  }
+
+  auto length_value = [&] {
+    if (rare(fdp, 16)) {
+      static const int64_t odd[] = {INT64_MIN, INT64_MAX, INT32_MIN, INT32_MAX, -1};
+      return odd[fdp.ConsumeIntegralInRange<int>(0, 4)];
+    }
+    return fdp.ConsumeIntegralInRange<int64_t>(-3, n + 3);
+  };
+  const mtk_tensor lengths = row_vector(fdp, 0, rows, length_value);
+  const mtk_tensor starts = row_vector(fdp, 1, rows, length_value);
+  const mtk_tensor offsets = row_vector(fdp, 2, rows, [&] { return fdp.ConsumeIntegral<int64_t>(); });
+  const mtk_tensor row_to_batch = row_vector(
+      fdp, 3, rows, [&] { return fdp.ConsumeIntegralInRange<int64_t>(-2, batch + 1); });
+  mtk_tensor table{};
+  set_dtype(table, fdp.ConsumeBool() ? MTK_INT64 : MTK_INT32);
+  table.ndim = 2;
+  table.sizes[0] = batch;
+  table.sizes[1] = pages;
+  const int outer = fdp.ConsumeBool() ? 0 : 1;
+  const int table_order[2] = {outer, 1 - outer};
+  contiguous_strides(table, table_order);
+  table.data = params_arena + 4 * 1024;
+  for (int64_t e = 0; transform == 2 && e < batch * pages; ++e) {
+    const int64_t v = fdp.ConsumeIntegral<int64_t>();
+    if (raw_dtype(table) == MTK_INT64) std::memcpy(params_arena + 4096 + e * 8, &v, 8);
+    else { const int32_t narrow = static_cast<int32_t>(v); std::memcpy(params_arena + 4096 + e * 4, &narrow, 4); }
+  }
+
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  mtk_tensor lengths_used = lengths, starts_used = starts, row_to_batch_used = row_to_batch;
+  params.lengths = &lengths_used;
+  params.starts = with_starts ? &starts_used : nullptr;
+  params.transform = static_cast<mtk_index_transform>(transform);
+  if (transform == 1) params.offsets = &offsets;
+  if (transform == 2) {
+    params.page_table = &table;
+    params.page_size = page_size;
+    params.row_to_batch = with_row_to_batch ? &row_to_batch_used : nullptr;
+  }
+
+  // Outputs [rows, k], row- or column-major, in their own arenas.
+  mtk_tensor val{}, idx{};
+  for (mtk_tensor* t : {&val, &idx}) {
+    t->ndim = 2;
+    t->sizes[0] = rows;
+    t->sizes[1] = k;
+    const int out_order[2] = {fdp.ConsumeBool() ? 0 : 1, 0};
+    const int dims[2] = {out_order[0], 1 - out_order[0]};
+    contiguous_strides(*t, dims);
+  }
+  set_dtype(val, raw_dtype(in));
+  set_dtype(idx, index_raw);
+  const bool with_values = fdp.ConsumeBool();
+  place(fdp, val, values_arena, in_type.size);
+  place(fdp, idx, indices_arena, index_raw == MTK_INT32 ? 4 : 8);
+  if (val.data == nullptr) val.data = values_arena;  // NULL data is the dense fuzzer's case
+  if (idx.data == nullptr) idx.data = indices_arena;
+
+  // The defect.
+  const Extent ein0 = extent_of(in);
+  switch (defect) {
+    case RaggedDefect::InputRank: in.ndim = fdp.ConsumeBool() ? 1 : 3; in.sizes[2] = 1; in.strides[2] = 1; break;
+    case RaggedDefect::NegativeK: k = -1 - fdp.ConsumeIntegralInRange<int64_t>(0, 1000); break;
+    case RaggedDefect::UnknownTransform: {
+      const int raw = fdp.ConsumeBool() ? -1 : fdp.ConsumeIntegralInRange<int>(3, 1000);
+      std::memcpy(&params.transform, &raw, sizeof raw);
+      break;
+    }
+    case RaggedDefect::ShortParams:
+      params.struct_size = fdp.ConsumeBool() ? 0 : offsetof(mtk_ragged_params, lengths);
+      break;
+    case RaggedDefect::NullLengths: params.lengths = nullptr; break;
+    case RaggedDefect::LengthsDtype: {
+      const int raw = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<int>(0, 6) : 77;
+      set_dtype(lengths_used, raw);
+      break;
+    }
+    case RaggedDefect::LengthsRank: lengths_used.ndim = fdp.ConsumeBool() ? 0 : 2; lengths_used.sizes[1] = 1; break;
+    case RaggedDefect::LengthsSize: lengths_used.sizes[0] = rows + 1; break;
+    case RaggedDefect::StartsSize: starts_used.sizes[0] = rows + 1; break;
+    case RaggedDefect::UnusedTensor:
+      if (transform == 2) params.offsets = &offsets;
+      else params.page_table = &table;
+      break;
+    case RaggedDefect::MissingTensor:
+      if (transform == 1) params.offsets = nullptr;
+      else params.page_table = nullptr;
+      break;
+    case RaggedDefect::PageSize: params.page_size = -fdp.ConsumeIntegralInRange<int64_t>(0, 3); break;
+    case RaggedDefect::FewPages:
+      if (n == 0) defect = RaggedDefect::None;
+      else params.page_size = 1, table.sizes[1] = std::min<int64_t>(pages, n - 1);
+      break;
+    case RaggedDefect::FewBatches:
+      if (rows == 0) defect = RaggedDefect::None;
+      else table.sizes[0] = rows - 1;
+      break;
+    case RaggedDefect::RowToBatchSize: row_to_batch_used.sizes[0] = rows + 1; break;
+    case RaggedDefect::ValuesDtype:
+      if (!with_values) defect = RaggedDefect::None;
+      else set_dtype(val, (raw_dtype(in) + fdp.ConsumeIntegralInRange<int>(1, 8)) % 9);
+      break;
+    case RaggedDefect::ValuesShape:
+      if (!with_values) defect = RaggedDefect::None;
+      else val.sizes[1] = k + 1;
+      break;
+    case RaggedDefect::IndicesDtype: set_dtype(idx, fdp.ConsumeBool() ? MTK_FLOAT32 : MTK_INT16); break;
+    case RaggedDefect::IndicesShape: idx.sizes[0] = rows + 1; break;
+    case RaggedDefect::ValuesOverlapInput:
+      if (!with_values || ein0.numel == 0 || rows * k == 0 || in.data == nullptr) defect = RaggedDefect::None;
+      else val.data = in.data;
+      break;
+    case RaggedDefect::ShortWorkspace:
+      if (variant != 1) defect = RaggedDefect::None;
+      break;
+    case RaggedDefect::None:
+    case RaggedDefect::Count: break;
+  }
+
+  // Fill the arenas; the input's bytes are the fuzzer's.
+  for (size_t i = 0; i < kArenaBytes; ++i) input_arena[i] = static_cast<unsigned char>(i * 131 + 7);
+  const std::vector<unsigned char> data = fdp.ConsumeRemainingBytes<unsigned char>();
+  if (!data.empty()) std::memcpy(input_arena, data.data(), std::min(data.size(), kArenaBytes));
+  std::memset(values_arena, kSentinel, kArenaBytes);
+  std::memset(indices_arena, kSentinel, kArenaBytes);
+  const std::vector<unsigned char> input_before(input_arena, input_arena + kArenaBytes);
+  const std::vector<unsigned char> params_before(params_arena, params_arena + sizeof params_arena);
+
+  const Extent ein = extent_of(in);
+  const bool input_ok = in.ndim == 2 && ein.ok && (ein.numel == 0 || in.data != nullptr);
+  const bool defective = defect != RaggedDefect::None &&
+                         (variant != 2 || !is_output_defect(defect));
+  const Extent eval = extent_of(val), eidx = extent_of(idx);
+  const bool reachable = input_ok && ein.numel <= kMaxWork &&
+                         inside(in, ein, in_type.size, input_arena, kArenaBytes) &&
+                         inside(val, eval, in_type.size, values_arena, kArenaBytes) &&
+                         inside(idx, eidx, index_raw == MTK_INT32 ? 4 : 8, indices_arena, kArenaBytes);
+  bool expect_failure = defective || !input_ok;
+  // A short workspace is a defect only where the call needs one: that call may be valid.
+  if (!reachable && (!expect_failure || defect == RaggedDefect::ShortWorkspace)) {
+    ++tally.skipped[kOp];
+    return;
+  }
+
+  if (verbose) {
+    std::fprintf(stderr, "ragged variant=%d defect=%d k=%lld largest=%d sorted=%d transform=%d "
+                 "index_dtype=%d values=%d\n", variant, static_cast<int>(defect),
+                 static_cast<long long>(k), largest, sorted, transform, index_raw, with_values);
+    describe("input", in, input_arena);
+  }
+  size_t bytes = 12345;
+  mtk_status status = mtk_topk_ragged_workspace_size(ctx, &in, k, largest, sorted, &params,
+                                                     static_cast<mtk_dtype>(index_raw), &bytes);
+  if (variant == 2 || (variant == 1 && status != MTK_SUCCESS)) {
+    // The size query alone (or the query that must fail for the call too).
+  } else if (variant == 1) {
+    const size_t given = defect == RaggedDefect::ShortWorkspace && bytes > 0 ? bytes - 1 : bytes;
+    if (defect == RaggedDefect::ShortWorkspace && bytes == 0) expect_failure = false;
+    std::vector<unsigned char> workspace(std::max<size_t>(given, 1));
+    status = mtk_topk_ragged_with_workspace(ctx, &in, k, largest, sorted, &params,
+                                            with_values ? &val : nullptr, &idx,
+                                            workspace.data(), given, nullptr);
+  } else {
+    status = mtk_topk_ragged(ctx, &in, k, largest, sorted, &params,
+                             with_values ? &val : nullptr, &idx, nullptr);
+  }
+  const std::string message = mtk_last_error_message();
+  if (verbose) std::fprintf(stderr, "  -> status %d %s\n", status, message.c_str());
+  if (std::memcmp(input_before.data(), input_arena, kArenaBytes) != 0) crash("ragged: the input changed");
+  if (std::memcmp(params_before.data(), params_arena, sizeof params_arena) != 0) {
+    crash("ragged: a params tensor changed");
+  }
+  if (status != MTK_SUCCESS) {
+    if (status != MTK_ERROR_INVALID_ARGUMENT && status != MTK_ERROR_UNSUPPORTED_DTYPE &&
+        status != MTK_ERROR_INVALID_DIM) {
+      crash("ragged: unexpected status " + std::to_string(status) + ": " + message);
+    }
+    if (message.empty()) crash("ragged: an error without a message");
+    if (!expect_failure) crash("ragged: a valid call failed: " + message);
+    if (variant == 2 && bytes != 0) crash("ragged: a failed size query answered nonzero");
+    for (size_t i = 0; i < kArenaBytes; ++i) {
+      if (values_arena[i] != kSentinel || indices_arena[i] != kSentinel) {
+        crash("ragged: a failed call wrote to an output");
+      }
+    }
+    ++tally.rejected[kOp];
+    return;
+  }
+  if (expect_failure) crash("ragged: a defective call succeeded (defect " + std::to_string(static_cast<int>(defect)) + ")");
+  ++tally.checked[kOp];
+  if (variant == 2) return;
+
+  // The reference, row by row.
+  const size_t item = in_type.size, index_item = index_raw == MTK_INT32 ? 4 : 8;
+  std::vector<bool> allowed_values(kArenaBytes), allowed_indices(kArenaBytes);
+  const std::vector<unsigned char> zero(item, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Computed for the window's elements only: an empty input's strides may be anything.
+    auto at = [&](int64_t p) {
+      return static_cast<const unsigned char*>(in.data) +
+             (r * in.strides[0] + p * in.strides[1]) * static_cast<int64_t>(item);
+    };
+    int64_t b = r;
+    if (transform == 2 && with_row_to_batch) b = read_index(row_to_batch_used, r);
+    const bool no_table = transform == 2 && (b < 0 || b >= table.sizes[0]);
+    const ragged_model::Window w = ragged_model::window(
+        n, no_table ? 0 : read_index(lengths_used, r), with_starts ? read_index(starts_used, r) : 0);
+    const std::vector<int64_t> won = ragged_model::winners(w, k, [&](int64_t p, int64_t q) {
+      const Rank rp = rank_of(raw_dtype(in), at(p)), rq = rank_of(raw_dtype(in), at(q));
+      if (rp.nan != rq.nan) return largest ? rp.nan : rq.nan;
+      if (rp.nan) return false;
+      return largest ? rp.value > rq.value : rp.value < rq.value;
+    });
+    std::vector<std::pair<int64_t, std::vector<unsigned char>>> want, got;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t index = -1;
+      const unsigned char* value = zero.data();
+      if (j < static_cast<int64_t>(won.size())) {
+        const int64_t i = won[static_cast<size_t>(j)];
+        index = i;
+        if (transform == 1) index = ragged_model::wrapping_add(read_index(offsets, r), i);
+        if (transform == 2) {
+          const int64_t entry_at = b * table.strides[0] + (i / page_size) * table.strides[1];
+          int64_t entry;
+          if (raw_dtype(table) == MTK_INT64) std::memcpy(&entry, params_arena + 4096 + entry_at * 8, 8);
+          else { int32_t narrow; std::memcpy(&narrow, params_arena + 4096 + entry_at * 4, 4); entry = narrow; }
+          index = ragged_model::paged(entry, page_size, i);
+        }
+        index = ragged_model::stored(index, static_cast<mtk_dtype>(index_raw));
+        value = at(w.start + i);
+      }
+      const unsigned char* ip = static_cast<const unsigned char*>(idx.data) + (r * idx.strides[0] + j * idx.strides[1]) * static_cast<int64_t>(index_item);
+      const unsigned char* vp = static_cast<const unsigned char*>(val.data) + (r * val.strides[0] + j * val.strides[1]) * static_cast<int64_t>(item);
+      int64_t got_index;
+      if (index_item == 4) { int32_t narrow; std::memcpy(&narrow, ip, 4); got_index = narrow; }
+      else std::memcpy(&got_index, ip, 8);
+      allow(allowed_indices, indices_arena, ip, index_item);
+      std::vector<unsigned char> got_value(item, 0);
+      if (with_values) {
+        allow(allowed_values, values_arena, vp, item);
+        got_value.assign(vp, vp + item);
+      } else {
+        value = zero.data();
+      }
+      want.emplace_back(index, std::vector<unsigned char>(value, value + item));
+      got.emplace_back(got_index, got_value);
+    }
+    if (!sorted) {  // the same winners in any order, then the same padding
+      const auto winners = static_cast<std::ptrdiff_t>(won.size());
+      std::sort(want.begin(), want.begin() + winners);
+      std::sort(got.begin(), got.begin() + winners);
+    }
+    if (got != want) crash("ragged: result differs from the model at row " + std::to_string(r));
+  }
+  expect_only_allowed_changes(values_arena, allowed_values);
+  expect_only_allowed_changes(indices_arena, allowed_indices);
 }
 
 }  // namespace
@@ -945,11 +1301,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return c;
   }();
   FuzzedDataProvider fdp(data, size);
-  switch (fdp.ConsumeIntegralInRange<int>(0, 3)) {
+  // One byte picks the entry point: an eighth of the inputs go to ragged rows, an eighth to
+  // sampling, the rest map as they did before those existed (byte % 3), so the checked-in
+  // regressions replay unchanged.
+  const int pick = fdp.ConsumeIntegralInRange<int>(0, 255);
+  if (pick >= 224) {
+    fuzz_sampling(fdp, ctx);
+    return 0;
+  }
+  if (pick >= 192) {
+    fuzz_ragged(fdp, ctx);
+    return 0;
+  }
+  switch (pick % 3) {
     case 0: fuzz_topk(fdp, ctx, false); break;
     case 1: fuzz_topk(fdp, ctx, true); break;
     case 2: fuzz_route(fdp, ctx); break;
-    case 3: fuzz_sampling(fdp, ctx); break;
   }
   return 0;
 }

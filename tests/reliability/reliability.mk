@@ -56,7 +56,7 @@ $(REL_OUT)/bad_input: $(REL_DIR)/bad_input.c include/metaltopk.h include/metalto
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CC_FLAGS) $< -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD))
 
-$(REL_OUT)/fault_sweep: $(REL_DIR)/fault_sweep.cpp include/metaltopk.h \
+$(REL_OUT)/fault_sweep: $(REL_DIR)/fault_sweep.cpp $(REL_DIR)/ragged_model.hpp include/metaltopk.h \
     include/metaltopk_testing.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) $(REL_CXX_FLAGS) $< -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD))

@@ -130,3 +130,82 @@ def test_calls_leave_memory_flat():
           f"({growth / 1e5:.1f} bytes a call); library allocations {live_before} -> {live_after}")
     assert live_after == live_before
     assert growth < 4 * 2**20, f"resident memory grew by {growth} bytes over 1e5 calls"
+
+
+def test_ragged_memory_error_carries_the_library_message():
+    """An injected host-allocation failure inside a ragged call (a fresh context plans it)
+    surfaces as MemoryError with the library's message, and leaves nothing allocated."""
+    testing = _testing_library()
+    scores = np.arange(40, dtype=np.float32).reshape(4, 10)
+    ctx = _abi.Context("cpu", 0)
+    try:
+        live = testing.mtk_testing_live_allocations()
+        lengths_array = np.array([10, 3, 0, 7])
+        lengths = _abi.describe(lengths_array.ctypes.data, "int64", (4,), (1,))
+        params = _ffi.ffi.new("mtk_ragged_params*")
+        params.struct_size = _ffi.ffi.sizeof("mtk_ragged_params")
+        params.lengths = lengths
+        params.page_size = 1
+        indices = np.empty((4, 3), np.int64)
+        testing.mtk_testing_fail_at(MTK_FAULT_HOST_ALLOCATION, 1)
+        try:
+            status = _ffi.lib.mtk_topk_ragged(
+                ctx.handle, _abi.describe(scores.ctypes.data, "float32", (4, 10), (10, 1)), 3,
+                1, 1, params, _ffi.ffi.NULL,
+                _abi.describe(indices.ctypes.data, "int64", (4, 3), (3, 1)), _ffi.ffi.NULL)
+            with pytest.raises(MemoryError, match="host allocation failed"):
+                _abi.check(status, "cpu")
+            assert testing.mtk_testing_failure_points_seen() >= 1
+        finally:
+            testing.mtk_testing_reset()
+        assert testing.mtk_testing_live_allocations() == live
+    finally:
+        ctx.destroy()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_ragged_calls_leave_memory_flat():
+    """3 * 10^4 ragged calls (numpy and, where installed, torch inputs, both transforms), a
+    quarter of them rejected: resident memory may not grow by more than 4 MiB, and the library
+    holds no more allocations."""
+    testing = _testing_library()
+    rng = np.random.default_rng(6)
+    scores = rng.standard_normal((6, 300)).astype(np.float32)
+    lengths = np.array([300, 0, 5, 120, -1, 400])
+    offsets = np.arange(6) * 1000
+    table = np.arange(6 * 300, dtype=np.int32).reshape(6, 300)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    tensors = None if torch is None else (torch.from_numpy(scores), torch.from_numpy(lengths))
+
+    def one_round(i):
+        kind = i % 4
+        if kind == 0:
+            metaltopk.topk(scores, 16, lengths=lengths, starts=lengths // 3, backend="cpu")
+        elif kind == 1:
+            metaltopk.topk_page_table_transform(scores, table, lengths, 8, backend="cpu")
+        elif kind == 2 and tensors is not None:
+            metaltopk.topk(tensors[0], 16, lengths=tensors[1], return_values=False)
+        elif kind == 2:
+            metaltopk.topk_ragged_transform(scores, offsets, lengths, 8, backend="cpu")
+        else:
+            try:
+                metaltopk.topk_ragged_transform(scores, offsets[:2], lengths, 8, backend="cpu")
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("offsets of 2 rows for 6 were accepted")
+
+    for i in range(3_000):
+        one_round(i)
+    gc.collect()
+    rss_before = _rss_bytes()
+    live_before = testing.mtk_testing_live_allocations()
+    for i in range(30_000):
+        one_round(i)
+    gc.collect()
+    growth = _rss_bytes() - rss_before
+    assert testing.mtk_testing_live_allocations() == live_before
+    assert growth < 4 * 2**20, f"resident memory grew by {growth} bytes over 3e4 ragged calls"

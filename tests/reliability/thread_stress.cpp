@@ -1,8 +1,9 @@
 // Threading stress for ThreadSanitizer: many threads share one context (its locks, scratch and
 // caches under contention, and a thread resizing its pool meanwhile), then every thread owns a
 // context. Calls mix shapes, dims, dtypes, k, both directions, the allocating and workspace
-// variants, the router, and calls that fail on purpose (each thread must see its own error
-// message). Every result is checked against a brute-force reference.
+// variants, the router, ragged rows with every option (mtk_topk_ragged and its workspace
+// variant), and calls that fail on purpose (each thread must see its own error message). Every
+// result is checked against a brute-force reference.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "metaltopk.h"
+#include "ragged_model.hpp"
 
 namespace {
 
@@ -207,6 +209,146 @@ void random_topk(mtk_context ctx, std::mt19937_64& rng, const std::string& label
   }
 }
 
+bool ranks_before(const DtypeCase& t, const unsigned char* row, int largest, int64_t p,
+                  int64_t q) {
+  const Rank rp = rank_of(t, row + p * t.size), rq = rank_of(t, row + q * t.size);
+  if (rp.nan != rq.nan) return largest ? rp.nan : rq.nan;
+  if (rp.nan) return false;
+  return largest ? rp.value > rq.value : rp.value < rq.value;
+}
+
+mtk_tensor vector_of(void* data, mtk_dtype dtype, int64_t size) {
+  mtk_tensor v = matrix(data, dtype, size, 1);
+  v.ndim = 1;
+  return v;
+}
+
+// One random ragged call: windows of any length and start, either index transform, indices
+// only, int32 or int64 indices; checked against ragged_model.hpp. As random_topk, the phase that
+// resizes the pool concurrently leaves out the workspace variant.
+void random_ragged(mtk_context ctx, std::mt19937_64& rng, const std::string& label,
+                   bool pool_resized_concurrently) {
+  const DtypeCase& t = kDtypes[rng() % (sizeof kDtypes / sizeof kDtypes[0])];
+  const int64_t rows = 1 + static_cast<int64_t>(rng() % 24);
+  const int64_t n = 1 + static_cast<int64_t>(rng() % (rng() % 8 == 0 ? 30000 : 600));
+  const int64_t k = rng() % 4 == 0 ? n + static_cast<int64_t>(rng() % 5)
+                                   : static_cast<int64_t>(rng() % (std::min<int64_t>(n, 80) + 1));
+  const int largest = static_cast<int>(rng() % 2);
+  const auto transform = static_cast<mtk_index_transform>(rng() % 3);
+  const bool with_values = rng() % 2 == 0, with_starts = rng() % 2 == 0;
+  const bool with_row_to_batch = rng() % 2 == 0;
+  const mtk_dtype index_dtype = rng() % 2 ? MTK_INT32 : MTK_INT64;
+  const int64_t page_size = 1 + static_cast<int64_t>(rng() % 7);
+  const bool workspace_variant = rng() % 2 == 0 && !pool_resized_concurrently;
+
+  const std::vector<unsigned char> x = random_data(t, static_cast<size_t>(rows * n), rng);
+  std::vector<int64_t> lengths(static_cast<size_t>(rows)), offsets(lengths.size());
+  std::vector<int32_t> starts(lengths.size()), row_to_batch(lengths.size());
+  const int64_t batch = with_row_to_batch ? 1 + static_cast<int64_t>(rng() % rows) : rows;
+  const int64_t pages = (n + page_size - 1) / page_size + static_cast<int64_t>(rng() % 2);
+  std::vector<int32_t> table(static_cast<size_t>(batch * pages));
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    lengths[r] = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 6)) - 3;
+    starts[r] = static_cast<int32_t>(rng() % static_cast<uint64_t>(n + 4)) - 2;
+    offsets[r] = static_cast<int64_t>(rng());  // any value: the sum wraps
+    row_to_batch[r] = static_cast<int32_t>(rng() % static_cast<uint64_t>(batch + 2)) - 1;
+  }
+  for (int32_t& entry : table) entry = static_cast<int32_t>(rng());
+  const mtk_tensor lengths_t = vector_of(lengths.data(), MTK_INT64, rows);
+  const mtk_tensor starts_t = vector_of(starts.data(), MTK_INT32, rows);
+  const mtk_tensor offsets_t = vector_of(offsets.data(), MTK_INT64, rows);
+  const mtk_tensor row_to_batch_t = vector_of(row_to_batch.data(), MTK_INT32, rows);
+  const mtk_tensor table_t = matrix(table.data(), MTK_INT32, batch, pages);
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  params.lengths = &lengths_t;
+  params.starts = with_starts ? &starts_t : nullptr;
+  params.transform = transform;
+  if (transform == MTK_INDEX_TRANSFORM_RAGGED) params.offsets = &offsets_t;
+  if (transform == MTK_INDEX_TRANSFORM_PAGE_TABLE) {
+    params.page_table = &table_t;
+    params.page_size = page_size;
+    params.row_to_batch = with_row_to_batch ? &row_to_batch_t : nullptr;
+  }
+
+  const size_t out_count = static_cast<size_t>(rows * k);
+  const size_t index_size = index_dtype == MTK_INT32 ? 4 : 8;
+  std::vector<unsigned char> values(out_count * t.size, 0xA5), indices(out_count * index_size);
+  const mtk_tensor in = matrix(const_cast<unsigned char*>(x.data()), t.dtype, rows, n);
+  const mtk_tensor v = matrix(values.data(), t.dtype, rows, k);
+  const mtk_tensor i = matrix(indices.data(), index_dtype, rows, k);
+  const mtk_tensor* values_out = with_values ? &v : nullptr;
+  mtk_status status;
+  if (workspace_variant) {
+    size_t bytes = 0;
+    status = mtk_topk_ragged_workspace_size(ctx, &in, k, largest, 1, &params, index_dtype,
+                                            &bytes);
+    std::vector<unsigned char> workspace(bytes);
+    if (status == MTK_SUCCESS) {
+      status = mtk_topk_ragged_with_workspace(ctx, &in, k, largest, 1, &params, values_out, &i,
+                                              workspace.data(), bytes, nullptr);
+    }
+  } else {
+    status = mtk_topk_ragged(ctx, &in, k, largest, 1, &params, values_out, &i, nullptr);
+  }
+  calls.fetch_add(1, std::memory_order_relaxed);
+  const std::string what = label + " ragged dtype " + std::to_string(t.dtype) + " [" +
+                           std::to_string(rows) + "x" + std::to_string(n) + "] k " +
+                           std::to_string(k) + " transform " + std::to_string(transform) +
+                           (with_values ? "" : " indices only") +
+                           (workspace_variant ? " workspace" : "");
+  if (status != MTK_SUCCESS) {
+    report(what + ": " + mtk_last_error_message());
+    return;
+  }
+  const std::vector<unsigned char> zero(t.size, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const unsigned char* row = x.data() + static_cast<size_t>(r * n) * t.size;
+    int64_t b = r;
+    if (transform == MTK_INDEX_TRANSFORM_PAGE_TABLE && with_row_to_batch) {
+      b = row_to_batch[static_cast<size_t>(r)];
+    }
+    const bool no_table = transform == MTK_INDEX_TRANSFORM_PAGE_TABLE && (b < 0 || b >= batch);
+    const ragged_model::Window w = ragged_model::window(
+        n, no_table ? 0 : lengths[static_cast<size_t>(r)],
+        with_starts ? starts[static_cast<size_t>(r)] : 0);
+    const std::vector<int64_t> won = ragged_model::winners(
+        w, k, [&](int64_t p, int64_t q) { return ranks_before(t, row, largest, p, q); });
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t out = static_cast<size_t>(r * k + j);
+      int64_t want = -1;
+      const unsigned char* want_value = zero.data();
+      if (j < static_cast<int64_t>(won.size())) {
+        const int64_t at = won[static_cast<size_t>(j)];
+        want = at;
+        if (transform == MTK_INDEX_TRANSFORM_RAGGED) {
+          want = ragged_model::wrapping_add(offsets[static_cast<size_t>(r)], at);
+        } else if (transform == MTK_INDEX_TRANSFORM_PAGE_TABLE) {
+          want = ragged_model::paged(table[static_cast<size_t>(b * pages + at / page_size)],
+                                     page_size, at);
+        }
+        want = ragged_model::stored(want, index_dtype);
+        want_value = row + static_cast<size_t>(w.start + at) * t.size;
+      }
+      int64_t got = 0;
+      if (index_size == 4) {
+        int32_t narrow;
+        std::memcpy(&narrow, indices.data() + out * 4, 4);
+        got = narrow;
+      } else {
+        std::memcpy(&got, indices.data() + out * 8, 8);
+      }
+      const bool values_ok =
+          with_values ? std::memcmp(values.data() + out * t.size, want_value, t.size) == 0
+                      : values[out * t.size] == 0xA5;  // indices only: values untouched
+      if (got != want || !values_ok) {
+        report(what + ": wrong result at row " + std::to_string(r) + " position " +
+               std::to_string(j));
+        return;
+      }
+    }
+  }
+}
+
 // A call that must fail, and the thread's own message for it.
 void failing_call(mtk_context ctx, std::mt19937_64& rng, const std::string& label) {
   const int64_t k = 1000 + static_cast<int64_t>(rng() % 1000);
@@ -266,10 +408,12 @@ void worker(mtk_context shared, int id, int iterations, bool own_context) {
   const std::string label = std::string(own_context ? "own" : "shared") + " thread " +
                             std::to_string(id);
   for (int it = 0; it < iterations; ++it) {
-    const int pick = static_cast<int>(rng() % 10);
+    const int pick = static_cast<int>(rng() % 12);
     if (pick < 7) {
       random_topk(ctx, rng, label, !own_context);
     } else if (pick < 9) {
+      random_ragged(ctx, rng, label, !own_context);
+    } else if (pick < 11) {
       random_route(ctx, rng, label);
     } else {
       failing_call(ctx, rng, label);

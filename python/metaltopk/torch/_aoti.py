@@ -2,7 +2,9 @@
 
 With `aoti_config()` among its inductor configs, `torch._inductor.aoti_compile_and_package`
 compiles each metaltopk op into a direct call of the shim library's C function
-(`aoti_torch_<device>_mtk_topk`, `aoti_torch_<device>_mtk_moe_route`) and links the model
+(`aoti_torch_<device>_mtk_topk`, `aoti_torch_<device>_mtk_moe_route`, and for the ragged ops
+`aoti_torch_<device>_mtk_topk_ragged`, `_mtk_topk_ragged_transform`,
+`_mtk_topk_page_table_transform`) and links the model
 against the library. A process that loads the package must have the library loaded:
 `load_aoti_library()` does that for Python's `aoti_load_package` (aoti_config calls it); a C++
 program links the library (tests/aoti/aoti_runner.cpp does). A run path baked into the model
@@ -24,13 +26,26 @@ _SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
 
 # The C shim declarations AOTInductor's generated code calls, per op. Argument order and types
 # follow the ops' schemas (adapters/aoti/metaltopk_aoti.h declares the same functions).
-_TOPK_SHIM = ("AOTITorchError aoti_torch_{device}_mtk_topk(AtenTensorHandle self, int64_t k, "
-              "int64_t dim, int32_t largest, int32_t sorted, AtenTensorHandle* ret0, "
-              "AtenTensorHandle* ret1)")
-_MOE_ROUTE_SHIM = ("AOTITorchError aoti_torch_{device}_mtk_moe_route(AtenTensorHandle logits, "
-                   "int64_t k, const char* scoring, AtenTensorHandle* bias, int64_t n_group, "
-                   "int64_t topk_group, int32_t renormalize, double scale, int32_t index_dtype, "
-                   "AtenTensorHandle* ret0, AtenTensorHandle* ret1)")
+_SHIMS = {
+    "mtk_topk": ("AOTITorchError aoti_torch_{device}_mtk_topk(AtenTensorHandle self, int64_t k, "
+                 "int64_t dim, int32_t largest, int32_t sorted, AtenTensorHandle* ret0, "
+                 "AtenTensorHandle* ret1)"),
+    "mtk_moe_route": ("AOTITorchError aoti_torch_{device}_mtk_moe_route(AtenTensorHandle logits, "
+                      "int64_t k, const char* scoring, AtenTensorHandle* bias, int64_t n_group, "
+                      "int64_t topk_group, int32_t renormalize, double scale, "
+                      "int32_t index_dtype, AtenTensorHandle* ret0, AtenTensorHandle* ret1)"),
+    "mtk_topk_ragged": (
+        "AOTITorchError aoti_torch_{device}_mtk_topk_ragged(AtenTensorHandle self, int64_t k, "
+        "AtenTensorHandle lengths, AtenTensorHandle* starts, int64_t dim, int32_t largest, "
+        "int32_t sorted, int32_t return_values, AtenTensorHandle* ret0, AtenTensorHandle* ret1)"),
+    "mtk_topk_ragged_transform": (
+        "AOTITorchError aoti_torch_{device}_mtk_topk_ragged_transform(AtenTensorHandle scores, "
+        "AtenTensorHandle offsets, AtenTensorHandle lengths, int64_t k, AtenTensorHandle* ret0)"),
+    "mtk_topk_page_table_transform": (
+        "AOTITorchError aoti_torch_{device}_mtk_topk_page_table_transform("
+        "AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, "
+        "int64_t k, AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0)"),
+}
 DEVICES = ("cpu", "cuda")
 
 
@@ -61,13 +76,11 @@ def aoti_config(devices=DEVICES) -> dict:
     torch._inductor.aoti_compile_and_package(..., inductor_configs=aoti_config()). Loads the
     library into this process (load_aoti_library), so packages compiled here load here too."""
     load_aoti_library()
-    shims = [template.format(device=device) for device in devices
-             for template in (_TOPK_SHIM, _MOE_ROUTE_SHIM)]
     return {
         "aot_inductor.custom_ops_to_c_shims": {
-            torch.ops.metaltopk.mtk_topk.default: [s for s in shims if "mtk_topk(" in s],
-            torch.ops.metaltopk.mtk_moe_route.default: [s for s in shims if "mtk_moe_route(" in s],
-        },
+            getattr(torch.ops.metaltopk, op).default: [template.format(device=device)
+                                                       for device in devices]
+            for op, template in _SHIMS.items()},
         # Inductor links each entry as -l<entry> on a command line it splits with shlex, so the
         # entry can carry the folder the linker finds the library in.
         "aot_inductor.custom_op_libs": [

@@ -10,10 +10,12 @@ The eager path is host-bound for small inputs (MoE routing), so a call's geometr
 scratch size are looked up once per (shape, strides, dtype, device, k, dim, largest, sorted) and a
 call then costs two or three allocations, one struct pack and one library call. Where `make` built
 the torch fast path (adapters/torch/) against this torch, a plain CPU or CUDA tensor's call runs in
-C++ instead: the allocations and the library call then take no Python at all.
+C++ instead (top-k, the router and ragged rows): the allocations and the library call then take
+no Python at all.
 """
 
 import atexit
+import copy
 import importlib.machinery
 import importlib.util
 import sysconfig
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import _abi
+from .. import _abi, _ragged
 from .._arguments import check_backend_matches, check_static_k_and_dim, topk_arguments
 from .._ffi import ffi, lib, library_path
 from ..router import (SCORINGS, bias_not_on_logits_device, python_names, route_arguments,
@@ -83,6 +85,8 @@ def _load_fast_path(directory=Path(library_path).parent):
 _fast_path = _load_fast_path()
 _fast_topk = _fast_path.topk if _fast_path is not None else None
 _fast_moe_route = _fast_path.moe_route if _fast_path is not None else None
+# An extension built before ragged rows existed has no topk_ragged: those calls take cffi.
+_fast_ragged = getattr(_fast_path, "topk_ragged", None)
 _fast_contexts = {}  # device index (-1: CPU) -> (context, its handle's address)
 
 
@@ -239,6 +243,99 @@ def moe_route_kernel(logits, k, scoring="softmax", bias=None, n_group=0, topk_gr
                                 make_params, None, tensor_view)
 
 
+# ---- ragged rows (docs/CONTRACT.md, "Ragged rows") ------------------------------------------
+
+
+def check_index_tensor(tensor, name, x, function):
+    """An index tensor of a ragged call (lengths, starts, offsets, src_page_table,
+    row_to_batch): int32 or int64 on x's device, or the contract's error naming it."""
+    if not isinstance(tensor, _Tensor):
+        raise TypeError(f"metaltopk.{function}: {name} must be a torch.Tensor, not "
+                        f"{type(tensor).__name__}")
+    if tensor.dtype not in INDEX_DTYPES:
+        raise TypeError(f"metaltopk.{function}: {name}.dtype = {tensor.dtype} must be int32 "
+                        "or int64")
+    if tensor.device != x.device:
+        raise ValueError(f"metaltopk.{function}: {name} is on {tensor.device}, not on the "
+                         f"input's device {x.device}")
+
+
+def index_tensor(value, name, x, function):
+    """An index argument given as a tensor, a list or a numpy array, as a tensor on x's device
+    (checked as check_index_tensor does)."""
+    if not isinstance(value, _Tensor):
+        array = np.asarray(value)
+        if array.size == 0 and isinstance(value, (list, tuple)):
+            array = array.astype(np.int64)  # numpy reads an empty list as float64
+        _ragged.check_index_dtype(array.dtype, name, function)
+        value = torch.as_tensor(array, device=x.device)
+    check_index_tensor(value, name, x, function)
+    return value
+
+
+def run_ragged(x, request):
+    """A ragged request on tensors: the index arrays in request.arrays are tensors on x's
+    device. Returns (values or None, indices)."""
+    for name, tensor in request.arrays.items():
+        check_index_tensor(tensor, name, x, request.function)
+    if x.get_device() >= 0 and not x.is_cuda:  # another device: through the host
+        host_request = copy.copy(request)
+        host_request.arrays = {name: t.cpu() for name, t in request.arrays.items()}
+        values, indices = run_ragged(x.cpu(), host_request)
+        return (None if values is None else values.to(x.device)), indices.to(x.device)
+    if _fast_ragged is not None:
+        arrays = request.arrays
+        result = _fast_call(
+            _fast_ragged, x.get_device(), x, request.k, arrays["lengths"], arrays.get("starts"),
+            request.dim, request.largest, request.sorted, request.return_values,
+            request.transform, arrays.get("offsets"), arrays.get("src_page_table"),
+            arrays.get("row_to_batch"), request.page_size, request.index_dtype == "int32",
+            translate=request.translate)
+        if result is not None:
+            return (result[0] if request.return_values else None), result[1]
+    views = {name: tensor_view(t, request.function) for name, t in request.arrays.items()}
+    out = _ragged.run_device_tensors(tensor_view(x, request.function), request, views)
+    return out if request.return_values else (None, out)
+
+
+def topk_ragged_kernel(x, k, lengths, starts=None, dim=-1, largest=True, sorted=True,
+                       return_values=True):
+    """metaltopk::mtk_topk_ragged's kernel: (values, indices int64); values are empty ([0])
+    when return_values is False."""
+    request = _ragged.topk_request(k, dim, largest, sorted, lengths, starts, return_values)
+    values, indices = run_ragged(x, request)
+    return (x.new_empty((0,)) if values is None else values), indices
+
+
+def topk_ragged_transform_kernel(scores, offsets, lengths, k):
+    """metaltopk::mtk_topk_ragged_transform's kernel: int32 [rows, k]."""
+    return run_ragged(scores, _ragged.ragged_transform_request(offsets, lengths, k))[1]
+
+
+def topk_page_table_transform_kernel(scores, src_page_table, lengths, k, row_to_batch=None,
+                                     page_size=1):
+    """metaltopk::mtk_topk_page_table_transform's kernel: int32 [rows, k]."""
+    request = _ragged.page_table_transform_request(src_page_table, lengths, k, row_to_batch,
+                                                   page_size)
+    return run_ragged(scores, request)[1]
+
+
+def _ragged_op_call(x, request):
+    """request as a call of its torch op (tracing, gradients): the front door's result."""
+    arrays = request.arrays
+    if request.transform == _ragged.TRANSFORM_RAGGED:
+        return torch.ops.metaltopk.mtk_topk_ragged_transform(x, arrays["offsets"],
+                                                            arrays["lengths"], request.k)
+    if request.transform == _ragged.TRANSFORM_PAGE_TABLE:
+        return torch.ops.metaltopk.mtk_topk_page_table_transform(
+            x, arrays["src_page_table"], arrays["lengths"], request.k,
+            arrays.get("row_to_batch"), request.page_size)
+    values, indices = torch.ops.metaltopk.mtk_topk_ragged(
+        x, request.k, arrays["lengths"], arrays.get("starts"), request.dim, request.largest,
+        request.sorted, request.return_values)
+    return (values, indices) if request.return_values else indices
+
+
 def _check_backend(x, backend, function):
     if backend is not None:
         check_backend_matches(backend, "cuda" if x.is_cuda else "cpu", str(x.device), function)
@@ -278,6 +375,18 @@ class TorchArrays:
             return topk_kernel(x, k, dim, largest, sorted)
         check_static_k_and_dim(x.shape, k, dim)
         return _topk_op(x, k, dim, largest, sorted)
+
+    @staticmethod
+    def ragged(x, request, backend):
+        """A ragged front door's request (metaltopk._ragged) on a tensor; index arguments that
+        are lists or numpy arrays move to x's device."""
+        _check_backend(x, backend, request.function)
+        request.arrays = {name: index_tensor(value, name, x, request.function)
+                          for name, value in request.arrays.items()}
+        if type(x) is _Tensor and not (x.requires_grad and _is_grad_enabled()) \
+                and not x.is_meta and not _is_compiling():
+            return _ragged.result(request, *run_ragged(x, request))
+        return _ragged_op_call(x, request)
 
     @staticmethod
     def moe_route(logits, k, *, scoring, bias, n_group, topk_group, renormalize, scale,
