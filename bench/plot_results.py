@@ -218,6 +218,7 @@ def best_peer_rows(rows):
 
 
 def peers_figure(rows, path):
+    rows = [r for r in rows if r.get("metaltopk_us")]  # a ragged shape metaltopk refused: no bar
     fig, ax = plt.subplots(figsize=(11, 0.28 * len(rows) + 1.2))
     labels = [f"{r['shape']} k={r['k']} {r['dtype']}" for r in rows]
     ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
@@ -241,7 +242,29 @@ def peers_figure(rows, path):
     plt.close(fig)
 
 
+def markdown_ragged(rows):
+    """Issue #31's ragged shapes: also how far each time is from reading the scores once."""
+    def us(v):
+        return "-" if v is None else f"{v:.1f}"
+    print("| shape | k | fastest peer | peer µs | metaltopk µs | x | scores read once µs | "
+          "metaltopk |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        mtk = r.get("metaltopk_us")
+        x = "-" if mtk is None else f"{r['peer_us'] / mtk:.2f}x"
+        print(f"| {r['shape']} | {r['k']} | {r['peer']} | {r['peer_us']:.1f} | {us(mtk)} | {x} | "
+              f"{us(r.get('read_once_us'))} | {r.get('metaltopk_status', '')} |")
+    ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows if r.get("metaltopk_us")]
+    if ratios:
+        print(f"\ngeometric mean {geomean(ratios):.2f}x over {len(ratios)} shapes; "
+              f"behind on {sum(x < 1 for x in ratios)}\n")
+    else:
+        print("\nmetaltopk ran none of these shapes\n")
+
+
 def markdown_peers(rows):
+    ragged = [r for r in rows if r["family"] == "ragged"]
+    rows = [r for r in rows if r["family"] != "ragged"]
     print("| shape | k | dtype | fastest peer | peer µs | metaltopk µs | x |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -250,6 +273,8 @@ def markdown_peers(rows):
     ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
     print(f"\ngeometric mean {geomean(ratios):.2f}x over {len(rows)} shapes; "
           f"behind on {sum(x < 1 for x in ratios)}\n")
+    if ragged:
+        markdown_ragged(ragged)
 
 
 def markdown_host_cost(doc):

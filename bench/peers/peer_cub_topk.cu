@@ -58,7 +58,34 @@ cudaError_t single(const T* input, T* values, int32_t* indices, int64_t n, int64
                                    cuda::make_counting_iterator(int32_t{0}), indices, n, k, env);
 }
 
+template <int64_t Bound>
+cudaError_t batched_lengths(const float* input, float* values, int32_t* indices,
+                            const int32_t* lengths, int64_t rows, int64_t n, int64_t k, void* temp,
+                            size_t* temp_bytes, cudaStream_t stream) {
+  auto keys_in = cuda::make_strided_iterator(cuda::make_counting_iterator(input), n);
+  auto keys_out = cuda::make_strided_iterator(cuda::make_counting_iterator(values), k);
+  auto values_in = cuda::make_constant_iterator(cuda::make_counting_iterator(int32_t{0}));
+  auto values_out = cuda::make_strided_iterator(cuda::make_counting_iterator(indices), k);
+  auto k_arg = cuda::args::immediate{k, cuda::args::bounds<int64_t{1}, Bound>()};
+  auto sizes = cuda::args::deferred_sequence{lengths, cuda::args::bounds<int32_t{0}, int32_t(Bound)>()};
+  auto segments = cuda::args::immediate{rows};
+  auto env = cuda::std::execution::env{unsorted_requirements(), cuda::stream_ref{stream}};
+  return cub::DeviceBatchedTopK::MaxPairs(temp, *temp_bytes, keys_in, keys_out, values_in,
+                                          values_out, sizes, k_arg, segments, env);
+}
+
 }  // namespace
+
+cudaError_t cub_batched_topk_lengths(const float* scores, float* values, int32_t* indices,
+                                     const int32_t* lengths, int64_t rows, int64_t n, int64_t k,
+                                     void* temp, size_t* temp_bytes, cudaStream_t stream) {
+  if (n > kCubBatchedMaxLen) return cudaErrorNotSupported;
+  if (n <= 8192)
+    return batched_lengths<8192>(scores, values, indices, lengths, rows, n, k, temp, temp_bytes,
+                                 stream);
+  return batched_lengths<kCubBatchedMaxLen>(scores, values, indices, lengths, rows, n, k, temp,
+                                            temp_bytes, stream);
+}
 
 cudaError_t cub_batched_topk(Dtype dtype, const void* input, void* values, int32_t* indices,
                              int64_t rows, int64_t n, int64_t k, void* temp, size_t* temp_bytes,
