@@ -24,7 +24,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASS_COLOURS = {"MoE": "#4c72b0", "sampling": "#dd8452", "select": "#55a868",
-                 "softmax": "#8172b3", "deepseek-v3": "#c44e52"}
+                 "softmax": "#8172b3", "deepseek-v3": "#c44e52", "ragged": "#937860"}
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
@@ -223,8 +223,8 @@ def peers_figure(rows, path):
     labels = [f"{r['shape']} k={r['k']} {r['dtype']}" for r in rows]
     ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
     colours = [CLASS_COLOURS[shape_class(r["family"])] if r["family"] in ("moe", "sampling",
-               "select") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
-                                            else "softmax"] for r in rows]
+               "select", "ragged") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
+                                                      else "softmax"] for r in rows]
     y = range(len(rows))
     ax.barh(y, ratios, color=colours)
     ax.axvline(1.0, color="black", linewidth=0.8)

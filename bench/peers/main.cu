@@ -1029,7 +1029,9 @@ bool bench_ragged(const RaggedShape& s, mtk_context ctx, mtk_context cpu, cudaSt
   DeviceArrays in = upload_rotation(count, false, seed, l2_bytes);
   const size_t rotation = in.inputs.size();
   const float* scores = reinterpret_cast<const float*>(in.first_input.data());
-  auto input = [&](int i) { return static_cast<const float*>(in.inputs[size_t(i) % rotation].get()); };
+  auto input = [&](int i) {
+    return static_cast<const float*>(in.inputs[size_t(i) % rotation].get());
+  };
 
   // The reference: metaltopk's CPU backend on the host copy, window positions, sorted.
   std::vector<int32_t> want(outputs);
@@ -1076,7 +1078,8 @@ bool bench_ragged(const RaggedShape& s, mtk_context ctx, mtk_context cpu, cudaSt
     m.done = true;
     std::fprintf(stderr, "[peers]   metaltopk (%s)\n", mode_name(mode));
     std::vector<mtk_tensor> x;
-    for (const DeviceBuffer& b : in.inputs) x.push_back(describe(b.get(), MTK_FLOAT32, s.rows, s.n));
+    for (const DeviceBuffer& b : in.inputs)
+      x.push_back(describe(b.get(), MTK_FLOAT32, s.rows, s.n));
     RaggedCall call(lengths_d.get(), offsets_d.get(), page_table_d.get(), s.rows, h.pages,
                     s.page_size, mode);
     const mtk_tensor idx = describe(out_d.get(), MTK_INT32, s.rows, s.k);
@@ -1324,6 +1327,33 @@ int self_test() {
                    ph.position(IndexMode::page_table, (r + 1) % 3, index) == -2;
     }
   expect(inverse_ok, "page-table inverse");
+  // The ragged part's metaltopk calls, on the CPU backend: in every index mode, its result maps
+  // back to the reference's positions (also rows of length 0 and below k).
+  {
+    Context cpu(MTK_BACKEND_CPU);
+    const RaggedShape cs{"selftest", 4, 16, 5, 1, 16, 4};
+    RaggedHost ch(cs, 3);
+    ch.lengths = {0, 3, 16, 9};
+    std::vector<float> cx(64);
+    for (size_t i = 0; i < cx.size(); ++i) cx[i] = standard_normal(11, i);
+    const mtk_tensor xt = describe(cx.data(), MTK_FLOAT32, cs.rows, cs.n);
+    auto run_cpu = [&](IndexMode mode, int sorted) {
+      std::vector<int32_t> idx(size_t(cs.rows * cs.k));
+      const mtk_tensor it = describe(idx.data(), MTK_INT32, cs.rows, cs.k);
+      RaggedCall call(ch.lengths.data(), ch.offsets.data(), ch.page_table.data(), cs.rows,
+                      ch.pages, ch.page_size, mode);
+      check(mtk_topk_ragged(cpu.get(), &xt, cs.k, 1, sorted, &call.params, nullptr, &it,
+                            nullptr),
+            "mtk_topk_ragged on the CPU backend");
+      return idx;
+    };
+    const std::vector<int32_t> cwant = run_cpu(IndexMode::none, 1);
+    for (IndexMode mode : {IndexMode::none, IndexMode::ragged, IndexMode::page_table}) {
+      Row rm;
+      compare_ragged(cs, cx.data(), ch, cwant, run_cpu(mode, 0), mode, true, rm);
+      expect(rm.status == "match", mode_name(mode));
+    }
+  }
 
   // JSON: nulls for unmeasured times, escaped notes.
   Row k;

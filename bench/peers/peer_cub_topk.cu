@@ -67,7 +67,8 @@ cudaError_t batched_lengths(const float* input, float* values, int32_t* indices,
   auto values_in = cuda::make_constant_iterator(cuda::make_counting_iterator(int32_t{0}));
   auto values_out = cuda::make_strided_iterator(cuda::make_counting_iterator(indices), k);
   auto k_arg = cuda::args::immediate{k, cuda::args::bounds<int64_t{1}, Bound>()};
-  auto sizes = cuda::args::deferred_sequence{lengths, cuda::args::bounds<int32_t{0}, int32_t(Bound)>()};
+  auto sizes =
+      cuda::args::deferred_sequence{lengths, cuda::args::bounds<int32_t{0}, int32_t(Bound)>()};
   auto segments = cuda::args::immediate{rows};
   auto env = cuda::std::execution::env{unsorted_requirements(), cuda::stream_ref{stream}};
   return cub::DeviceBatchedTopK::MaxPairs(temp, *temp_bytes, keys_in, keys_out, values_in,

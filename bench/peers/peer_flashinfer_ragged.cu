@@ -24,10 +24,11 @@ cudaError_t flashinfer_page_table_transform(const float* scores, int32_t* out,
   // As the binding: the configurable policy for page_size > 1 (contiguous rows, no raw-index
   // output), the direct policy otherwise.
   if (page_bits != 0) {
-    return TopKPageTableTransformDispatch<float, int32_t, ConfigurablePageTableKernelPolicy<int32_t>>(
+    using Policy = ConfigurablePageTableKernelPolicy<int32_t>;
+    return TopKPageTableTransformDispatch<float, int32_t, Policy>(
         input, out, page_table, page_table_stride, lengths, nullptr, nullptr, rows, k, n, states,
         deterministic, TopKTieBreak::None, stream, false, nullptr,
-        ConfigurablePageTableKernelPolicy<int32_t>{nullptr, int64_t(n), page_bits});
+        Policy{nullptr, int64_t(n), page_bits});
   }
   return TopKPageTableTransformDispatch<float, int32_t>(
       input, out, page_table, page_table_stride, lengths, nullptr, nullptr, rows, k, n, states,
