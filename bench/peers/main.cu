@@ -1169,10 +1169,16 @@ bool bench_ragged(const RaggedShape& s, mtk_context ctx, mtk_context cpu, cudaSt
                          }});
   }
   size_t cub_temp_bytes = 0;
-  const cudaError_t cub_query = peers::cub_batched_topk_lengths(
+  cudaError_t cub_query = peers::cub_batched_topk_lengths(
       input(0), static_cast<float*>(values_d.get()), out_idx, lengths, s.rows, s.n, s.k, nullptr,
       &cub_temp_bytes, stream);
-  DeviceBuffer cub_temp(std::max<size_t>(cub_temp_bytes, 256));
+  std::unique_ptr<DeviceBuffer> cub_temp;  // a failed allocation fails CUB's row alone
+  try {
+    cub_temp = std::make_unique<DeviceBuffer>(std::max<size_t>(cub_temp_bytes, 256));
+  } catch (const std::exception&) {
+    cudaGetLastError();
+    if (cub_query == cudaSuccess) cub_query = cudaErrorMemoryAllocation;
+  }
   peer_list.push_back({"cub_device_batched_topk_lengths", IndexMode::none,
                        "per-segment sizes (deferred_sequence of the device lengths); a row "
                        "shorter than k leaves its other outputs unwritten",
@@ -1181,7 +1187,7 @@ bool bench_ragged(const RaggedShape& s, mtk_context ctx, mtk_context cpu, cudaSt
                          size_t bytes = cub_temp_bytes;
                          return peers::cub_batched_topk_lengths(
                              input(i), static_cast<float*>(values_d.get()), out_idx, lengths,
-                             s.rows, s.n, s.k, cub_temp.get(), &bytes, stream);
+                             s.rows, s.n, s.k, cub_temp->get(), &bytes, stream);
                        }});
 
   bool ok = true;

@@ -14,6 +14,8 @@
 #include <cuda/execution.output_ordering.h>
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "peers.hpp"
 
 namespace peers {
@@ -81,11 +83,17 @@ cudaError_t cub_batched_topk_lengths(const float* scores, float* values, int32_t
                                      const int32_t* lengths, int64_t rows, int64_t n, int64_t k,
                                      void* temp, size_t* temp_bytes, cudaStream_t stream) {
   if (n > kCubBatchedMaxLen) return cudaErrorNotSupported;
-  if (n <= 8192)
-    return batched_lengths<8192>(scores, values, indices, lengths, rows, n, k, temp, temp_bytes,
-                                 stream);
-  return batched_lengths<kCubBatchedMaxLen>(scores, values, indices, lengths, rows, n, k, temp,
-                                            temp_bytes, stream);
+  // The row dimension bounds every length: the tightest power-of-two bound of the shapes here,
+  // since CUB sizes its launch by the bound (its documentation asks for the tightest one).
+  auto call = [&](auto bound) {
+    return batched_lengths<decltype(bound)::value>(scores, values, indices, lengths, rows, n, k,
+                                                   temp, temp_bytes, stream);
+  };
+  if (n <= 8192) return call(std::integral_constant<int64_t, 8192>{});
+  if (n <= 16384) return call(std::integral_constant<int64_t, 16384>{});
+  if (n <= 131072) return call(std::integral_constant<int64_t, 131072>{});
+  if (n <= 262144) return call(std::integral_constant<int64_t, 262144>{});
+  return call(std::integral_constant<int64_t, kCubBatchedMaxLen>{});
 }
 
 cudaError_t cub_batched_topk(Dtype dtype, const void* input, void* values, int32_t* indices,

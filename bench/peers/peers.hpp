@@ -85,7 +85,8 @@ cudaError_t flashinfer_ragged_transform(const float* scores, int32_t* out, const
                                         void* row_states, bool deterministic, cudaStream_t stream);
 
 // CUB 3.6.0 cub::DeviceBatchedTopK::MaxPairs with per-segment sizes (cuda::args::
-// deferred_sequence over the device lengths), unsorted, non-deterministic; `values` [rows, k]
+// deferred_sequence over the device lengths, bounded by n rounded up to a power of two, at
+// least 8192), unsorted, non-deterministic; `values` [rows, k]
 // is scratch it must write. A row shorter than k yields its whole row and leaves the rest of
 // its k outputs untouched. With temp == nullptr only the scratch size is written.
 cudaError_t cub_batched_topk_lengths(const float* scores, float* values, int32_t* indices,
