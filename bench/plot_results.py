@@ -24,7 +24,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASS_COLOURS = {"MoE": "#4c72b0", "sampling": "#dd8452", "select": "#55a868",
-                 "softmax": "#8172b3", "deepseek-v3": "#c44e52"}
+                 "softmax": "#8172b3", "deepseek-v3": "#c44e52", "ragged": "#937860"}
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
@@ -218,12 +218,13 @@ def best_peer_rows(rows):
 
 
 def peers_figure(rows, path):
+    rows = [r for r in rows if r.get("metaltopk_us")]  # a ragged shape metaltopk refused: no bar
     fig, ax = plt.subplots(figsize=(11, 0.28 * len(rows) + 1.2))
     labels = [f"{r['shape']} k={r['k']} {r['dtype']}" for r in rows]
     ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
     colours = [CLASS_COLOURS[shape_class(r["family"])] if r["family"] in ("moe", "sampling",
-               "select") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
-                                            else "softmax"] for r in rows]
+               "select", "ragged") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
+                                                      else "softmax"] for r in rows]
     y = range(len(rows))
     ax.barh(y, ratios, color=colours)
     ax.axvline(1.0, color="black", linewidth=0.8)
@@ -241,7 +242,29 @@ def peers_figure(rows, path):
     plt.close(fig)
 
 
+def markdown_ragged(rows):
+    """Issue #31's ragged shapes: also how far each time is from reading the scores once."""
+    def us(v):
+        return "-" if v is None else f"{v:.1f}"
+    print("| shape | k | fastest peer | peer µs | metaltopk µs | x | scores read once µs | "
+          "metaltopk |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        mtk = r.get("metaltopk_us")
+        x = "-" if mtk is None else f"{r['peer_us'] / mtk:.2f}x"
+        print(f"| {r['shape']} | {r['k']} | {r['peer']} | {r['peer_us']:.1f} | {us(mtk)} | {x} | "
+              f"{us(r.get('read_once_us'))} | {r.get('metaltopk_status', '')} |")
+    ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows if r.get("metaltopk_us")]
+    if ratios:
+        print(f"\ngeometric mean {geomean(ratios):.2f}x over {len(ratios)} shapes; "
+              f"behind on {sum(x < 1 for x in ratios)}\n")
+    else:
+        print("\nmetaltopk ran none of these shapes\n")
+
+
 def markdown_peers(rows):
+    ragged = [r for r in rows if r["family"] == "ragged"]
+    rows = [r for r in rows if r["family"] != "ragged"]
     print("| shape | k | dtype | fastest peer | peer µs | metaltopk µs | x |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -250,6 +273,8 @@ def markdown_peers(rows):
     ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
     print(f"\ngeometric mean {geomean(ratios):.2f}x over {len(rows)} shapes; "
           f"behind on {sum(x < 1 for x in ratios)}\n")
+    if ragged:
+        markdown_ragged(ragged)
 
 
 def markdown_host_cost(doc):

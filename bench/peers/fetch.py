@@ -16,6 +16,8 @@ What is kept (everything else of the packages is dropped):
                 (so on every sampling shape), which is why the harness uses the bundled one
   vllm/         vllm 0.33.0 sdist: csrc/moe/{topk_softmax,grouped_topk}_kernels.cu cut before
                 their torch entry points (the harness calls the launchers below them),
+                csrc/sampler.cu cut before its torch entry points (the sparse-attention indexer's
+                top_k_per_row_decode/prefill kernels; the harness repeats their launchers),
                 csrc/moe/moeTopKFuncs.cuh, csrc/cub_helpers.h, csrc/core/cuda_compat.h
   sglang/       sglang 0.5.23 wheel: sglang/kernels/ops/moe/moe_fused_gate.py (a Triton kernel)
 The vllm sdist cannot be built without torch, so pip is asked to keep the unpacked source
@@ -157,6 +159,9 @@ def vllm(work):
     cut_before(os.path.join(src, "moe", "grouped_topk_kernels.cu"),
                "std::tuple<torch::stable::Tensor, torch::stable::Tensor> grouped_topk(",
                os.path.join(dest, "moe", "grouped_topk_kernels.cu"))
+    # The indexer's kernels (namespace vllm closes before the first torch entry point).
+    cut_before(os.path.join(src, "sampler.cu"), "void apply_repetition_penalties_(",
+               os.path.join(dest, "sampler.cu"))
     # Its 18 explicit instantiations triple the build time: keep the one the harness calls.
     drop_instantiations(os.path.join(dest, "moe", "grouped_topk_kernels.cu"),
                         "INSTANTIATE_NOAUX_TC(__nv_bfloat16, float, int32_t, SCORING_SIGMOID);", 17)
@@ -164,7 +169,7 @@ def vllm(work):
         os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
         shutil.copy(os.path.join(src, rel), os.path.join(dest, rel))
     shutil.copy(os.path.join(roots[0], "LICENSE"), os.path.join(DEST, "vllm", "LICENSE"))
-    print("vllm: 5 files")
+    print("vllm: 6 files")
 
 
 def sglang(work):

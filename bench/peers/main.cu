@@ -8,8 +8,12 @@
 //   - timed: replay of a CUDA graph of `graph_calls` captured calls (the primary number, launch
 //     gaps removed) and back-to-back calls between CUDA events (median of `reps` bursts).
 // Inputs that fit in L2 rotate over 4 buffers, as bench/gpu/bench_c_abi.cpp does.
+// The ragged shapes of issue #31 (family `ragged`, --only ragged) check every peer and metaltopk's
+// mtk_topk_ragged on the device against metaltopk's CPU backend (the same index set per row)
+// and give each shape's time to read its scores once at the measured copy bandwidth.
 //
-// Usage: peers_bench [--probe | --self-test] [--json FILE] [--only topk|router] [--filter TEXT] [--calls N] [--reps R]
+// Usage: peers_bench [--probe | --self-test] [--json FILE] [--only topk|router|ragged]
+//                    [--filter TEXT] [--calls N] [--reps R]
 //                    [--graph-calls N] [--replays N]
 // Prints one JSON object per (shape, peer) as it goes and writes the list to FILE after every
 // row (so a time limit leaves what was measured). Exit status: 0 when every supported peer ran
@@ -24,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -55,6 +60,10 @@ struct Row {
   int64_t rows_checked = 0, tie_rows = 0, mismatch_rows = 0;
   double max_weight_rel_err = -1;
   std::string index_dtype = "int32";
+  // Ragged rows (issue #31): the index transform of the peer (and of metaltopk's call it is
+  // compared with), metaltopk's own check or refusal, and the time to read the scores once.
+  std::string transform, metaltopk_status;
+  double score_bytes = -1, read_once_us = -1, copy_gbps = -1;
 };
 
 std::string json_escape(const std::string& s) {
@@ -92,12 +101,19 @@ std::string to_json(const Row& r) {
   s += "\"metaltopk_loop_us\": " + number(r.metaltopk_loop_us) + ", ";
   s += "\"speedup\": " + number(r.peer_us > 0 && r.metaltopk_us > 0 ? r.peer_us / r.metaltopk_us
                                                                      : -1) + ", ";
-  if (r.family != "router") {
+  if (r.family != "router" && r.family != "ragged") {
     s += "\"peer_sorted\": " + std::string(r.peer_sorted ? "true" : "false") + ", ";
     s += "\"metaltopk_sorted_us\": " + number(r.metaltopk_sorted_us) + ", ";
     s += "\"metaltopk_sorted_loop_us\": " + number(r.metaltopk_sorted_loop_us) + ", ";
   } else {
     s += "\"max_weight_rel_err\": " + number(r.max_weight_rel_err, 9) + ", ";
+  }
+  if (r.family == "ragged") {
+    s += "\"transform\": \"" + r.transform + "\", ";
+    s += "\"metaltopk_status\": \"" + r.metaltopk_status + "\", ";
+    s += "\"score_bytes\": " + number(r.score_bytes, 0) + ", ";
+    s += "\"read_once_us\": " + number(r.read_once_us) + ", ";
+    s += "\"copy_gbps\": " + number(r.copy_gbps, 1) + ", ";
   }
   s += "\"index_dtype\": \"" + r.index_dtype + "\", ";
   s += "\"status\": \"" + r.status + "\", ";
@@ -800,6 +816,426 @@ bool bench_router(const RouterShape& s, mtk_context ctx, cudaStream_t stream, si
   return ok;
 }
 
+// ---- ragged shapes: the sparse-attention indexer (issue #31) ----------------------------------
+
+// Float32 scores [rows, n]; row r selects among its first lengths[r] positions. Decode rows draw
+// their lengths uniformly in [lo, hi]; prefill rows are causal, lo + r (many shorter than k).
+struct RaggedShape {
+  std::string kind;  // "decode", "prefill" or "dsv4" (DeepSeek-V4: k = 512, pages of 64)
+  int64_t rows, n, k, lo, hi;
+  int64_t page_size;  // the page-table transform's (decode and dsv4 shapes)
+  bool causal() const { return kind == "prefill"; }
+  std::string name() const {
+    std::string s = "ragged " + kind + " " + std::to_string(rows) + "x" + std::to_string(n) +
+                    " len ";
+    s += causal() ? std::to_string(lo) + "+r"
+                  : std::to_string(lo) + ".." + std::to_string(hi);
+    if (page_size > 1) s += " page " + std::to_string(page_size);
+    return s;
+  }
+};
+
+std::vector<RaggedShape> ragged_shapes() {
+  return {
+      {"decode", 64, 131072, 2048, 4096, 131072, 1},
+      {"decode", 256, 131072, 2048, 4096, 131072, 1},
+      {"decode", 64, 262144, 2048, 1024, 262144, 1},
+      {"decode", 256, 262144, 2048, 1024, 262144, 1},
+      {"decode", 32, 1048576, 2048, 983040, 1048576, 1},
+      {"prefill", 8192, 9216, 2048, 1024, 9215, 1},
+      {"dsv4", 128, 131072, 512, 4096, 131072, 64},
+  };
+}
+
+// How a result's indices map to window positions: as they are, offsets[r] + position (ragged),
+// or through the page table.
+enum class IndexMode { none, ragged, page_table };
+
+const char* mode_name(IndexMode m) {
+  return m == IndexMode::none ? "none" : m == IndexMode::ragged ? "ragged" : "page_table";
+}
+
+// The host side of one shape's lengths and transforms. The page table of row r maps logical page
+// p to physical page r * pages + (p * mul[r] + add[r]) mod pages (pages a power of two, mul[r]
+// odd): every row's pages are scattered, and the inverse is exact.
+struct RaggedHost {
+  std::vector<int32_t> lengths, offsets, page_table;
+  std::vector<uint64_t> mul, mul_inverse, add;
+  int64_t n = 0, pages = 0, page_size = 1;
+
+  RaggedHost(const RaggedShape& s, uint64_t seed) : n(s.n), page_size(s.page_size) {
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const int64_t len = s.causal() ? s.lo + r
+                                     : s.lo + int64_t(splitmix64(seed + uint64_t(r)) %
+                                                      uint64_t(s.hi - s.lo + 1));
+      lengths.push_back(int32_t(std::min(len, s.n)));
+      offsets.push_back(int32_t(r * s.n));
+    }
+    pages = (s.n + s.page_size - 1) / s.page_size;
+    if (s.causal()) return;
+    if ((pages & (pages - 1)) != 0) throw std::runtime_error("pages must be a power of two");
+    if (s.rows * pages * s.page_size > INT32_MAX) throw std::runtime_error("page table too big");
+    page_table.resize(size_t(s.rows * pages));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const uint64_t m = splitmix64(seed ^ (0x9e37u + uint64_t(r))) | 1, a = splitmix64(m);
+      uint64_t inverse = m;  // Newton's iteration for the inverse of an odd m mod 2^64
+      for (int i = 0; i < 6; ++i) inverse *= 2 - m * inverse;
+      mul.push_back(m);
+      mul_inverse.push_back(inverse);
+      add.push_back(a);
+      for (int64_t p = 0; p < pages; ++p)
+        page_table[size_t(r * pages + p)] =
+            int32_t(r * pages + int64_t((uint64_t(p) * m + a) & uint64_t(pages - 1)));
+    }
+  }
+
+  // The window position of an output index of row r, -1 for the padding index, -2 if the index
+  // cannot come from this row's transform.
+  int64_t position(IndexMode mode, int64_t r, int64_t index) const {
+    if (index == -1) return -1;
+    if (mode == IndexMode::ragged) index -= offsets[size_t(r)];
+    if (mode == IndexMode::page_table) {
+      const int64_t page = index / page_size, within = index % page_size;
+      if (index < 0 || page / pages != r) return -2;
+      const uint64_t local = uint64_t(page % pages);
+      const uint64_t logical = ((local - add[size_t(r)]) * mul_inverse[size_t(r)]) &
+                               uint64_t(pages - 1);
+      index = int64_t(logical) * page_size + within;
+    }
+    return index < 0 || index >= n ? -2 : index;
+  }
+};
+
+// Checks a result [rows, k] of output indices in `mode` against the reference's window positions
+// [rows, k] (metaltopk's CPU backend, -1 padded): per row, the same set of min(length, k)
+// positions. A set that differs only among values equal to the k-th counts as an index tie.
+// `padded` (metaltopk's contract) also requires the valid entries first and -1 after them;
+// peers are checked on their entries other than -1 wherever they are.
+void compare_ragged(const RaggedShape& s, const float* scores, const RaggedHost& h,
+                    const std::vector<int32_t>& want, const std::vector<int32_t>& got,
+                    IndexMode mode, bool padded, Row& row) {
+  std::string first;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const int64_t expected = std::min<int64_t>(h.lengths[size_t(r)], s.k);
+    std::vector<int64_t> pos, ref;
+    std::string why;
+    for (int64_t j = 0; j < s.k && why.empty(); ++j) {
+      const int64_t p = h.position(mode, r, got[size_t(r * s.k + j)]);
+      if (p == -2 || p >= h.lengths[size_t(r)])
+        why = "index " + std::to_string(got[size_t(r * s.k + j)]) + " at " + std::to_string(j) +
+              " is not a position of the row's window";
+      else if (padded && (p == -1) != (j >= expected))
+        why = "not the " + std::to_string(expected) + " winners first and -1 after them";
+      else if (p >= 0)
+        pos.push_back(p);
+    }
+    for (int64_t j = 0; j < expected; ++j) ref.push_back(want[size_t(r * s.k + j)]);
+    std::sort(pos.begin(), pos.end());
+    std::sort(ref.begin(), ref.end());
+    if (why.empty() && int64_t(pos.size()) != expected)
+      why = std::to_string(pos.size()) + " indices where the row has " + std::to_string(expected);
+    if (why.empty() && std::adjacent_find(pos.begin(), pos.end()) != pos.end())
+      why = "repeated index";
+    if (why.empty() && pos != ref) {
+      auto values = [&](const std::vector<int64_t>& v) {
+        std::vector<float> out;
+        for (int64_t p : v) out.push_back(scores[size_t(r * s.n + p)]);
+        std::sort(out.begin(), out.end());
+        return out;
+      };
+      if (values(pos) == values(ref)) {
+        ++row.tie_rows;
+        continue;
+      }
+      why = "index set differs from the CPU reference's";
+    }
+    if (!why.empty()) {
+      if (first.empty()) first = "row " + std::to_string(r) + ": " + why;
+      ++row.mismatch_rows;
+    }
+  }
+  row.rows_checked = s.rows;
+  if (row.mismatch_rows > 0) {
+    row.status = "mismatch";
+    row.note += (row.note.empty() ? "" : "; ") + first;
+  } else {
+    row.status = row.tie_rows > 0 ? "match (index ties)" : "match";
+  }
+}
+
+mtk_tensor vector_tensor(void* data, mtk_dtype dtype, int64_t count) {
+  mtk_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 1;
+  t.sizes[0] = count;
+  t.strides[0] = 1;
+  return t;
+}
+
+// The tensors of one mtk_topk_ragged call (host or device pointers), for one index mode.
+struct RaggedCall {
+  mtk_tensor lengths, offsets, page_table;
+  mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
+  RaggedCall(void* lengths_data, void* offsets_data, void* page_table_data, int64_t rows,
+             int64_t pages, int64_t page_size, IndexMode mode)
+      : lengths(vector_tensor(lengths_data, MTK_INT32, rows)),
+        offsets(vector_tensor(offsets_data, MTK_INT32, rows)),
+        page_table(describe(page_table_data, MTK_INT32, rows, std::max<int64_t>(pages, 1))) {
+    params.lengths = &lengths;
+    if (mode == IndexMode::ragged) {
+      params.transform = MTK_INDEX_TRANSFORM_RAGGED;
+      params.offsets = &offsets;
+    } else if (mode == IndexMode::page_table) {
+      params.transform = MTK_INDEX_TRANSFORM_PAGE_TABLE;
+      params.page_table = &page_table;
+      params.page_size = page_size;
+    }
+  }
+  RaggedCall(const RaggedCall&) = delete;  // params points into this object
+  RaggedCall& operator=(const RaggedCall&) = delete;
+};
+
+// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB copy, the rate
+// that turns a shape's score bytes into the time to read them once.
+double copy_bytes_per_s(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  checked(cudaMemsetAsync(a.get(), 0, bytes, stream), "memset");
+  std::vector<double> seconds;
+  Event start, end;
+  for (int i = 0; i < 6; ++i) {
+    checked(cudaEventRecord(start.get(), stream), "event");
+    checked(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+    checked(cudaEventRecord(end.get(), stream), "event");
+    checked(cudaEventSynchronize(end.get()), "event sync");
+    float ms = 0;
+    checked(cudaEventElapsedTime(&ms, start.get(), end.get()), "elapsed");
+    if (i > 0) seconds.push_back(1e-3 * ms);  // the first copy warms up
+  }
+  return 2.0 * double(bytes) / median(seconds);
+}
+
+bool bench_ragged(const RaggedShape& s, mtk_context ctx, mtk_context cpu, cudaStream_t stream,
+                  size_t l2_bytes, double copy_rate, const Settings& base, Output& out) {
+  std::fprintf(stderr, "[peers] %s k=%lld\n", s.name().c_str(), (long long)s.k);
+  const uint64_t seed = uint64_t(s.rows * 131 + s.n + s.k * 7 + s.page_size) * 8 + 31;
+  const RaggedHost h(s, seed + 1000);
+  int64_t keys = 0;
+  for (int32_t len : h.lengths) keys += len;
+  const double score_bytes = double(keys) * 4;
+  const Settings st = scaled(base, score_bytes);
+  const size_t count = size_t(s.rows * s.n), outputs = size_t(s.rows * s.k);
+  DeviceArrays in = upload_rotation(count, false, seed, l2_bytes);
+  const size_t rotation = in.inputs.size();
+  const float* scores = reinterpret_cast<const float*>(in.first_input.data());
+  auto input = [&](int i) {
+    return static_cast<const float*>(in.inputs[size_t(i) % rotation].get());
+  };
+
+  // The reference: metaltopk's CPU backend on the host copy, window positions, sorted.
+  std::vector<int32_t> want(outputs);
+  {
+    std::vector<int32_t> lengths = h.lengths;
+    RaggedCall call(lengths.data(), nullptr, nullptr, s.rows, 0, 1, IndexMode::none);
+    const mtk_tensor x = describe(in.first_input.data(), MTK_FLOAT32, s.rows, s.n);
+    const mtk_tensor idx = describe(want.data(), MTK_INT32, s.rows, s.k);
+    check(mtk_topk_ragged(cpu, &x, s.k, 1, 1, &call.params, nullptr, &idx, nullptr),
+          "mtk_topk_ragged on the CPU backend (the reference)");
+  }
+
+  auto upload = [&](const std::vector<int32_t>& v) {
+    DeviceBuffer b(std::max<size_t>(v.size() * 4, 256));
+    checked(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+    return b;
+  };
+  DeviceBuffer lengths_d = upload(h.lengths), offsets_d = upload(h.offsets),
+               page_table_d = upload(h.page_table),
+               zeros_d = upload(std::vector<int32_t>(size_t(s.rows), 0));
+  // FlashInfer takes its lengths as a mutable pointer: its own copy keeps the others' intact.
+  DeviceBuffer flashinfer_lengths_d = upload(h.lengths);
+  DeviceBuffer out_d(outputs * 4), values_d(outputs * 4);
+  auto* out_idx = static_cast<int32_t*>(out_d.get());
+  auto* lengths = static_cast<int32_t*>(lengths_d.get());
+  auto download_indices = [&]() {
+    std::vector<int32_t> v(outputs);
+    checked(cudaMemcpy(v.data(), out_d.get(), outputs * 4, cudaMemcpyDeviceToHost), "copy");
+    return v;
+  };
+
+  // metaltopk on the device, unsorted (as every peer here), indices only, per index mode: timed
+  // once a mode, checked like a peer (and for its -1 padding). A refusal (today's CUDA backend
+  // refuses ragged calls) marks the rows of that mode and the peers still run.
+  struct MtkResult {
+    bool done = false;
+    double graph = -1, loop = -1;
+    std::string status, note;
+  };
+  std::map<IndexMode, MtkResult> mtk;
+  auto metaltopk = [&](IndexMode mode) -> const MtkResult& {
+    MtkResult& m = mtk[mode];
+    if (m.done) return m;
+    m.done = true;
+    std::fprintf(stderr, "[peers]   metaltopk (%s)\n", mode_name(mode));
+    std::vector<mtk_tensor> x;
+    for (const DeviceBuffer& b : in.inputs)
+      x.push_back(describe(b.get(), MTK_FLOAT32, s.rows, s.n));
+    RaggedCall call(lengths_d.get(), offsets_d.get(), page_table_d.get(), s.rows, h.pages,
+                    s.page_size, mode);
+    const mtk_tensor idx = describe(out_d.get(), MTK_INT32, s.rows, s.k);
+    size_t ws_bytes = 0;
+    mtk_status status = mtk_topk_ragged_workspace_size(ctx, &x[0], s.k, 1, 0, &call.params,
+                                                       MTK_INT32, &ws_bytes);
+    DeviceBuffer workspace(std::max<size_t>(ws_bytes, 256));
+    if (status == MTK_SUCCESS) {
+      checked(cudaMemset(out_d.get(), 0x7f, outputs * 4), "memset");
+      status = mtk_topk_ragged_with_workspace(ctx, &x[0], s.k, 1, 0, &call.params, nullptr, &idx,
+                                              workspace.get(), ws_bytes, stream);
+    }
+    if (status != MTK_SUCCESS) {
+      m.status = status == MTK_ERROR_BACKEND_UNAVAILABLE ? "refused" : "failed";
+      m.note = std::string("metaltopk: ") + mtk_status_string(status) + ": " +
+               mtk_last_error_message();
+      return m;
+    }
+    try {
+      checked(cudaStreamSynchronize(stream), "metaltopk");
+      Row check_row;
+      compare_ragged(s, scores, h, want, download_indices(), mode, true, check_row);
+      m.status = check_row.status;
+      if (!check_row.note.empty()) m.note = "metaltopk: " + check_row.note;
+      time_both(stream, st, [&](int i) -> cudaError_t {
+        check(mtk_topk_ragged_with_workspace(ctx, &x[size_t(i) % rotation], s.k, 1, 0,
+                                             &call.params, nullptr, &idx, workspace.get(),
+                                             ws_bytes, stream),
+              "mtk_topk_ragged_with_workspace");
+        return cudaSuccess;
+      }, m.graph, m.loop, m.note);
+    } catch (const std::exception& e) {
+      cudaGetLastError();
+      m.status = "failed";
+      m.note += (m.note.empty() ? "" : "; ") + std::string(e.what());
+    }
+    return m;
+  };
+
+  struct Peer {
+    std::string name;
+    IndexMode mode;
+    std::string note;
+    Call call;
+  };
+  std::vector<Peer> peer_list;
+  DeviceBuffer row_states(peers::flashinfer_row_states_bytes());
+  checked(cudaMemset(row_states.get(), 0, peers::flashinfer_row_states_bytes()), "memset");
+  auto* fi_lengths = static_cast<int32_t*>(flashinfer_lengths_d.get());
+  for (bool deterministic : {false, true}) {
+    const std::string suffix = deterministic ? "_deterministic" : "";
+    if (s.causal()) {
+      peer_list.push_back({"flashinfer_ragged_transform" + suffix, IndexMode::ragged,
+                           "offsets[r] = r * n", [&, deterministic](int i) {
+                             return peers::flashinfer_ragged_transform(
+                                 input(i), out_idx, static_cast<int32_t*>(offsets_d.get()),
+                                 fi_lengths, uint32_t(s.rows), uint32_t(s.n), uint32_t(s.k),
+                                 row_states.get(), deterministic, stream);
+                           }});
+    } else {
+      peer_list.push_back({"flashinfer_page_table_transform" + suffix, IndexMode::page_table,
+                           "page_size " + std::to_string(s.page_size) + ", scattered pages",
+                           [&, deterministic](int i) {
+                             return peers::flashinfer_page_table_transform(
+                                 input(i), out_idx, static_cast<int32_t*>(page_table_d.get()),
+                                 h.pages, fi_lengths, uint32_t(s.rows), uint32_t(s.n),
+                                 uint32_t(s.k), uint32_t(s.page_size), row_states.get(),
+                                 deterministic, stream);
+                           }});
+    }
+  }
+  DeviceBuffer vllm_scratch(std::max<size_t>(peers::vllm_decode_scratch_bytes(s.rows, s.n, s.k),
+                                             256));
+  if (s.causal()) {
+    peer_list.push_back({"vllm_top_k_per_row_prefill", IndexMode::none,
+                         "row_starts 0, row_ends = lengths", [&](int i) {
+                           return peers::vllm_top_k_per_row_prefill(
+                               input(i), static_cast<int32_t*>(zeros_d.get()), lengths, out_idx,
+                               s.rows, s.n, s.k, stream);
+                         }});
+  } else {
+    peer_list.push_back({"vllm_top_k_per_row_decode", IndexMode::none,
+                         "next_n 1, 1-D seq_lens", [&](int i) {
+                           return peers::vllm_top_k_per_row_decode(input(i), lengths, out_idx,
+                                                                   s.rows, s.n, s.k,
+                                                                   vllm_scratch.get(), stream);
+                         }});
+  }
+  size_t cub_temp_bytes = 0;
+  cudaError_t cub_query = peers::cub_batched_topk_lengths(
+      input(0), static_cast<float*>(values_d.get()), out_idx, lengths, s.rows, s.n, s.k, nullptr,
+      &cub_temp_bytes, stream);
+  std::unique_ptr<DeviceBuffer> cub_temp;  // a failed allocation fails CUB's row alone
+  try {
+    cub_temp = std::make_unique<DeviceBuffer>(std::max<size_t>(cub_temp_bytes, 256));
+  } catch (const std::exception&) {
+    cudaGetLastError();
+    if (cub_query == cudaSuccess) cub_query = cudaErrorMemoryAllocation;
+  }
+  peer_list.push_back({"cub_device_batched_topk_lengths", IndexMode::none,
+                       "per-segment sizes (deferred_sequence of the device lengths); a row "
+                       "shorter than k leaves its other outputs unwritten",
+                       [&](int i) {
+                         if (cub_query != cudaSuccess) return cub_query;
+                         size_t bytes = cub_temp_bytes;
+                         return peers::cub_batched_topk_lengths(
+                             input(i), static_cast<float*>(values_d.get()), out_idx, lengths,
+                             s.rows, s.n, s.k, cub_temp->get(), &bytes, stream);
+                       }});
+
+  bool ok = true;
+  for (const Peer& peer : peer_list) {
+    const MtkResult& m = metaltopk(peer.mode);
+    Row r;
+    r.shape = s.name();
+    r.family = "ragged";
+    r.k = s.k;
+    r.dtype = "f32";
+    r.peer = peer.name;
+    r.transform = mode_name(peer.mode);
+    r.metaltopk_us = m.graph;
+    r.metaltopk_loop_us = m.loop;
+    r.metaltopk_status = m.status;
+    r.score_bytes = score_bytes;
+    r.read_once_us = 1e6 * score_bytes / copy_rate;
+    r.copy_gbps = 1e-9 * copy_rate;
+    r.note = peer.note + (m.note.empty() ? "" : "; " + m.note);
+    std::fprintf(stderr, "[peers]   %s\n", peer.name.c_str());
+    try {
+      checked(cudaMemset(out_d.get(), 0xff, outputs * 4), "memset");  // -1: unwritten outputs
+      const cudaError_t first = peer.call(0);
+      // FlashInfer's host-side refusals: a k or mode it does not take (cudaErrorNotSupported),
+      // or a row too long for its deterministic multi-CTA radix (cudaErrorInvalidConfiguration).
+      if (first == cudaErrorNotSupported || first == cudaErrorInvalidConfiguration) {
+        cudaGetLastError();
+        r.status = "unsupported";
+        r.note += std::string("; the peer returns ") + cudaGetErrorName(first) +
+                  " for this shape";
+      } else {
+        checked(first, "first call");
+        checked(cudaStreamSynchronize(stream), "first call");
+        compare_ragged(s, scores, h, want, download_indices(), peer.mode, false, r);
+        time_both(stream, st, peer.call, r.peer_us, r.peer_loop_us, r.note);
+      }
+    } catch (const std::exception& e) {
+      cudaGetLastError();
+      r.status = "failed";
+      r.note += "; " + std::string(e.what());
+    }
+    ok = ok && r.status != "failed" && r.status != "mismatch" && m.status != "failed" &&
+         m.status != "mismatch";
+    out.add(r);
+  }
+  return ok;
+}
+
 // ---- self-test of the checks (host only, no device) --------------------------------------------
 
 int self_test() {
@@ -862,6 +1298,69 @@ int self_test() {
   compare_route(r, logits, {}, w, ids, w, {1, 3, 0, 1}, j);
   expect(j.status == "mismatch", "route, wrong expert");
 
+  // Ragged: 2 rows of 8, k = 3, lengths 6 and 2; ragged offsets r * 8; row 0 has 5.0 twice.
+  const RaggedShape rs{"selftest", 2, 8, 3, 0, 0, 1};
+  RaggedHost rh(rs, 1);
+  rh.lengths = {6, 2};
+  const std::vector<float> sc = {1, 5, 3, 5, 0, 4, 9, 9, 2, 1, 7, 7, 7, 7, 7, 7};
+  const std::vector<int32_t> rwant = {1, 3, 5, 0, 1, -1};  // positions, -1 padded
+  Row ra;
+  compare_ragged(rs, sc.data(), rh, rwant, {5, 1, 3, 1, 0, -1}, IndexMode::none, false, ra);
+  expect(ra.status == "match", "ragged, unsorted, same sets");
+  Row rb;
+  compare_ragged(rs, sc.data(), rh, rwant, {5, 1, 3, 8, -1, 9}, IndexMode::ragged, false, rb);
+  expect(rb.status == "match", "ragged transform, padding anywhere for a peer");
+  Row rc;
+  compare_ragged(rs, sc.data(), rh, rwant, {5, 1, 3, 8, -1, 9}, IndexMode::ragged, true, rc);
+  expect(rc.status == "mismatch", "metaltopk must pad after its winners");
+  Row rd;
+  compare_ragged(rs, sc.data(), rh, rwant, {5, 1, 6, 0, 1, -1}, IndexMode::none, false, rd);
+  expect(rd.status == "mismatch", "a position past the row's length");
+  Row re;
+  compare_ragged(rs, sc.data(), rh, rwant, {5, 1, 2, 0, 1, -1}, IndexMode::none, false, re);
+  expect(re.status == "mismatch", "a smaller value selected");
+  Row rf;
+  compare_ragged(rs, sc.data(), rh, rwant, {0, 1, -1, 0, 1, -1}, IndexMode::none, false, rf);
+  expect(rf.status == "mismatch", "too few indices");
+  // The page table's inverse, page_size 2 over 8 positions: every position maps back.
+  const RaggedShape ps{"selftest", 3, 8, 3, 1, 8, 2};
+  const RaggedHost ph(ps, 7);
+  bool inverse_ok = true;
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t p = 0; p < 8; ++p) {
+      const int64_t index = int64_t(ph.page_table[size_t(r * 4 + p / 2)]) * 2 + p % 2;
+      inverse_ok = inverse_ok && ph.position(IndexMode::page_table, r, index) == p &&
+                   ph.position(IndexMode::page_table, (r + 1) % 3, index) == -2;
+    }
+  expect(inverse_ok, "page-table inverse");
+  // The ragged part's metaltopk calls, on the CPU backend: in every index mode, its result maps
+  // back to the reference's positions (also rows of length 0 and below k).
+  {
+    Context cpu(MTK_BACKEND_CPU);
+    const RaggedShape cs{"selftest", 4, 16, 5, 1, 16, 4};
+    RaggedHost ch(cs, 3);
+    ch.lengths = {0, 3, 16, 9};
+    std::vector<float> cx(64);
+    for (size_t i = 0; i < cx.size(); ++i) cx[i] = standard_normal(11, i);
+    const mtk_tensor xt = describe(cx.data(), MTK_FLOAT32, cs.rows, cs.n);
+    auto run_cpu = [&](IndexMode mode, int sorted) {
+      std::vector<int32_t> idx(size_t(cs.rows * cs.k));
+      const mtk_tensor it = describe(idx.data(), MTK_INT32, cs.rows, cs.k);
+      RaggedCall call(ch.lengths.data(), ch.offsets.data(), ch.page_table.data(), cs.rows,
+                      ch.pages, ch.page_size, mode);
+      check(mtk_topk_ragged(cpu.get(), &xt, cs.k, 1, sorted, &call.params, nullptr, &it,
+                            nullptr),
+            "mtk_topk_ragged on the CPU backend");
+      return idx;
+    };
+    const std::vector<int32_t> cwant = run_cpu(IndexMode::none, 1);
+    for (IndexMode mode : {IndexMode::none, IndexMode::ragged, IndexMode::page_table}) {
+      Row rm;
+      compare_ragged(cs, cx.data(), ch, cwant, run_cpu(mode, 0), mode, true, rm);
+      expect(rm.status == "match", mode_name(mode));
+    }
+  }
+
   // JSON: nulls for unmeasured times, escaped notes.
   Row k;
   k.note = "a \"quoted\" note";
@@ -873,6 +1372,10 @@ int self_test() {
 }
 
 // ---- driver -------------------------------------------------------------------------------------
+
+constexpr const char* kUsage =
+    "peers_bench [--probe | --self-test | --help] [--json FILE] [--only topk|router|ragged] "
+    "[--filter TEXT] [--calls N] [--reps R] [--graph-calls N] [--replays N]";
 
 int run(int argc, char** argv) {
   Settings st;
@@ -887,6 +1390,10 @@ int run(int argc, char** argv) {
       return 0;
     }
     if (a == "--self-test") return self_test();
+    if (a == "--help") {
+      std::printf("%s\n", kUsage);
+      return 0;
+    }
     if (a == "--json") st.json_path = value();
     else if (a == "--only") st.only = value();
     else if (a == "--filter") st.filter = value();
@@ -894,13 +1401,10 @@ int run(int argc, char** argv) {
     else if (a == "--reps") st.reps = std::stoi(value());
     else if (a == "--graph-calls") st.graph_calls = std::stoi(value());
     else if (a == "--replays") st.replays = std::stoi(value());
-    else throw std::runtime_error("unknown argument " + a +
-                                  " (usage: peers_bench [--json FILE] [--only topk|router] "
-                                  "[--filter TEXT] [--calls N] [--reps R] [--graph-calls N] "
-                                  "[--replays N])");
+    else throw std::runtime_error("unknown argument " + a + " (usage: " + kUsage + ")");
   }
-  if (!st.only.empty() && st.only != "topk" && st.only != "router")
-    throw std::runtime_error("--only takes topk or router");
+  if (!st.only.empty() && st.only != "topk" && st.only != "router" && st.only != "ragged")
+    throw std::runtime_error("--only takes topk, router or ragged");
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::fprintf(stderr, "peers_bench: no CUDA device (%s); nothing to measure here\n",
@@ -922,7 +1426,8 @@ int run(int argc, char** argv) {
   auto wanted = [&](const std::string& name) {
     return st.filter.empty() || name.find(st.filter) != std::string::npos;
   };
-  if (st.only != "router") {
+  auto part = [&](const char* name) { return st.only.empty() || st.only == name; };
+  if (part("topk")) {
     std::vector<TopkShape> shapes = topk_shapes();
     for (const TopkShape& s : large_k_shapes()) shapes.push_back(s);
     for (const TopkShape& s : shapes) {
@@ -936,11 +1441,27 @@ int run(int argc, char** argv) {
       }
     }
   }
-  if (st.only != "topk") {
+  if (part("router")) {
     for (const RouterShape& s : router_shapes()) {
       if (!wanted(s.name())) continue;
       try {
         ok = bench_router(s, ctx.get(), stream.get(), size_t(l2), st, out) && ok;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", s.name().c_str(), e.what());
+        cudaGetLastError();
+        ok = false;
+      }
+    }
+  }
+  if (part("ragged")) {
+    Context cpu(MTK_BACKEND_CPU);  // the reference
+    double copy_rate = -1;
+    for (const RaggedShape& s : ragged_shapes()) {
+      if (!wanted(s.name())) continue;
+      try {
+        if (copy_rate < 0) copy_rate = copy_bytes_per_s(stream.get());
+        ok = bench_ragged(s, ctx.get(), cpu.get(), stream.get(), size_t(l2), copy_rate, st, out) &&
+             ok;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: %s\n", s.name().c_str(), e.what());
         cudaGetLastError();

@@ -14,6 +14,8 @@
 #include <cuda/execution.output_ordering.h>
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "peers.hpp"
 
 namespace peers {
@@ -58,7 +60,41 @@ cudaError_t single(const T* input, T* values, int32_t* indices, int64_t n, int64
                                    cuda::make_counting_iterator(int32_t{0}), indices, n, k, env);
 }
 
+template <int64_t Bound>
+cudaError_t batched_lengths(const float* input, float* values, int32_t* indices,
+                            const int32_t* lengths, int64_t rows, int64_t n, int64_t k, void* temp,
+                            size_t* temp_bytes, cudaStream_t stream) {
+  auto keys_in = cuda::make_strided_iterator(cuda::make_counting_iterator(input), n);
+  auto keys_out = cuda::make_strided_iterator(cuda::make_counting_iterator(values), k);
+  auto values_in = cuda::make_constant_iterator(cuda::make_counting_iterator(int32_t{0}));
+  auto values_out = cuda::make_strided_iterator(cuda::make_counting_iterator(indices), k);
+  auto k_arg = cuda::args::immediate{k, cuda::args::bounds<int64_t{1}, Bound>()};
+  auto sizes =
+      cuda::args::deferred_sequence{lengths, cuda::args::bounds<int32_t{0}, int32_t(Bound)>()};
+  auto segments = cuda::args::immediate{rows};
+  auto env = cuda::std::execution::env{unsorted_requirements(), cuda::stream_ref{stream}};
+  return cub::DeviceBatchedTopK::MaxPairs(temp, *temp_bytes, keys_in, keys_out, values_in,
+                                          values_out, sizes, k_arg, segments, env);
+}
+
 }  // namespace
+
+cudaError_t cub_batched_topk_lengths(const float* scores, float* values, int32_t* indices,
+                                     const int32_t* lengths, int64_t rows, int64_t n, int64_t k,
+                                     void* temp, size_t* temp_bytes, cudaStream_t stream) {
+  if (n > kCubBatchedMaxLen) return cudaErrorNotSupported;
+  // The row dimension bounds every length: the tightest power-of-two bound of the shapes here,
+  // since CUB sizes its launch by the bound (its documentation asks for the tightest one).
+  auto call = [&](auto bound) {
+    return batched_lengths<decltype(bound)::value>(scores, values, indices, lengths, rows, n, k,
+                                                   temp, temp_bytes, stream);
+  };
+  if (n <= 8192) return call(std::integral_constant<int64_t, 8192>{});
+  if (n <= 16384) return call(std::integral_constant<int64_t, 16384>{});
+  if (n <= 131072) return call(std::integral_constant<int64_t, 131072>{});
+  if (n <= 262144) return call(std::integral_constant<int64_t, 262144>{});
+  return call(std::integral_constant<int64_t, kCubBatchedMaxLen>{});
+}
 
 cudaError_t cub_batched_topk(Dtype dtype, const void* input, void* values, int32_t* indices,
                              int64_t rows, int64_t n, int64_t k, void* temp, size_t* temp_bytes,

@@ -64,4 +64,45 @@ cudaError_t flashinfer_noaux_tc(const void* logits_bf16, void* weights_bf16, int
                                 int64_t n_group, int64_t topk_group, int64_t k, double scale,
                                 cudaStream_t stream);
 
+// ---- sparse-attention indexer top-k (issue #31): float32 scores [rows, n], int32 lengths [rows]
+// read on the device, int32 indices [rows, k] out, -1 where a row has fewer than k keys ----
+
+// FlashInfer 0.7.2 TopKPageTableTransformDispatch (include/flashinfer/topk.cuh) as its binding
+// radix_topk_page_table_transform (csrc/topk.cu) calls it: out[r, j] = page_table[r, i /
+// page_size] * page_size + i % page_size for each winner i of row r (page_size a power of two;
+// the configurable policy when page_size > 1, the direct one otherwise), its filtered or
+// multi-CTA radix kernel by its own heuristic, in its default or its deterministic mode.
+cudaError_t flashinfer_page_table_transform(const float* scores, int32_t* out,
+                                            const int32_t* page_table, int64_t page_table_stride,
+                                            int32_t* lengths, uint32_t rows, uint32_t n,
+                                            uint32_t k, uint32_t page_size, void* row_states,
+                                            bool deterministic, cudaStream_t stream);
+
+// FlashInfer 0.7.2 TopKRaggedTransformDispatch as radix_topk_ragged_transform calls it:
+// out[r, j] = offsets[r] + i.
+cudaError_t flashinfer_ragged_transform(const float* scores, int32_t* out, const int32_t* offsets,
+                                        int32_t* lengths, uint32_t rows, uint32_t n, uint32_t k,
+                                        void* row_states, bool deterministic, cudaStream_t stream);
+
+// CUB 3.6.0 cub::DeviceBatchedTopK::MaxPairs with per-segment sizes (cuda::args::
+// deferred_sequence over the device lengths, bounded by n rounded up to a power of two, at
+// least 8192), unsorted, non-deterministic; `values` [rows, k]
+// is scratch it must write. A row shorter than k yields its whole row and leaves the rest of
+// its k outputs untouched. With temp == nullptr only the scratch size is written.
+cudaError_t cub_batched_topk_lengths(const float* scores, float* values, int32_t* indices,
+                                     const int32_t* lengths, int64_t rows, int64_t n, int64_t k,
+                                     void* temp, size_t* temp_bytes, cudaStream_t stream);
+
+// vLLM 0.33.0 csrc/sampler.cu: the launchers of torch.ops._C.top_k_per_row_decode (next_n = 1,
+// 1-D seq_lens, contiguous rows) and top_k_per_row_prefill, repeated without torch. Decode rows
+// of n >= 200000 run in two steps through [rows, 10, k] int32 and float32 scratch, which
+// vLLM allocates per call and the harness once (vllm_decode_scratch_bytes, both together).
+size_t vllm_decode_scratch_bytes(int64_t rows, int64_t n, int64_t k);
+cudaError_t vllm_top_k_per_row_decode(const float* logits, const int32_t* seq_lens,
+                                      int32_t* indices, int64_t rows, int64_t n, int64_t k,
+                                      void* scratch, cudaStream_t stream);
+cudaError_t vllm_top_k_per_row_prefill(const float* logits, const int32_t* row_starts,
+                                       const int32_t* row_ends, int32_t* indices, int64_t rows,
+                                       int64_t n, int64_t k, cudaStream_t stream);
+
 }  // namespace peers

@@ -2,14 +2,17 @@
 # metaltopk against the serving engines' kernels on the GPU machine, in one command (issue #21):
 #   build (only what is missing) -> bin/peers_bench (FlashInfer radix top-k, CUB DeviceTopK and
 #   DeviceBatchedTopK, vLLM topk_softmax and grouped_topk, FlashInfer's noAuxTc DeepSeek-V3
-#   router, each against metaltopk on the same inputs) -> sglang_gate.py (SGLang's Triton
-#   moe_fused_gate against metaltopk) -> one JSON list.
+#   router, each against metaltopk on the same inputs) -> the ragged sparse-attention shapes of
+#   issue #31 (FlashInfer's page-table and ragged transforms, vLLM's top_k_per_row_decode and
+#   _prefill, CUB DeviceBatchedTopK with per-segment sizes, against mtk_topk_ragged) ->
+#   sglang_gate.py (SGLang's Triton moe_fused_gate against metaltopk) -> one JSON list.
 # Usage: bench/peers/run.sh            (from anywhere; needs bench/peers/third_party from
 #                                       fetch.py, carried, since the GPU machine has no network)
 # Env: BUILD (metaltopk's build folder; default build-gpu if it has the library, else build),
-#      OUT (default ./gpu-out/peers), ROUTER_LIMIT / PEERS_LIMIT / SGLANG_LIMIT (seconds for the
-#      router and the top-k parts of peers_bench and for sglang_gate.py, default 90 / 170 / 80),
-#      PEERS_ARGS (extra arguments for peers_bench, e.g. "--filter moe").
+#      OUT (default ./gpu-out/peers), ROUTER_LIMIT / PEERS_LIMIT / RAGGED_LIMIT / SGLANG_LIMIT
+#      (seconds for the router, top-k and ragged parts of peers_bench and for sglang_gate.py,
+#      default 90 / 170 / 300 / 80), PEERS_ARGS (extra arguments for peers_bench, e.g.
+#      "--filter moe"), PARTS (default "router topk ragged sglang"; e.g. PARTS=ragged).
 # Writes $OUT/peers_h200.json (all rows; copy it to bench/results/), $OUT/peers_bench_*.log,
 # $OUT/sglang_gate.log, and prints a summary table.
 set -u -o pipefail
@@ -37,8 +40,10 @@ if [ ! -f "$BUILD/libmetaltopk.so" ]; then
 fi
 export LD_LIBRARY_PATH=$ROOT/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BIN=bench/peers/bin/peers_bench
-if ! "$BIN" --probe > /dev/null 2>&1; then
-  say "building the harness (precompiled binary missing or not loadable here)"
+# A binary from before the ragged part (issue #31) loads but lacks it: rebuilt too.
+usage=$("$BIN" --help 2> /dev/null)
+if ! "$BIN" --probe > /dev/null 2>&1 || [[ "$usage" != *ragged* ]]; then
+  say "building the harness (precompiled binary missing, stale or not loadable here)"
   "$BIN" --probe 2>&1 | head -3
   make -C bench/peers clean > /dev/null
   timeout 300 make -C bench/peers BUILD="$BUILD" -j"$JOBS" > "$OUT/build-peers.log" 2>&1 ||
@@ -48,11 +53,14 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 
 # The routers first, each part under its own limit: the huge selects cannot starve them.
+PARTS=${PARTS:-router topk ragged sglang}
 peers_status=0
-for part in router topk; do
+for part in router topk ragged; do
+  case " $PARTS " in *" $part "*) ;; *) continue ;; esac
   say "peers_bench --only $part (progress on stderr, one JSON row per line)"
   limit=${PEERS_LIMIT:-170}
   [ "$part" = router ] && limit=${ROUTER_LIMIT:-90}
+  [ "$part" = ragged ] && limit=${RAGGED_LIMIT:-300}
   timeout "$limit" "$BIN" --only "$part" --json "$OUT/peers_bench_$part.json" ${PEERS_ARGS:-} \
     2>&1 | tee "$OUT/peers_bench_$part.log" | grep --line-buffered -v '^{'
   status=${PIPESTATUS[0]}
@@ -60,31 +68,40 @@ for part in router topk; do
   [ "$status" -eq 0 ] || peers_status=$status
 done
 
-say "sglang_gate.py (SGLang's Triton moe_fused_gate)"
-timeout "${SGLANG_LIMIT:-80}" python3 bench/peers/sglang_gate.py --json "$OUT/peers_sglang.json" \
-  --library "$ROOT/$BUILD/libmetaltopk.so" 2>&1 | tee "$OUT/sglang_gate.log" |
-  grep --line-buffered -v '^{'
-sglang_status=${PIPESTATUS[0]}
-say "sglang_gate.py: exit $sglang_status"
+sglang_status=0
+case " $PARTS " in
+  *" sglang "*)
+    say "sglang_gate.py (SGLang's Triton moe_fused_gate)"
+    timeout "${SGLANG_LIMIT:-80}" python3 bench/peers/sglang_gate.py \
+      --json "$OUT/peers_sglang.json" --library "$ROOT/$BUILD/libmetaltopk.so" 2>&1 |
+      tee "$OUT/sglang_gate.log" | grep --line-buffered -v '^{'
+    sglang_status=${PIPESTATUS[0]}
+    say "sglang_gate.py: exit $sglang_status" ;;
+esac
 
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 rows = []
-for name in ("peers_bench_router.json", "peers_bench_topk.json", "peers_sglang.json"):
+for name in ("peers_bench_router.json", "peers_bench_topk.json", "peers_bench_ragged.json",
+             "peers_sglang.json"):
     path = os.path.join(out, name)
     if os.path.exists(path):
         rows += json.load(open(path))
 json.dump(rows, open(os.path.join(out, "peers_h200.json"), "w"), indent=1)
 print(f"{len(rows)} rows -> {os.path.join(out, 'peers_h200.json')}")
-fmt = "{:<34} {:>6} {:<5} {:<28} {:>9} {:>9} {:>7}  {}"
-print(fmt.format("shape", "k", "dtype", "peer", "peer us", "mtk us", "x", "status"))
+fmt = "{:<44} {:>6} {:<5} {:<36} {:>9} {:>9} {:>7} {:>8}  {}"
+print(fmt.format("shape", "k", "dtype", "peer", "peer us", "mtk us", "x", "read us", "status"))
 for r in rows:
     def f(v):
         return "-" if v is None else f"{v:.1f}"
     x = r.get("speedup")
+    status = r["status"]
+    if r.get("metaltopk_status"):  # ragged rows: metaltopk's own check or refusal
+        status += f" (metaltopk: {r['metaltopk_status']})"
     print(fmt.format(r["shape"], r["k"], r["dtype"], r["peer"], f(r.get("peer_us")),
-                     f(r.get("metaltopk_us")), "-" if x is None else f"{x:.2f}", r["status"]))
+                     f(r.get("metaltopk_us")), "-" if x is None else f"{x:.2f}",
+                     f(r.get("read_once_us")), status))
 PY
 say "done (peers_bench exit $peers_status, sglang_gate exit $sglang_status)"
 [ "$peers_status" -eq 0 ] && [ "$sglang_status" -eq 0 ]
