@@ -180,8 +180,9 @@ __device__ void warp_bitonic_stages(Comp* items, int size, int first_span, int l
 }
 
 // Sorts `count` composites in shared memory into descending order (bitonic; zero padding sinks
-// to the end) and writes the row's outputs: its o.count winners, then padding up to k. Stages whose stride is below kWarpSortSpan run in
-// registers (warp_bitonic_stages), so a sort of 1024 takes 14 barriers instead of 55.
+// to the end) and writes the row's outputs: the `count` winners, then padding up to k (a short
+// window's). Stages whose stride is below kWarpSortSpan run in registers
+// (warp_bitonic_stages), so a sort of 1024 takes 14 barriers instead of 55.
 template <class T, class Comp>
 __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
                                const T* input, void* values, void* indices, bool index64,
