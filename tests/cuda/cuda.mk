@@ -31,7 +31,8 @@ $(CUDA_RAGGED_CONFORMANCE): tests/cuda/cuda_ragged_conformance.cpp include/metal
 .PHONY: test-cuda-ragged
 test-cuda-ragged: $(CUDA_RAGGED_CONFORMANCE)
 	@$(CUDA_RAGGED_CONFORMANCE); status=$$?; \
-	  if [ $$status -eq 2 ]; then echo "test-cuda-ragged: skipped (no CUDA device)"; else exit $$status; fi
+	  if [ $$status -eq 2 ]; then echo "test-cuda-ragged: skipped (no CUDA device)"; \
+	  else exit $$status; fi
 
 TEST_TARGETS += test-cuda-ragged
 endif

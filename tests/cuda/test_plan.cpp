@@ -1,8 +1,8 @@
 // Unit tests of the CUDA plan (lib/cuda/topk_plan.cpp), host C++ only: the path each shape
 // class takes (warp, block, cluster, multi-block, sampled threshold and its variants), the grid,
 // the scratch layout and its size, carve_scratch on unaligned workspaces, the row-length and
-// grid limits, and ragged rows' plans (block or unsampled multi-block only). Expected values are worked out by hand from the rules in topk_plan.hpp for an
-// H200-like device (132 SMs).
+// grid limits, and ragged rows' plans (block or unsampled multi-block only). Expected values
+// are worked out by hand from the rules in topk_plan.hpp for an H200-like device (132 SMs).
 #include <cstdint>
 #include <cstdio>
 #include <functional>
