@@ -939,6 +939,8 @@ void fuzz_sampling(FuzzedDataProvider& fdp, mtk_context ctx) {
     }
   }
   expect_only_allowed_changes(values_arena, allowed);
+}
+
 // ---- ragged rows -----------------------------------------------------------------------------
 //
 // A ragged call is built valid (random windows, contents of any value, options, strides and
