@@ -250,8 +250,8 @@ typedef struct mtk_ragged_params {
  * winners first (also when `sorted` = 0), then index -1 at the remaining positions, whose values
  * are all-zero bits. `values` [rows, k] (input's dtype) may be NULL: indices only. Outputs may be
  * strided and must not overlap the input, each other or any tensor of params.
- * Ragged rows run on the CPU backend for now; the others refuse with
- * MTK_ERROR_BACKEND_UNAVAILABLE and a message naming the backend.
+ * Ragged rows run on the CPU, CUDA and Metal backends; MPSGraph refuses with
+ * MTK_ERROR_BACKEND_UNAVAILABLE and a message naming it.
  */
 MTK_API mtk_status mtk_topk_ragged(mtk_context ctx, const mtk_tensor* input, int64_t k,
                                    int largest, int sorted, const mtk_ragged_params* params,
