@@ -17,8 +17,10 @@ TopkProblem window_problem(const RaggedProblem& p, int64_t row, RaggedWindow win
   const auto element = static_cast<int64_t>(dtype_info(dense.dtype)->size);
   const auto index_bytes = static_cast<int64_t>(dtype_info(dense.index_dtype)->size);
   TopkProblem q = dense;
-  q.input = static_cast<const std::byte*>(dense.input) +
-            (at.input + window.start * g.input_stride) * element;
+  // An empty window reads nothing: its start may lie one past the row's last element, whose
+  // address the input's extent need not hold (a stride near the int64 limit overflows there).
+  const int64_t first = window.length > 0 ? window.start * g.input_stride : 0;
+  q.input = static_cast<const std::byte*>(dense.input) + (at.input + first) * element;
   q.values = dense.values != nullptr
                  ? static_cast<std::byte*>(dense.values) + at.values * element
                  : nullptr;
