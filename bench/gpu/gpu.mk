@@ -1,9 +1,10 @@
-# GPU benchmarks and profilers (bench/gpu/), built only where nvcc is found; included by
+# GPU benchmarks and profilers (bench/gpu/), built only where the CUDA backend is (nvcc found,
+# CUDA not 0: a CPU-only build has no CUDA_ARCH_FLAGS for them); included by
 # bench/bench.mk. bench/gpu/bench_c_abi and bench_router_c_abi: the eager per-call cost of mtk_topk and of
 # mtk_moe_route on CUDA from C++ (bench_cuda.py and bench_router_cuda.py run them;
 # tests/gpu/run_all.sh builds them). Needs the CUDA toolkit for cuda_runtime.h and cudart, which
 # is linked statically as the library's is, so the binaries need no runtime search path.
-ifneq ($(wildcard $(NVCC)),)
+ifneq ($(and $(filter-out 0,$(CUDA)),$(wildcard $(NVCC))),)
 BENCH_C_ABI := $(BUILD)/bench/gpu/bench_c_abi
 BENCH_ROUTER_C_ABI := $(BUILD)/bench/gpu/bench_router_c_abi
 
