@@ -10,6 +10,7 @@
 
 #include "float_formats.hpp"  // MTK_HOST_DEVICE
 #include "problem.hpp"
+#include "ragged_window.hpp"  // the scalar rules, shared with the Metal kernels
 
 namespace mtk {
 
@@ -17,17 +18,6 @@ namespace mtk {
 struct RaggedWindow {
   int64_t start, length;
 };
-
-MTK_HOST_DEVICE int64_t clamp_to(int64_t value, int64_t low, int64_t high) {
-  return value < low ? low : (value > high ? high : value);
-}
-
-// Wrapping 64-bit arithmetic: offsets and page numbers are the caller's, and any overflow must
-// give the same bits everywhere rather than undefined behaviour.
-MTK_HOST_DEVICE int64_t wrapping_mul_add(int64_t a, int64_t b, int64_t c) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b) +
-                              static_cast<uint64_t>(c));
-}
 
 // Entry `row` of an int32 or int64 per-row vector.
 MTK_HOST_DEVICE int64_t row_entry(const RowVector& v, int64_t row) {
@@ -46,12 +36,12 @@ struct RowIndexTransform {
   int64_t page_size;
 
   MTK_HOST_DEVICE int64_t apply(int64_t index) const {
-    if (kind == MTK_INDEX_TRANSFORM_RAGGED) return wrapping_mul_add(1, offset, index);
+    if (kind == MTK_INDEX_TRANSFORM_RAGGED) return ragged_transformed_index(offset, index);
     if (kind != MTK_INDEX_TRANSFORM_PAGE_TABLE) return index;
     const int64_t at = index / page_size * page_stride;
     const int64_t page = page_dtype == MTK_INT32 ? static_cast<const int32_t*>(pages)[at]
                                                  : static_cast<const int64_t*>(pages)[at];
-    return wrapping_mul_add(page, page_size, index % page_size);
+    return paged_transformed_index(page, page_size, index);
   }
 };
 
@@ -80,11 +70,12 @@ struct RaggedRows {
   // row without a page table (its batch outside the table) has no candidates.
   MTK_HOST_DEVICE RaggedWindow window(int64_t row, int64_t n) const {
     if (!is_ragged()) return RaggedWindow{0, n};
-    const int64_t start = starts.data != nullptr ? clamp_to(row_entry(starts, row), 0, n) : 0;
-    int64_t length = clamp_to(row_entry(lengths, row), 0, n - start);
-    if (transform == MTK_INDEX_TRANSFORM_PAGE_TABLE) {
-      const int64_t batch = page_table_batch_of(row);
-      if (batch < 0 || batch >= page_table_batch) length = 0;
+    const int64_t start =
+        starts.data != nullptr ? clipped_window_start(row_entry(starts, row), n) : 0;
+    int64_t length = clipped_window_length(row_entry(lengths, row), start, n);
+    if (transform == MTK_INDEX_TRANSFORM_PAGE_TABLE &&
+        !page_table_has_batch(page_table_batch_of(row), page_table_batch)) {
+      length = 0;
     }
     return RaggedWindow{start, length};
   }
