@@ -84,6 +84,19 @@ logged et-build "$CMAKE" --build "$WORK/et-build" --target executor_runner -j"$J
 RUNNER=$WORK/et-build/executor_runner
 [ "$UNTIL" = build ] && { say "built $RUNNER (UNTIL=build)"; exit 0; }
 
+# The wheel carries no flatc; the lowering serialises the .ptd with the one ExecuTorch's build
+# makes from its flatbuffers submodule.
+if [ -z "${FLATC_EXECUTABLE:-}" ]; then
+  FLATC_EXECUTABLE=$(find "$WORK/et-build" -name flatc -type f -perm -u+x | head -1)
+  if [ -z "$FLATC_EXECUTABLE" ]; then
+    logged flatc-build "$CMAKE" --build "$WORK/et-build" --target flatc -j"$JOBS"
+    FLATC_EXECUTABLE=$(find "$WORK/et-build" -name flatc -type f -perm -u+x | head -1)
+  fi
+  [ -n "$FLATC_EXECUTABLE" ] || { echo "no flatc in $WORK/et-build"; exit 1; }
+fi
+export FLATC_EXECUTABLE
+say "flatc: $FLATC_EXECUTABLE"
+
 say "exporting the models (CudaPartitioner, plain and replace_topk)"
 rm -rf "$WORK/programs"
 logged export "$PYTHON" "$REPO/tests/executorch/executorch_export.py" export "$WORK/programs"
