@@ -225,22 +225,72 @@ __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeomet
   write_padding<T>(g, values, indices, index64, o, count, g.k);
 }
 
-template <class T>
-__global__ void __launch_bounds__(kBlockThreads)
-    block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
-                        bool largest, RaggedRows ragged) {
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  using Key = typename KeyTraits<T>::Key;
-  using Comp = Composite<Key>;
-  constexpr int kBits = kCompositeBits<Key>;
-  __shared__ BlockShared<Comp> sh;
-  const int64_t row = blockIdx.x;
-  const RowTarget o = device_row_target(g, ragged, row);
-  const InputRow<T> source = input_row(g, input, o, largest);
+// Writes the winners of `source` (is_winner under start and final_sel) in the order of their
+// positions, each at the rank that counts the winners before it: the unsorted output, with no
+// sort and the same order on every run (the contract leaves the order of sorted=false open but
+// deterministic, which the gather's shared atomics are not). Each thread takes kCompositeBatch
+// adjacent elements of a chunk, and one block scan per chunk places them; it stops at the chunk
+// that completes the row's winners.
+template <int Bits, class T, class Comp, class Source>
+__device__ void write_winners_in_index_order(const Source& source, const Selection<Comp>& start,
+                                             const Selection<Comp>& final_sel, uint32_t* scan,
+                                             const RowGeometry& g, const T* input, void* values,
+                                             void* indices, bool index64, bool largest,
+                                             const RowTarget& o) {
+  constexpr int kPerThread = kCompositeBatch;
+  constexpr int64_t kChunk = int64_t(kBlockThreads) * kPerThread;
+  uint32_t placed = 0;
+  for (int64_t chunk = 0; chunk < source.n && placed < uint32_t(o.count); chunk += kChunk) {
+    const int64_t first = chunk + int64_t(threadIdx.x) * kPerThread;
+    Comp batch[kPerThread];
+    uint32_t mine = 0;
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      const int64_t i = first + u;
+      batch[u] = i < source.n ? source.composite(i) : Comp(0);
+      if (i < source.n && is_winner<Bits>(batch[u], start, final_sel)) ++mine;
+    }
+    uint32_t total;
+    const uint32_t after = block_suffix_sum<kBlockThreads>(mine, scan, total);
+    int64_t rank = int64_t(placed) + int64_t(total - after - mine);
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      if (first + u < source.n && is_winner<Bits>(batch[u], start, final_sel)) {
+        write_winner(g, input, values, indices, index64, largest, o, rank++, batch[u]);
+      }
+    }
+    placed += total;
+  }
+}
 
+// A row's selection keys cached in shared memory (see block_select_row): the radix rounds and
+// the gather read them there.
+template <class Key>
+struct CachedKeys {
+  const Key* keys;
+  int64_t n;
+  __device__ __forceinline__ Composite<Key> composite(int64_t i) const {
+    return make_composite(keys[i], uint32_t(i));
+  }
+};
+
+// Selects a row's winners from `source` and writes them: sorted, gathered and sorted in shared
+// memory; unsorted, in index order (write_winners_in_index_order), so a window of at most k
+// elements, all winners, costs one read of it and no radix round.
+template <class T, class Comp, class Source>
+__device__ void select_and_write_row(const Source& source, BlockShared<Comp>& sh,
+                                     const RowGeometry& g, const T* input, void* values,
+                                     void* indices, bool index64, bool largest, bool sorted,
+                                     const RowTarget& o) {
+  constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
   const Selection<Comp> start{Comp(0), 0, uint32_t(o.count), uint32_t(o.length)};
   const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+  if (!sorted) {
+    write_winners_in_index_order<kBits>(source, start, final_sel, sh.scan, g, input, values,
+                                        indices, index64, largest, o);
+    write_padding<T>(g, values, indices, index64, o, o.count, g.k);
+    return;
+  }
   if (threadIdx.x == 0) sh.winner_count = 0;
   __syncthreads();
   for_each_composite(source, [&](Comp c) {
@@ -248,6 +298,44 @@ __global__ void __launch_bounds__(kBlockThreads)
   });
   __syncthreads();
   sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
+}
+
+// Row `row` of the block path. With `key_cache` (shared memory for the row's n keys, which the
+// plan gives rows short enough: block_key_cache_bytes), the row is read from global memory
+// once, into the cache, instead of once per radix round and again for the gather: rounds over
+// shared memory wait for no L2 round trip (8192 prefill rows of up to 9216 keys took 1040 us
+// reading the input every round).
+template <class T>
+__device__ void block_select_row(const RowGeometry& g, const T* input, void* values,
+                                 void* indices, bool index64, bool largest, bool sorted,
+                                 const RaggedRows& ragged, int64_t row,
+                                 typename KeyTraits<T>::Key* key_cache) {
+  using Key = typename KeyTraits<T>::Key;
+  using Comp = Composite<Key>;
+  __shared__ BlockShared<Comp> sh;
+  const RowTarget o = device_row_target(g, ragged, row);
+  const InputRow<T> source = input_row(g, input, o, largest);
+  if (key_cache == nullptr) {
+    select_and_write_row(source, sh, g, input, values, indices, index64, largest, sorted, o);
+    return;
+  }
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < o.length; i += kBlockThreads) {
+    key_cache[i] = selection_key(source.base[i * source.stride], largest);
+  }
+  __syncthreads();
+  select_and_write_row(CachedKeys<Key>{key_cache, o.length}, sh, g, input, values, indices,
+                       index64, largest, sorted, o);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                        bool largest, bool sorted, RaggedRows ragged) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  block_select_row<T>(g, input, values, indices, index64, largest, sorted, ragged, blockIdx.x,
+                      nullptr);
 }
 
 }  // namespace cuda

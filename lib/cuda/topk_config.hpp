@@ -35,6 +35,10 @@ constexpr int kSortCapacity = 2048;  // winners sorted in shared memory up to th
 constexpr int64_t kRowSortMaxBytes = int64_t(128) << 10;
 constexpr int64_t kRowSortMinItems = 64;
 
+// The block kernel caches a row's keys in dynamic shared memory when they fit this: 36 KB for
+// 9216 float keys beside BlockShared's 17 KB still lets four blocks of 512 threads share an SM.
+constexpr int64_t kBlockKeyCacheMaxBytes = int64_t(40) << 10;
+
 constexpr int64_t row_sort_bytes(int64_t k, int64_t composite_bytes) {
   int64_t items = kRowSortMinItems;
   while (items < k) items *= 2;

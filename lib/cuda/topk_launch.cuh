@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernel_launch.cuh"
+#include "cuda/topk_block_cached.cuh"
 #include "cuda/topk_kernels.cuh"
 #include "cuda/topk_launch.hpp"
 #include "cuda/topk_plan.hpp"
@@ -117,9 +118,21 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
       }
       break;
     case TopkPath::Block:
-      launch_overlapped<block_select_kernel<T>>(unsigned(plan.blocks), kBlockThreads, 0, stream,
-                                                kLaunching, g, input, p.values, p.indices,
-                                                index64, p.largest, ragged);
+      if (plan.block_key_cache_bytes > 0) {
+        // With BlockShared beside it, the cache may pass the 48 KB a block gets unasked.
+        check_cuda(cudaFuncSetAttribute(block_select_cached_kernel<T>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(plan.block_key_cache_bytes)),
+                   "allowing the block kernel its key cache");
+        launch_overlapped<block_select_cached_kernel<T>>(
+            unsigned(plan.blocks), kBlockThreads, size_t(plan.block_key_cache_bytes), stream,
+            kLaunching, g, input, p.values, p.indices, index64, p.largest, p.sorted, ragged);
+      } else {
+        launch_overlapped<block_select_kernel<T>>(unsigned(plan.blocks), kBlockThreads, 0,
+                                                  stream, kLaunching, g, input, p.values,
+                                                  p.indices, index64, p.largest, p.sorted,
+                                                  ragged);
+      }
       break;
     case TopkPath::Cluster:
       if constexpr (sizeof(Key) <= 4) {
@@ -154,24 +167,24 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
           launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts,
                                                 kSplitSampleParts>>(
               unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream, kLaunching, g,
-              input, p.largest, plan.sample_rank, layout, states);
+              input, p.largest, plan.sample_rank, layout, states, ragged);
         } else if (plan.samples_per_thread == kWideSamplesPerThread) {
           launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread>>(
               unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-              plan.sample_rank, layout, states);
+              plan.sample_rank, layout, states, ragged);
         } else {
           launch_overlapped<multi_sample_kernel<T, kNarrowSamplesPerThread>>(
               unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-              plan.sample_rank, layout, states);
+              plan.sample_rank, layout, states, ragged);
         }
         if (plan.large_threshold_stage) {
           launch_overlapped<multi_threshold_kernel<T, kLargeThresholdStageBytes>>(
               grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
-              buffer0, plan.candidate_histogram);
+              buffer0, plan.candidate_histogram, ragged);
         } else {
           launch_overlapped<multi_threshold_kernel<T, kSmallThresholdStageBytes>>(
               grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
-              buffer0, plan.candidate_histogram);
+              buffer0, plan.candidate_histogram, ragged);
         }
       } else {
         // A memset is no kernel to overlap with: the histogram pass follows it in plain order.

@@ -24,11 +24,13 @@ __device__ __forceinline__ void segment_bounds(int64_t count, int blocks, int se
 
 // Calls visit(elements, first) for every element in [begin, end) of `row`, spread over the
 // block's threads, where `elements` is an array of raw values, one element or a whole 16-byte
-// vector, and element e has index first + e. Contiguous, 16-byte aligned rows are read 16 bytes
-// per load with four loads in flight per thread, which is what streaming at full memory bandwidth
-// takes when a block's segment is only a few hundred kilobytes (with two, sampling rows reached
-// 2.2-2.6 TB/s); others element by element. Batching lets a visitor pay its per-warp vote once
-// per vector rather than per element.
+// vector, and element e has index first + e. Contiguous rows are read 16 bytes per load with
+// four loads in flight per thread, which is what streaming at full memory bandwidth takes when
+// a block's segment is only a few hundred kilobytes (with two, sampling rows reached 2.2-2.6
+// TB/s); strided ones element by element. A row that starts off a 16-byte boundary (a ragged
+// window's start, a sliced tensor) is read in the vectors of the aligned frame that holds it,
+// its `skew` elements from that frame's start. Batching lets a visitor pay its per-warp vote
+// once per vector rather than per element.
 template <int Threads, class T, class Visit>
 __device__ __forceinline__ void visit_row_elements(const InputRow<T>& row, int64_t begin,
                                                    int64_t end, Visit&& visit) {
@@ -37,25 +39,27 @@ __device__ __forceinline__ void visit_row_elements(const InputRow<T>& row, int64
     const T elements[1] = {row.base[i * row.stride]};
     visit(elements, uint32_t(i));
   };
-  const bool vectorizable =
-      row.stride == 1 && (reinterpret_cast<uintptr_t>(row.base) & 15) == 0;
-  if (!vectorizable) {
+  if (row.stride != 1) {
     for (int64_t i = begin + threadIdx.x; i < end; i += Threads) visit_one(i);
     return;
   }
-  const int64_t first_vector = (begin + kPerVector - 1) / kPerVector;
-  const int64_t end_vector = max(first_vector, end / kPerVector);
-  // The unaligned head and tail: fewer than kPerVector elements each.
-  const int64_t head_end = min(end, first_vector * kPerVector);
-  const int64_t tail_begin = max(head_end, end_vector * kPerVector);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(row.base);
+  const int64_t skew = int64_t(address & 15) / int64_t(sizeof(T));
+  // Vectors of the aligned frame wholly inside [begin, end) of the row, which is [begin + skew,
+  // end + skew) of the frame.
+  const int64_t first_vector = (begin + skew + kPerVector - 1) / kPerVector;
+  const int64_t end_vector = max(first_vector, (end + skew) / kPerVector);
+  // The head and tail outside them: fewer than kPerVector elements each.
+  const int64_t head_end = min(end, first_vector * kPerVector - skew);
+  const int64_t tail_begin = max(head_end, end_vector * kPerVector - skew);
   for (int64_t i = begin + threadIdx.x; i < head_end; i += Threads) visit_one(i);
   for (int64_t i = tail_begin + threadIdx.x; i < end; i += Threads) visit_one(i);
 
-  const uint4* vectors = reinterpret_cast<const uint4*>(row.base);
+  const uint4* vectors = reinterpret_cast<const uint4*>(address - uintptr_t(address & 15));
   auto visit_vector = [&](const uint4& data, int64_t vector_index) {
     T elements[kPerVector];
     memcpy(elements, &data, 16);
-    visit(elements, uint32_t(vector_index * kPerVector));
+    visit(elements, uint32_t(vector_index * kPerVector - skew));
   };
   int64_t v = first_vector + threadIdx.x;
   for (; v + (kLoadsInFlight - 1) * Threads < end_vector; v += kLoadsInFlight * Threads) {

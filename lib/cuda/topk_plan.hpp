@@ -7,7 +7,8 @@
 //  - Warp: n <= 1024 and k <= 32. A warp per row, everything in registers, no scratch. Covers
 //    MoE routing (128..1024 experts, top-1..32), any row count.
 //  - Block: otherwise, when one block per row already gives the GPU enough blocks (rows >=
-//    kTargetBlocksPerSm * SMs, or rows too short to split) and k <= kSortCapacity. No scratch.
+//    kTargetBlocksPerSm * SMs, or rows too short to split) and k <= kSortCapacity. No scratch;
+//    rows whose keys fit kBlockKeyCacheMaxBytes are cached in shared memory, read once.
 //  - Cluster: rows that would take Multi but are few (one wave of clusters: cluster_rows, what
 //    the device co-schedules), no longer than a cluster holds in registers (kClusterMaxItems
 //    slots a thread), with keys of at most 32 bits and k <= kSortCapacity. One launch, no
@@ -19,8 +20,10 @@
 //    to sort in shared memory, the sorted winners and the scratch of CUB's segmented sort. Large problems whose k is small next to the row take a sampled
 //    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
 //  - Ragged rows (mtk_topk_ragged) are planned by their dense shape (n the row's full length, k
-//    the requested k, which may exceed n) and take Block or unsampled Multi only: the windows
-//    are read on the device, and only those kernels know them.
+//    the requested k, which may exceed n) and take Block or Multi, sampled or not: the windows
+//    are read on the device, and only those kernels know them. A sampled plan ranks each
+//    window's sample at its own rank (no split sample) and sends windows it cannot sample to
+//    the exact passes.
 #pragma once
 
 #include <cstddef>
@@ -68,6 +71,7 @@ struct TopkPlan {
   // passes; the sample and finish launches take fewer).
   int64_t blocks = 0;
   int warp_items = 0;           // Warp: elements per lane (a power of two, 1..32)
+  int64_t block_key_cache_bytes = 0;  // Block: dynamic shared memory caching a row's keys
   int cluster_items = 0;        // Cluster: key slots a thread (kClusterSmallItems or ...MaxItems)
   int blocks_per_row = 1;       // Multi
   int64_t capacity = 0;         // Multi: candidate slots per row and buffer

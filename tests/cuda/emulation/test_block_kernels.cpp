@@ -1,7 +1,8 @@
 // The CUDA block kernels of lib/cuda/topk_kernels.cuh on the host under fiber_cuda.hpp, so CI
 // checks their logic without a GPU:
-//  - block_select_kernel: radix select over the row in shared memory, then the shared-memory
-//    sort whose short strides run in registers through warp shuffles;
+//  - block_select_row: radix select over the row (read from global memory each round, or from
+//    its keys cached in shared memory), then the shared-memory sort whose short strides run in
+//    registers through warp shuffles, or, unsorted, the winners in index order;
 //  - the multi-block pipeline in launch_topk's order: the sampled threshold (sample, threshold
 //    pass) or the plain histogram, then both filter passes (the first one the histogram pass of
 //    rows whose threshold missed) and the finish; for k above the finish's sort a block per
@@ -88,6 +89,19 @@ void launch(int64_t grid, int threads, Kernel&& kernel) {
   }
 }
 
+// The block path as launch_topk runs it: a block per row, with or without the key cache
+// (block_select_cached_kernel's dynamic shared memory, a buffer here).
+template <class T>
+void run_block_rows(const RowGeometry& g, const T* input, void* values, void* indices,
+                    bool index64, bool largest, bool sorted, const RaggedRows& ragged,
+                    bool key_cache) {
+  std::vector<typename KeyTraits<T>::Key> cache(size_t(key_cache ? g.n : 0));
+  launch(g.rows, kBlockThreads, [&] {
+    block_select_row<T>(g, input, values, indices, index64, largest, sorted, ragged, blockIdx.x,
+                        key_cache ? cache.data() : nullptr);
+  });
+}
+
 // The multi-block path as launch_topk runs it, with the plan's choices given directly.
 struct MultiChoice {
   int blocks_per_row;
@@ -155,25 +169,26 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
     launch(g.rows * (c.split_sample ? kSplitSampleParts : 1), kSampleThreads, [&] {
       if (c.split_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>(
-            g, input, largest, c.sample_rank, layout, states.data());
+            g, input, largest, c.sample_rank, layout, states.data(), ragged);
       } else if (c.wide_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                     layout, states.data());
+                                                     layout, states.data(), ragged);
       } else {
         multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                       layout, states.data());
+                                                       layout, states.data(), ragged);
       }
     });
     launch(grid, kMultiThreads, [&] {
       if (c.large_stage) {
         multi_threshold_kernel<T, kLargeThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram, ragged);
       } else {
         multi_threshold_kernel<T, kSmallThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram, ragged);
       }
     });
-    check_sample_thresholds(g, input, largest, c, states);  // a split one's is the pass's
+    // A split one's is the pass's; a ragged row's rank is its own (sampled_rank).
+    if (!ragged.is_ragged()) check_sample_thresholds(g, input, largest, c, states);
   } else {
     launch(grid, kMultiThreads, [&] {
       multi_histogram_kernel<T>(g, input, largest, layout, states.data(), ragged);
@@ -250,7 +265,8 @@ void run_cluster_rows(const RowGeometry& g, const T* input, Bits<T>* values, int
 
 template <class T>
 void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const char* name,
-              const MultiChoice* multi, bool cluster = false, bool sorted = true) {
+              const MultiChoice* multi, bool cluster = false, bool sorted = true,
+              bool key_cache = false) {
   std::vector<std::vector<T>> input_rows;
   std::vector<T> input;
   for (int64_t r = 0; r < rows; ++r) {
@@ -280,10 +296,8 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
       }
     }
   } else {
-    launch(rows, kBlockThreads, [&] {
-      block_select_kernel<T>(g, input.data(), values.data(), indices.data(), true, largest,
-                             RaggedRows{});
-    });
+    run_block_rows<T>(g, input.data(), values.data(), indices.data(), true, largest, sorted,
+                      RaggedRows{}, key_cache);
   }
   ++cases;
   for (int64_t r = 0; r < rows; ++r) {
@@ -345,7 +359,8 @@ struct RaggedCase {
 };
 
 template <class T>
-void run_ragged_case(const RaggedCase& c, Data data, bool largest, const char* name) {
+void run_ragged_case(const RaggedCase& c, Data data, bool largest, bool sorted, bool key_cache,
+                     const char* name) {
   const int64_t rows = c.rows, n = c.n, k = c.k;
   std::vector<T> input;
   for (int64_t r = 0; r < rows; ++r) {
@@ -405,10 +420,8 @@ void run_ragged_case(const RaggedCase& c, Data data, bool largest, const char* n
   if (c.multi != nullptr) {
     run_multi<T>(g, input.data(), values_out, indices_out, largest, *c.multi, ragged, c.index64);
   } else {
-    launch(rows, kBlockThreads, [&] {
-      block_select_kernel<T>(g, input.data(), values_out, indices_out, c.index64, largest,
-                             ragged);
-    });
+    run_block_rows<T>(g, input.data(), values_out, indices_out, c.index64, largest, sorted,
+                      ragged, key_cache);
   }
   ++cases;
   for (int64_t r = 0; r < rows; ++r) {
@@ -422,6 +435,8 @@ void run_ragged_case(const RaggedCase& c, Data data, bool largest, const char* n
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       return selection_key(row[a], largest) > selection_key(row[b], largest);
     });
+    // Unsorted, the block kernel writes a window's winners in index order.
+    if (!sorted) std::sort(order.begin(), order.begin() + std::min(k, length));
     for (int64_t j = 0; j < k; ++j) {
       int64_t expected = -1;
       Bits<T> expected_bits = 0;
@@ -442,11 +457,11 @@ void run_ragged_case(const RaggedCase& c, Data data, bool largest, const char* n
       const bool value_ok = c.with_values ? values[at] == expected_bits : values[at] == 0x5a;
       if (got != expected || !value_ok) {
         std::fprintf(stderr,
-                     "FAIL ragged %s %s rows=%lld n=%lld k=%lld data=%d largest=%d transform=%d "
-                     "page_size=%lld: row %lld (start %lld length %lld) rank %lld index %lld, "
-                     "expected %lld\n",
+                     "FAIL ragged %s %s rows=%lld n=%lld k=%lld data=%d largest=%d sorted=%d "
+                     "transform=%d page_size=%lld: row %lld (start %lld length %lld) rank %lld "
+                     "index %lld, expected %lld\n",
                      c.multi != nullptr ? "multi" : "block", name, (long long)rows, (long long)n,
-                     (long long)k, int(data), int(largest), int(c.transform),
+                     (long long)k, int(data), int(largest), int(sorted), int(c.transform),
                      (long long)c.page_size, (long long)r, (long long)start, (long long)length,
                      (long long)j, (long long)got, (long long)expected);
         ++failures;
@@ -460,6 +475,11 @@ template <class T>
 void run_ragged_cases(const char* name, bool quick) {
   const MultiChoice plain{3, 3000, 0, CandidateHistogram::None, false, false};
   const MultiChoice small_buffer{4, 600, 0, CandidateHistogram::None, false, false};
+  // Sampled: the rank is each window's own, and windows too short or with too few elements
+  // take the exact passes from the first filter launch.
+  const MultiChoice sampled{3, 20000, 1, CandidateHistogram::None, false, false};
+  const MultiChoice sampled_bins{4, 40000, 1, CandidateHistogram::KeyPrefix, false, true};
+  const MultiChoice sampled_wide{3, 70000, 1, CandidateHistogram::TopDigit, true, false};
   const RaggedCase ragged_cases[] = {
       {12, 100, 1, nullptr, false, Transform::None, 1, false, true, true},
       {12, 700, 37, nullptr, true, Transform::None, 1, false, false, true},
@@ -471,13 +491,24 @@ void run_ragged_cases(const char* name, bool quick) {
       {10, 9000, 2048, &small_buffer, true, Transform::PageTable, 64, true, true, false},
       {10, 5000, 4096, &plain, true, Transform::PageTable, 1, true, true, true},
       {10, 9000, 3000, &plain, true, Transform::None, 1, false, false, false},
+      {10, 20000, 50, &sampled, true, Transform::Ragged, 1, false, true, true},
+      {10, 40000, 700, &sampled_bins, true, Transform::PageTable, 64, true, false, true},
+      {10, 40000, 2048, &sampled_bins, false, Transform::None, 1, false, true, false},
+      {6, 70000, 100, &sampled_wide, true, Transform::None, 1, false, true, true},
   };
   for (const RaggedCase& c : ragged_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
       if (std::is_integral_v<T> && data == Data::Special) continue;
       for (bool largest : {true, false}) {
         if (quick && largest != (data == Data::Random)) continue;
-        run_ragged_case<T>(c, data, largest, name);
+        run_ragged_case<T>(c, data, largest, true, false, name);
+        // The multi-block path sorts whatever `sorted` says; the block kernel does not, and
+        // caches the keys of rows that fit.
+        if (c.multi == nullptr) {
+          run_ragged_case<T>(c, data, largest, false, false, name);
+          run_ragged_case<T>(c, data, largest, true, true, name);
+          run_ragged_case<T>(c, data, largest, false, true, name);
+        }
       }
     }
   }
@@ -494,7 +525,11 @@ void run_type(const char* name, bool quick) {
       if (std::is_integral_v<T> && data == Data::Special) continue;
       for (bool largest : {true, false}) {
         if (quick && !largest && data != Data::FewDistinct) continue;
-        run_case<T>(2, s.n, s.k, data, largest, name, nullptr);
+        for (bool sorted : {true, false}) {
+          for (bool key_cache : {false, true}) {
+            run_case<T>(2, s.n, s.k, data, largest, name, nullptr, false, sorted, key_cache);
+          }
+        }
       }
     }
   }
