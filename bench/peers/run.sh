@@ -14,9 +14,11 @@
 #      OUT (default ./gpu-out/peers), ROUTER_LIMIT / PEERS_LIMIT / RAGGED_LIMIT /
 #      SAMPLING_LIMIT / VLLM_LIMIT / SGLANG_LIMIT (seconds for the router, top-k, ragged and
 #      sampling parts of peers_bench, vllm_sampler.py and sglang_gate.py, default
-#      90 / 170 / 300 / 420 / 300 / 80), PEERS_ARGS (extra arguments for peers_bench, e.g.
+#      90 / 170 / 300 / 300 / 240 / 80), PEERS_ARGS (extra arguments for peers_bench, e.g.
 #      "--filter moe"), PARTS (default "router topk ragged sampling sglang"; e.g.
-#      PARTS=ragged, or PARTS=sampling for peers_bench's sampling family and vllm_sampler.py).
+#      PARTS=ragged; PARTS=sampling is peers_bench's sampling family and vllm_sampler.py, which
+#      PARTS=sampling-flashinfer and PARTS=sampling-vllm run alone: two runs into one OUT
+#      combine, since the summary reads every part's file there).
 # Writes $OUT/peers_h200.json (all rows; copy it to bench/results/), $OUT/peers_bench_*.log,
 # $OUT/sglang_gate.log, and prints a summary table.
 set -u -o pipefail
@@ -58,14 +60,18 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 
 # The routers first, each part under its own limit: the huge selects cannot starve them.
 PARTS=${PARTS:-router topk ragged sampling sglang}
+PARTS=" $PARTS "
+PARTS=${PARTS/ sampling / sampling-flashinfer sampling-vllm }
 peers_status=0
 for part in router topk ragged sampling; do
-  case " $PARTS " in *" $part "*) ;; *) continue ;; esac
+  token=$part
+  [ "$part" = sampling ] && token=sampling-flashinfer
+  case " $PARTS " in *" $token "*) ;; *) continue ;; esac
   say "peers_bench --only $part (progress on stderr, one JSON row per line)"
   limit=${PEERS_LIMIT:-170}
   [ "$part" = router ] && limit=${ROUTER_LIMIT:-90}
   [ "$part" = ragged ] && limit=${RAGGED_LIMIT:-300}
-  [ "$part" = sampling ] && limit=${SAMPLING_LIMIT:-420}
+  [ "$part" = sampling ] && limit=${SAMPLING_LIMIT:-300}
   timeout "$limit" "$BIN" --only "$part" --json "$OUT/peers_bench_$part.json" ${PEERS_ARGS:-} \
     2>&1 | tee "$OUT/peers_bench_$part.log" | grep --line-buffered -v '^{'
   status=${PIPESTATUS[0]}
@@ -74,9 +80,9 @@ for part in router topk ragged sampling; do
 done
 
 case " $PARTS " in
-  *" sampling "*)
+  *" sampling-vllm "*)
     say "vllm_sampler.py (vLLM's Triton and PyTorch sampler path)"
-    timeout "${VLLM_LIMIT:-300}" python3 bench/peers/vllm_sampler.py \
+    timeout "${VLLM_LIMIT:-240}" python3 bench/peers/vllm_sampler.py \
       --json "$OUT/peers_vllm_sampler.json" --library "$ROOT/$BUILD/libmetaltopk.so" 2>&1 |
       tee "$OUT/vllm_sampler.log" | grep --line-buffered -v '^{'
     status=${PIPESTATUS[0]}
