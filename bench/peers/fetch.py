@@ -208,7 +208,8 @@ def curand(work):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--keep-downloads", help="download into this folder and keep it")
-    parser.add_argument("--only", nargs="*", default=["flashinfer", "cccl", "vllm", "sglang", "curand"])
+    parser.add_argument("--only", nargs="*",
+                        default=["flashinfer", "cccl", "vllm", "sglang", "curand"])
     args = parser.parse_args()
     work = args.keep_downloads or tempfile.mkdtemp(prefix="peers-fetch-")
     os.makedirs(work, exist_ok=True)

@@ -195,8 +195,8 @@ inline double loop_us(cudaStream_t stream, const Settings& st, const Call& call)
 }
 
 // Graph and loop time of `call` into (graph, loop); a capture failure goes to `note`.
-inline void time_both(cudaStream_t stream, const Settings& st, const Call& call, double& graph,
-               double& loop, std::string& note) {
+inline void time_both(cudaStream_t stream, const Settings& st, const Call& call,
+                      double& graph, double& loop, std::string& note) {
   try {
     graph = graph_us(stream, st, call);
   } catch (const std::exception& e) {

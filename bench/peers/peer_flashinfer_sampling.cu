@@ -63,7 +63,10 @@ cudaError_t widen(const void* in, float* out, size_t count, cudaStream_t stream)
 __global__ void gather_tokens(const int32_t* local, const int32_t* survivors, uint32_t rows,
                               uint32_t k, int32_t* samples) {
   const uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < rows) samples[r] = survivors[size_t(r) * k + uint32_t(local[r])];
+  if (r < rows) {  // torch's gather would fault on an index outside [0, k): clamp instead
+    const uint32_t j = uint32_t(min(max(local[r], 0), int32_t(k) - 1));
+    samples[r] = survivors[size_t(r) * k + j];
+  }
 }
 
 // The float32 logits the chain's softmax reads: the input itself, or its widened copy.

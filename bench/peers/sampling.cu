@@ -350,7 +350,8 @@ bool bench_case(const Case& c, mtk_context ctx, mtk_context cpu, cudaStream_t st
   std::vector<int32_t> top_k = f.top_k;
   std::vector<float> top_p = f.top_p, min_p = f.min_p, uniforms = f.uniforms;
   std::vector<uint8_t> want(out_bytes);
-  {
+  std::string no_reference;  // why there is none: the checks are then skipped, the timings kept
+  try {
     MtkCall call(c.op, f, c.rows, top_k.data(), top_p.data(), min_p.data());
     const mtk_tensor x =
         describe(const_cast<uint8_t*>(c.input.first.data()), in_dtype, c.rows, c.n);
@@ -363,6 +364,8 @@ bool bench_case(const Case& c, mtk_context ctx, mtk_context cpu, cudaStream_t st
     check(mtk_sampling_with_workspace(cpu, call.op, &x, &call.params, samples(c.op) ? &u : nullptr,
                                       &o, workspace.data(), bytes, nullptr),
           "mtk_sampling_with_workspace on the CPU backend (the reference)");
+  } catch (const std::exception& e) {
+    no_reference = e.what();
   }
 
   DeviceBuffer top_k_d = upload_vector(f.top_k), top_p_d = upload_vector(f.top_p),
@@ -377,7 +380,8 @@ bool bench_case(const Case& c, mtk_context ctx, mtk_context cpu, cudaStream_t st
     std::fprintf(stderr, "[peers]   metaltopk\n");
     MtkCall call(c.op, f, c.rows, top_k_d.get(), top_p_d.get(), min_p_d.get());
     std::vector<mtk_tensor> x;
-    for (const DeviceBuffer& b : c.input.buffers) x.push_back(describe(b.get(), in_dtype, c.rows, c.n));
+    for (const DeviceBuffer& b : c.input.buffers)
+      x.push_back(describe(b.get(), in_dtype, c.rows, c.n));
     const mtk_tensor u = row_vector(uniforms_d.get(), MTK_FLOAT32, c.rows);
     const mtk_tensor* uniforms_arg = samples(c.op) ? &u : nullptr;
     const mtk_tensor o = out_tensor(out_d.get());
@@ -398,8 +402,17 @@ bool bench_case(const Case& c, mtk_context ctx, mtk_context cpu, cudaStream_t st
       try {
         checked(cudaStreamSynchronize(stream), "metaltopk");
         const std::vector<uint8_t> got = download<uint8_t>(out_d, out_bytes);
-        mtk_result = got == want ? "match (CPU backend, bit for bit)" : "mismatch";
-        if (got != want) mtk_note = "metaltopk's CUDA result differs from its CPU backend's";
+        const size_t row_bytes = out_bytes / size_t(c.rows);
+        int64_t differ = 0;
+        for (int64_t r = 0; r < c.rows; ++r)
+          differ += std::memcmp(&got[size_t(r) * row_bytes], &want[size_t(r) * row_bytes],
+                                row_bytes) != 0;
+        mtk_result = !no_reference.empty() ? "unchecked"
+                     : differ == 0         ? "match (CPU backend, bit for bit)"
+                                           : "mismatch";
+        if (differ > 0 && no_reference.empty())
+          mtk_note = "metaltopk: " + std::to_string(differ) + " of " + std::to_string(c.rows) +
+                     " rows differ from its CPU backend's";
         time_both(stream, st, [&](int i) -> cudaError_t {
           check(mtk_sampling_with_workspace(ctx, call.op, &x[size_t(i) % x.size()], &call.params,
                                             uniforms_arg, &o, workspace->get(), ws_bytes, stream),
@@ -527,7 +540,10 @@ bool bench_case(const Case& c, mtk_context ctx, mtk_context cpu, cudaStream_t st
         checked(first, "first call");
         checked(cudaStreamSynchronize(stream), "first call");
         const std::vector<uint8_t> got = download<uint8_t>(out_d, out_bytes);
-        if (c.op == Op::top_k_mask) {
+        if (!no_reference.empty()) {
+          r.status = "unchecked";
+          r.note += "; no reference: " + no_reference;
+        } else if (c.op == Op::top_k_mask) {
           compare_mask(c.rows, c.n, bf16, c.input.first.data(), want.data(), got.data(), r);
         } else if (!samples(c.op)) {
           compare_renorm(c.rows, c.n, c.op == Op::top_p_renorm,

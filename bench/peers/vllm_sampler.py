@@ -211,7 +211,8 @@ def load_triton_sampler(torch):
             is_cuda_alike=lambda: True, is_cuda=lambda: True)),
         "vllm.triton_utils": dict(tl=tl, triton=triton, HAS_TRITON=True),
         "vllm.utils.gpu_sync_debug": dict(gpu_sync_allowed=contextlib.nullcontext),
-        "vllm.utils.math_utils": dict(next_power_of_2=lambda n: 1 << (max(int(n), 1) - 1).bit_length()),
+        "vllm.utils.math_utils": dict(
+            next_power_of_2=lambda n: 1 << (max(int(n), 1) - 1).bit_length()),
         "vllm.utils.platform_utils": dict(num_compute_units=lambda device_index=None: sms),
     }
     saved = {name: sys.modules.get(name) for name in stand_ins}
