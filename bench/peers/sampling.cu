@@ -183,6 +183,8 @@ void compare_renorm(int64_t rows, int64_t n, bool top_p, const float* input, con
                     const float* got, Row& row) {
   std::string first;
   row.max_prob_rel_err = 0;
+  int64_t most_tokens = 0;  // the most tokens by which a boundary row's sets differ
+  double most_mass = 0;     // and the largest share of a row's mass they hold
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = input + r * n, *w = want + r * n, *g = got + r * n;
     if (std::memcmp(w, g, size_t(n) * 4) == 0) continue;
@@ -209,17 +211,31 @@ void compare_renorm(int64_t rows, int64_t n, bool top_p, const float* input, con
       };
       const float want_low = prefix(w), got_low = prefix(g);
       double total = 0, differ = 0;
+      int64_t tokens = 0;
       for (int64_t i = 0; i < n; ++i) {
         total += x[i];
-        if ((w[i] > 0) != (g[i] > 0)) differ += x[i];
+        if ((w[i] > 0) != (g[i] > 0)) {
+          differ += x[i];
+          ++tokens;
+        }
       }
       const bool tie = !top_p && want_low == got_low;  // the same k-th value, another copy
       const bool boundary = top_p && !std::isnan(want_low) && !std::isnan(got_low) &&
                             differ <= 1e-4 * total;
       ok = tie || boundary;
       if (ok) ++row.tie_rows;
+      if (boundary) {
+        most_tokens = std::max(most_tokens, tokens);
+        most_mass = std::max(most_mass, differ / total);
+      }
     }
     if (!ok && row.mismatch_rows++ == 0) first = "first mismatching row " + std::to_string(r);
+  }
+  if (most_tokens > 0) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "top-p sets differ at the boundary by up to %lld tokens, %.2g "
+                  "of the row's mass", (long long)most_tokens, most_mass);
+    row.note += (row.note.empty() ? "" : "; ") + std::string(buf);
   }
   finish(row, rows, first,
          top_p ? "match (top-p boundary rounding)" : "match (ties at the k-th value)");
@@ -668,6 +684,14 @@ int sampling_self_test() {
   const std::vector<float> longer = {0.4f / 0.85f, 0, 0.3f / 0.85f, 0.15f / 0.85f, 0};
   compare_renorm(1, 5, true, p.data(), kept.data(), longer.data(), g);
   expect(g.status == "mismatch", "top-p prefix longer by real mass");
+  Row j;
+  const std::vector<float> q = {0.5f, 0.3f, 0.19999f, 0.00001f};
+  const std::vector<float> q_want = {0.5f / 0.99999f, 0.3f / 0.99999f, 0.19999f / 0.99999f, 0};
+  const std::vector<float> q_got = {0.5f, 0.3f, 0.19999f, 0.00001f};
+  compare_renorm(1, 4, true, q.data(), q_want.data(), q_got.data(), j);
+  expect(j.status == "match (top-p boundary rounding)" && j.tie_rows == 1 &&
+             j.note.find("up to 1 tokens") != std::string::npos,
+         "top-p prefix longer by 1e-5 of the mass");
 
   // Tokens: top-k = 2 of logits {1, 5, 7, 5, 0, 2}: 7 and either 5 are inside.
   const Filters f(1, false);
