@@ -150,6 +150,21 @@ if sampling:
                          f(r.get("peer_us")), f(r.get("metaltopk_us")),
                          "-" if x is None else f"{x:.2f}",
                          f"{r['status']} ({r.get('metaltopk_status') or '-'})"))
+    # Issue #33's target: metaltopk against the fastest peer of each case, and the geomean.
+    fastest = {}
+    for r in sampling:
+        if r.get("peer_us") and r.get("metaltopk_us"):
+            k = key(r)
+            if k not in fastest or r["peer_us"] < fastest[k]["peer_us"]:
+                fastest[k] = r
+    if fastest:
+        import math
+        ratios = [r["peer_us"] / r["metaltopk_us"] for r in fastest.values()]
+        worst = min(fastest.values(), key=lambda r: r["peer_us"] / r["metaltopk_us"])
+        print(f"sampling: {len(ratios)} cases against their fastest peer: geomean "
+              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x, lowest "
+              f"{min(ratios):.2f}x ({worst['shape']} {worst['op']} {worst['dtype']} "
+              f"{worst['params']} vs {worst['peer']})")
 PY
 say "done (peers_bench exit $peers_status, sglang_gate exit $sglang_status)"
 [ "$peers_status" -eq 0 ] && [ "$sglang_status" -eq 0 ]
