@@ -15,7 +15,8 @@
 #      SAMPLING_LIMIT / VLLM_LIMIT / SGLANG_LIMIT (seconds for the router, top-k, ragged and
 #      sampling parts of peers_bench, vllm_sampler.py and sglang_gate.py, default
 #      90 / 170 / 300 / 300 / 240 / 80), PEERS_ARGS (extra arguments for peers_bench, e.g.
-#      "--filter moe"), PARTS (default "router topk ragged sampling sglang"; e.g.
+#      "--filter moe"), VLLM_ARGS (the same for vllm_sampler.py, e.g. "--filter 256x"),
+#      PARTS (default "router topk ragged sampling sglang"; e.g.
 #      PARTS=ragged; PARTS=sampling is peers_bench's sampling family and vllm_sampler.py, which
 #      PARTS=sampling-flashinfer and PARTS=sampling-vllm run alone: two runs into one OUT
 #      combine, since the summary reads every part's file there).
@@ -83,7 +84,8 @@ case " $PARTS " in
   *" sampling-vllm "*)
     say "vllm_sampler.py (vLLM's Triton and PyTorch sampler path)"
     timeout "${VLLM_LIMIT:-240}" python3 bench/peers/vllm_sampler.py \
-      --json "$OUT/peers_vllm_sampler.json" --library "$ROOT/$BUILD/libmetaltopk.so" 2>&1 |
+      --json "$OUT/peers_vllm_sampler.json" --library "$ROOT/$BUILD/libmetaltopk.so" \
+      ${VLLM_ARGS:-} 2>&1 |
       tee "$OUT/vllm_sampler.log" | grep --line-buffered -v '^{'
     status=${PIPESTATUS[0]}
     say "vllm_sampler.py: exit $status"
