@@ -19,7 +19,12 @@ What is kept (everything else of the packages is dropped):
                 csrc/sampler.cu cut before its torch entry points (the sparse-attention indexer's
                 top_k_per_row_decode/prefill kernels; the harness repeats their launchers),
                 csrc/moe/moeTopKFuncs.cuh, csrc/cub_helpers.h, csrc/core/cuda_compat.h
+                and, for the sampling family, vllm/v1/sample/ops/topk_topp_sampler.py and
+                topk_topp_triton.py (the sampler's PyTorch and Triton top-k/top-p, which
+                vllm_sampler.py loads on the device)
   sglang/       sglang 0.5.23 wheel: sglang/kernels/ops/moe/moe_fused_gate.py (a Triton kernel)
+  curand/       nvidia-curand 10.4.0.35 wheel (CUDA 13): include/curand*.h, the Philox generator
+                FlashInfer's sampling.cuh includes (toolkits without cuRAND lack them)
 The vllm sdist cannot be built without torch, so pip is asked to keep the unpacked source
 (--no-clean) and stops at the metadata step; the script takes the files from there.
 """
@@ -38,6 +43,7 @@ DEST = os.path.join(HERE, "third_party")
 FLASHINFER = "flashinfer-python==0.7.2"
 VLLM = "vllm==0.33.0"
 SGLANG = "sglang==0.5.23"
+CURAND = "nvidia-curand==10.4.0.35"
 
 
 def pip_download(spec, dest, extra=()):
@@ -168,8 +174,13 @@ def vllm(work):
     for rel in ("moe/moeTopKFuncs.cuh", "cub_helpers.h", "core/cuda_compat.h"):
         os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
         shutil.copy(os.path.join(src, rel), os.path.join(dest, rel))
+    # The sampler's Python (the sampling family): loaded by vllm_sampler.py, not imported.
+    for name in ("topk_topp_sampler.py", "topk_topp_triton.py"):
+        rel = os.path.join("vllm", "v1", "sample", "ops", name)
+        os.makedirs(os.path.join(DEST, "vllm", "python"), exist_ok=True)
+        shutil.copy(os.path.join(roots[0], rel), os.path.join(DEST, "vllm", "python", name))
     shutil.copy(os.path.join(roots[0], "LICENSE"), os.path.join(DEST, "vllm", "LICENSE"))
-    print("vllm: 6 files")
+    print("vllm: 8 files")
 
 
 def sglang(work):
@@ -183,10 +194,22 @@ def sglang(work):
     print(f"sglang: {n} file")
 
 
+def curand(work):
+    r = pip_download(CURAND, work, ("--only-binary", ":all:", "--python-version", "3.12",
+                                    "--platform", "manylinux_2_27_x86_64"))
+    if r.returncode:
+        sys.exit(r.stdout)
+    wheel = one(os.path.join(work, "nvidia_curand-*.whl"))
+    n = extract(wheel, "nvidia/cu13/include/", os.path.join(DEST, "curand", "include"),
+                keep=lambda rel: rel.startswith("curand") and rel.endswith(".h"))
+    print(f"curand: {n} files")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--keep-downloads", help="download into this folder and keep it")
-    parser.add_argument("--only", nargs="*", default=["flashinfer", "cccl", "vllm", "sglang"])
+    parser.add_argument("--only", nargs="*",
+                        default=["flashinfer", "cccl", "vllm", "sglang", "curand"])
     args = parser.parse_args()
     work = args.keep_downloads or tempfile.mkdtemp(prefix="peers-fetch-")
     os.makedirs(work, exist_ok=True)
@@ -198,7 +221,7 @@ def main():
         if not args.keep_downloads:
             shutil.rmtree(work, ignore_errors=True)
     with open(os.path.join(DEST, "VERSIONS"), "w") as f:
-        f.write("\n".join([FLASHINFER, VLLM, SGLANG]) + "\n")
+        f.write("\n".join([FLASHINFER, VLLM, SGLANG, CURAND]) + "\n")
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(DEST) for f in fs)
     print(f"third_party: {total / 2**20:.1f} MiB in {DEST}")
 

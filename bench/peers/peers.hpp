@@ -105,4 +105,49 @@ cudaError_t vllm_top_k_per_row_prefill(const float* logits, const int32_t* row_s
                                        const int32_t* row_ends, int32_t* indices, int64_t rows,
                                        int64_t n, int64_t k, cudaStream_t stream);
 
+// ---- LLM sampling (issue #33): logits [rows, n] float32 or bfloat16, probabilities [rows, n]
+// float32; per-row parameters are device arrays (nullptr: the scalar) ----
+
+// FlashInfer 0.7.2 RadixTopKMaskLogitsMultiCTA (flashinfer.top_k_mask_logits): the logits of the
+// row's top-k and -inf elsewhere, in the logits' dtype; `row_states` as for flashinfer_radix_topk.
+cudaError_t flashinfer_top_k_mask_logits(Dtype dtype, const void* logits, void* out,
+                                         const int32_t* top_k_arr, uint32_t top_k, uint32_t rows,
+                                         uint32_t n, void* row_states, cudaStream_t stream);
+
+// FlashInfer 0.7.2 RadixTopKRenormProbMultiCTA (flashinfer.top_k_renorm_probs, its default
+// non-deterministic mode).
+cudaError_t flashinfer_top_k_renorm_probs(const float* probs, float* out,
+                                          const int32_t* top_k_arr, uint32_t top_k, uint32_t rows,
+                                          uint32_t n, void* row_states, cudaStream_t stream);
+
+// FlashInfer 0.7.2 AirTopPRenormProb<false> (flashinfer.top_p_renorm_probs, its default
+// non-deterministic mode; TopPRenormProb below 2048 columns, as its binding) with the workspace
+// its Python wrapper sizes.
+size_t flashinfer_top_p_renorm_workspace_bytes(uint32_t rows, uint32_t n);
+cudaError_t flashinfer_top_p_renorm_probs(const float* probs, float* out, const float* top_p_arr,
+                                          float top_p, uint32_t rows, uint32_t n, void* workspace,
+                                          cudaStream_t stream);
+
+// FlashInfer 0.7.2 MinPSamplingFromProb (flashinfer.min_p_sampling_from_probs, deterministic as
+// its default): int32 samples and per-row `valid` flags; its own Philox randoms from seed/offset.
+cudaError_t flashinfer_min_p_sampling_from_probs(const float* probs, const float* min_p_arr,
+                                                 float min_p, int32_t* samples, bool* valid,
+                                                 uint32_t rows, uint32_t n, uint64_t seed,
+                                                 uint64_t offset, cudaStream_t stream);
+
+// flashinfer.top_k_top_p_sampling_from_logits's three chains: filter_apply_order="top_k_first"
+// (the default) takes its fast path for a scalar top_k <= 256 on >= 65536 columns (sorted
+// deterministic radix top-k, softmax of the k survivors, top-p sampling among them) and otherwise
+// masks (top_k_mask_logits, softmax, top-p sampling over the vocabulary); "joint" is softmax then
+// the fused TopKTopPSamplingFromProb. Deterministic (the default), int32 samples.
+enum class FlashinferChain { top_k_first_fast, top_k_first_masked, joint };
+FlashinferChain flashinfer_top_k_first_chain(bool per_row_top_k, uint32_t top_k, uint32_t n);
+size_t flashinfer_top_k_top_p_scratch_bytes(FlashinferChain chain, uint32_t rows, uint32_t n,
+                                            uint32_t top_k);
+cudaError_t flashinfer_top_k_top_p_sampling_from_logits(
+    FlashinferChain chain, Dtype dtype, const void* logits, const int32_t* top_k_arr,
+    uint32_t top_k, const float* top_p_arr, float top_p, int32_t* samples, uint32_t rows,
+    uint32_t n, void* row_states, void* scratch, size_t scratch_bytes, uint64_t seed,
+    uint64_t offset, cudaStream_t stream);
+
 }  // namespace peers
