@@ -189,8 +189,9 @@ REPORTS = {
                         "aoti_torch_mps_topk",
         },
         "executorch_own_topk": "none in 1.2.0 (torch.topk is a missing fallback kernel); "
-                               "1.4.1's MetalBackend lists torch.topk among its own fallbacks, "
-                               "whose aoti_torch_mps_topk the inserted shim interposes",
+                               "1.4.1's MetalBackend lists torch.topk among its own fallbacks "
+                               "(its runner's aoti_torch_mps_topk; the inserted shim's is "
+                               "searched first)",
     },
 }
 
