@@ -166,6 +166,21 @@ MTK_API mtk_status mtk_memcpy(mtk_context ctx, void* dst, const void* src, size_
 /* Waits until all work queued on `stream` (NULL: the context's default queue) has finished. */
 MTK_API mtk_status mtk_synchronize(mtk_context ctx, void* stream);
 
+/*
+ * Memory another runtime allocated (Metal and MPSGraph; the other backends use any device
+ * pointer as it is and refuse with MTK_ERROR_BACKEND_UNAVAILABLE). `buffer` is an id<MTLBuffer>
+ * on the context's device with shared storage (MTLStorageModeShared), such as a tensor of
+ * ExecuTorch's Metal runtime. From this call until mtk_unregister_buffer, every address in
+ * [contents, contents + length) is a device pointer of the context, as if mtk_malloc had made
+ * it; the context retains the buffer meanwhile. *data_out receives the contents address.
+ * Registering the same buffer again nests (each registration is ended by one unregister); a
+ * buffer that overlaps other memory the context knows is refused.
+ */
+MTK_API mtk_status mtk_register_buffer(mtk_context ctx, void* buffer, void** data_out);
+/* Ends one registration of the buffer whose contents address is `data`. Work already encoded
+ * keeps using the buffer (command buffers retain what they use). */
+MTK_API mtk_status mtk_unregister_buffer(mtk_context ctx, void* data);
+
 /* ---- Top-k ------------------------------------------------------------------------------ */
 
 /*

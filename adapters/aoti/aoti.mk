@@ -5,7 +5,8 @@
 # for an ExecuTorch runtime, which implements the same functions, build it with
 # AOTI_RUNTIME_LIBS= so they stay undefined and bind to the runtime at load time. CUDA entry
 # points are compiled in when that torch was built with CUDA, the origin's aoti_torch_mps_topk on
-# macOS (where the runtime's symbols are always looked up at load time).
+# macOS (where the runtime's symbols are always looked up at load time; under ExecuTorch's Metal
+# runtime it encodes on the runtime's stream into the runtime's buffers: executorch_metal.mm).
 #
 # This file also finds the torch that both torch parts (this shim and adapters/torch/torch.mk's
 # fast path) are built against, and how: tools/torch-flags.py takes the C++ standard, folders and
@@ -52,8 +53,12 @@ AOTI_HEADERS := adapters/aoti/metaltopk_aoti.h include/metaltopk.h
 
 ifeq ($(UNAME),Darwin)
 AOTI_SONAME = -install_name @rpath/libmetaltopk_aoti.$(LIB_EXT)
-AOTI_RUNTIME_SYMBOLS := -undefined dynamic_lookup -Wl,-rpath,@loader_path
-AOTI_DEVICE_DEFINES = -DMETALTOPK_AOTI_MPS
+AOTI_RUNTIME_SYMBOLS := -undefined dynamic_lookup -Wl,-rpath,@loader_path -framework Foundation
+# aoti_torch_mps_topk adopts ExecuTorch's Metal buffers and stream where that runtime is the
+# process's (Objective-C++, manual retain/release: clang's default).
+AOTI_DEVICE_DEFINES = -DMETALTOPK_AOTI_MPS -DMETALTOPK_AOTI_EXECUTORCH_METAL
+AOTI_SRC += adapters/aoti/executorch_metal.mm
+AOTI_HEADERS += adapters/aoti/executorch_metal.h
 else
 AOTI_SONAME = -Wl,-soname,libmetaltopk_aoti.$(LIB_EXT)
 TORCH_CUDA = $(wildcard $(TORCH_LIBRARY_DIR)/libtorch_cuda.so)

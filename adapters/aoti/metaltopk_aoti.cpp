@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <new>
@@ -14,6 +15,10 @@
 #include <utility>
 
 #include "metaltopk.h"
+
+#ifdef METALTOPK_AOTI_EXECUTORCH_METAL
+#include "executorch_metal.h"
+#endif
 
 namespace {
 
@@ -205,13 +210,58 @@ void* cuda_stream(int32_t device_index) {
 #endif
 
 #ifdef METALTOPK_AOTI_MPS
-// The Metal backend encodes into the context's own queue when given no command buffer.
-void* metal_queue(int32_t) { return nullptr; }
+#ifdef METALTOPK_AOTI_EXECUTORCH_METAL
+// Under ExecuTorch's Metal runtime, its stream's command buffer (its open encoder ended, as its
+// own ops do), so that the top-k runs in the stream's order, and its tensors' buffers; elsewhere
+// NULL: the context's own queue and memory.
+void* metal_stream(int32_t) {
+  const char* error = nullptr;
+  void* command_buffer = metaltopk_aoti::executorch_metal_command_buffer(&error);
+  if (error != nullptr) fail(error);
+  return command_buffer;
+}
+constexpr auto metal_native_buffer = metaltopk_aoti::executorch_metal_buffer;
+#else
+// Built without the ExecuTorch glue (on Linux, to test this entry's error path).
+void* metal_stream(int32_t) { return nullptr; }
+constexpr void* (*metal_native_buffer)(void*) = nullptr;
+#endif
 #endif
 
 struct Device {
   mtk_backend backend;
   void* (*stream)(int32_t device_index);
+  // The runtime's buffer behind a data pointer, which the library must be given
+  // (mtk_register_buffer) before it can use the pointer; NULL: pointers are used as they are.
+  void* (*native_buffer)(void* data) = nullptr;
+};
+
+// The runtime's buffers one call registered with the library, unregistered when the call ends
+// (the command buffer that uses them retains them meanwhile).
+class RegisteredBuffers {
+ public:
+  RegisteredBuffers(mtk_context ctx, const Device& device) : ctx_(ctx), device_(device) {}
+  RegisteredBuffers(const RegisteredBuffers&) = delete;
+  RegisteredBuffers& operator=(const RegisteredBuffers&) = delete;
+  ~RegisteredBuffers() {
+    for (int i = 0; i < count_; ++i) mtk_unregister_buffer(ctx_, registered_[i]);
+  }
+  // Memory the runtime does not know stays as it is: the library resolves it or refuses it.
+  void add(const void* data) {
+    if (device_.native_buffer == nullptr || data == nullptr) return;
+    void* buffer = device_.native_buffer(const_cast<void*>(data));
+    if (buffer == nullptr) return;
+    if (count_ == kMostBuffers) fail("more runtime buffers than one call registers");
+    check(mtk_register_buffer(ctx_, buffer, &registered_[count_]));
+    ++count_;
+  }
+
+ private:
+  static constexpr int kMostBuffers = 4;  // input, values, indices, workspace
+  mtk_context ctx_;
+  const Device& device_;
+  void* registered_[kMostBuffers] = {};
+  int count_ = 0;
 };
 
 void topk(const Device& device, AtenTensorHandle self, int64_t k, int64_t dim, int32_t largest,
@@ -232,6 +282,10 @@ void topk(const Device& device, AtenTensorHandle self, int64_t k, int64_t dim, i
   const mtk_tensor values = allocate(input, ndim, sizes, input.tensor.dtype, values_owner);
   const mtk_tensor indices = allocate(input, ndim, sizes, MTK_INT64, indices_owner);
   void* workspace = allocate_scratch(input, workspace_bytes, workspace_owner);
+  RegisteredBuffers registered(ctx, device);
+  for (const void* data : {input.tensor.data, values.data, indices.data, workspace}) {
+    registered.add(data);
+  }
   check(mtk_topk_with_workspace(ctx, &input.tensor, k, dim, largest, sorted, &values, &indices,
                                 workspace, workspace_bytes, device.stream(input.device_index)));
   *ret0 = values_owner.release();
@@ -553,7 +607,7 @@ AOTITorchError aoti_torch_cuda_topk(AtenTensorHandle self, int64_t k, int64_t di
 AOTITorchError aoti_torch_mps_topk(AtenTensorHandle self, int64_t k, int64_t dim,
                                    int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
                                    AtenTensorHandle* ret1) {
-  static constexpr Device metal{MTK_BACKEND_METAL, metal_queue};
+  static constexpr Device metal{MTK_BACKEND_METAL, metal_stream, metal_native_buffer};
   return guarded(__func__, [&] { topk(metal, self, k, dim, largest, sorted, ret0, ret1); });
 }
 #endif

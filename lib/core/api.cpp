@@ -291,6 +291,24 @@ MTK_API mtk_status mtk_synchronize(mtk_context ctx, void* stream) {
   return guarded([&] { mtk::checked_context(ctx).backend().synchronize(stream); });
 }
 
+MTK_API mtk_status mtk_register_buffer(mtk_context ctx, void* buffer, void** data_out) {
+  if (data_out != nullptr) *data_out = nullptr;
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    require_out(data_out, "data_out");
+    if (buffer == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer is NULL");
+    *data_out = context.backend().register_buffer(buffer);
+  });
+}
+
+MTK_API mtk_status mtk_unregister_buffer(mtk_context ctx, void* data) {
+  return guarded([&] {
+    Context& context = mtk::checked_context(ctx);
+    if (data == nullptr) fail(MTK_ERROR_INVALID_ARGUMENT, "data is NULL");
+    context.backend().unregister_buffer(data);
+  });
+}
+
 MTK_API mtk_status mtk_topk(mtk_context ctx, const mtk_tensor* input, int64_t k, int64_t dim,
                             int largest, int sorted, const mtk_tensor* values,
                             const mtk_tensor* indices, void* stream) {

@@ -1,5 +1,5 @@
-// What a backend without ragged or sampling kernels answers: a clear refusal naming it, never a
-// result.
+// What a backend without ragged or sampling kernels, or without foreign buffers, answers: a clear
+// refusal naming it, never a result.
 #include "backend.hpp"
 
 #include "error.hpp"
@@ -20,7 +20,17 @@ namespace {
        " backend yet; the cpu backend implements it");
 }
 
+[[noreturn]] void refuse_registration(mtk_backend kind) {
+  fail(MTK_ERROR_BACKEND_UNAVAILABLE, "the ", mtk_backend_name(kind),
+       " backend registers no foreign buffers (mtk_register_buffer is for Metal and MPSGraph): "
+       "pass the runtime's device pointers as they are");
+}
+
 }  // namespace
+
+void* Backend::register_buffer(void*) { refuse_registration(kind()); }
+
+void Backend::unregister_buffer(void*) { refuse_registration(kind()); }
 
 std::shared_ptr<const PlannedTopk> Backend::plan_sampling(const SamplingProblem&) {
   refuse_sampling(kind());

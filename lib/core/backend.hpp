@@ -35,6 +35,10 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes, mtk_copy_kind kind,
                     void* stream) = 0;
   virtual void synchronize(void* stream) = 0;
+  // Another runtime's buffer (mtk_register_buffer), a native handle, made a device pointer until
+  // unregister_buffer; the defaults refuse (a backend whose device pointers need no handle).
+  virtual void* register_buffer(void* native_buffer);
+  virtual void unregister_buffer(void* data);
 
   // Plans a problem with rows, n and k > 0 (a backend may return a plan it cached per shape).
   virtual std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) = 0;

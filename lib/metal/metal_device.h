@@ -42,6 +42,10 @@ class MetalDevice {
   // Shared-storage buffers whose contents address is the device pointer.
   void* allocate(size_t bytes);
   void deallocate(void* ptr) noexcept;
+  // Another runtime's shared buffer made resolvable (mtk_register_buffer); nested registrations
+  // of one buffer are counted. Both throw MTK_ERROR_INVALID_ARGUMENT with the reason.
+  void* register_buffer(void* native_buffer);
+  void unregister_buffer(void* data);
   // The buffer holding [ptr, ptr + bytes); interior pointers are fine. Throws
   // MTK_ERROR_INVALID_ARGUMENT naming `argument` for memory this context did not allocate.
   BufferSlice resolve(const void* ptr, size_t bytes, const char* argument) const;
@@ -78,6 +82,7 @@ class MetalDevice {
   struct Allocation {
     ObjcRef<id<MTLBuffer>> buffer;
     size_t bytes;
+    size_t registrations = 0;  // 0: allocated by this context; else another runtime's buffer
   };
 
   ObjcRef<id<MTLDevice>> device_;

@@ -80,6 +80,63 @@ void MetalDevice::deallocate(void* ptr) noexcept {
   }
 }
 
+void* MetalDevice::register_buffer(void* native_buffer) {
+  ObjcRef<id<MTLBuffer>> buffer;
+  bool same_device = false, shared = false;
+  void* contents = nullptr;
+  NSUInteger length = 0;
+  objc_call("registering a Metal buffer", [&] {
+    id object = (id)native_buffer;
+    if ([object conformsToProtocol:@protocol(MTLBuffer)]) {
+      buffer = ObjcRef<id<MTLBuffer>>::retain((id<MTLBuffer>)object);
+      same_device = [buffer.get() device] == device_.get();
+      shared = [buffer.get() storageMode] == MTLStorageModeShared;
+      contents = [buffer.get() contents];
+      length = [buffer.get() length];
+    }
+  });
+  if (!buffer) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " is not an id<MTLBuffer>");
+  if (!same_device) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " is on another Metal device than the context's");
+  if (!shared || contents == nullptr) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer,
+         " does not have shared storage (MTLStorageModeShared): its memory has no CPU address to stand for it");
+  }
+  if (length == 0) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " has length 0");
+  const uintptr_t start = reinterpret_cast<uintptr_t>(contents);
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  auto after = allocations_.upper_bound(start);
+  bool overlaps = after != allocations_.end() && after->first - start < length;
+  if (after != allocations_.begin()) {
+    const auto& [before_start, before] = *std::prev(after);
+    if (before_start == start && before.registrations > 0 && before.buffer.get() == buffer.get()) {
+      ++std::prev(after)->second.registrations;
+      return contents;
+    }
+    overlaps = overlaps || start - before_start < before.bytes;
+  }
+  if (overlaps) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " (", length, " bytes at ", contents,
+         ") overlaps memory this Metal context already knows");
+  }
+  allocations_.emplace(start, Allocation{buffer, length, 1});
+  return contents;
+}
+
+void MetalDevice::unregister_buffer(void* data) {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  auto found = allocations_.find(reinterpret_cast<uintptr_t>(data));
+  if (found == allocations_.end() || found->second.registrations == 0) {
+    fail(MTK_ERROR_INVALID_ARGUMENT, "data = ", data, " is not the contents of a buffer registered with this Metal context");
+  }
+  if (--found->second.registrations == 0) {
+    @try {
+      allocations_.erase(found);
+    } @catch (NSException*) {
+      // A failing release cannot be reported; the registration is gone either way.
+    }
+  }
+}
+
 BufferSlice MetalDevice::resolve(const void* ptr, size_t bytes, const char* argument) const {
   const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(memory_mutex_);

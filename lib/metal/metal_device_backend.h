@@ -47,6 +47,8 @@ class MetalDeviceBackend : public Backend {
     device_.copy(dst, src, bytes, kind, stream);
   }
   void synchronize(void* stream) override { device_.synchronize(stream); }
+  void* register_buffer(void* native_buffer) override { return device_.register_buffer(native_buffer); }
+  void unregister_buffer(void* data) override { device_.unregister_buffer(data); }
   // Problems the MPSGraph backend routes need the Metal kernels' scratch; its graphs need none.
   std::shared_ptr<const PlannedTopk> plan_topk(const TopkProblem& problem) override {
     auto planned = std::make_shared<MetalPlannedTopk>();

@@ -216,6 +216,18 @@ static void test_memory(mtk_context ctx) {
   CHECK(mtk_free(ctx, host) != MTK_SUCCESS, "freed a stack address");
   CHECK(mtk_free(ctx, a) != MTK_SUCCESS, "freed %p twice", a);
   CHECK(mtk_last_error_message()[0] != '\0', "no message for a bad free");
+
+  /* Foreign buffers are a Metal notion: the CPU backend refuses them, naming itself. */
+  void* registered = &registered;
+  EXPECT_STATUS(mtk_register_buffer(ctx, host, &registered), MTK_ERROR_BACKEND_UNAVAILABLE,
+                "cpu backend registers no foreign buffers");
+  CHECK(registered == NULL, "a refused registration left %p", registered);
+  EXPECT_STATUS(mtk_register_buffer(ctx, NULL, &registered), MTK_ERROR_INVALID_ARGUMENT,
+                "buffer is NULL");
+  EXPECT_STATUS(mtk_register_buffer(ctx, host, NULL), MTK_ERROR_INVALID_ARGUMENT, "data_out");
+  EXPECT_STATUS(mtk_unregister_buffer(ctx, host), MTK_ERROR_BACKEND_UNAVAILABLE, "cpu");
+  EXPECT_STATUS(mtk_unregister_buffer(ctx, NULL), MTK_ERROR_INVALID_ARGUMENT, "data is NULL");
+  EXPECT_STATUS(mtk_register_buffer(NULL, host, &registered), MTK_ERROR_INVALID_CONTEXT, NULL);
 }
 
 /* ---- top-k ------------------------------------------------------------------------------- */

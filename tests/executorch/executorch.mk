@@ -3,7 +3,9 @@
 # functions (no float16, uint8 or float64 getters), as the ExecuTorch runner would load it: no
 # torch library linked, the runtime's symbols exported by the program. The Python half
 # (test_executorch.py) runs with the torch tests where executorch is installed; run_e2e.sh is the
-# GPU machine's end-to-end run.
+# GPU machine's end-to-end run. On Linux, test-executorch-metal runs the shim's ExecuTorch Metal
+# glue (adapters/aoti/executorch_metal.mm) through GNUstep against a stand-in for the runtime's
+# symbols, and syntax-checks the shim's Metal entry point.
 
 ET_TEST_OUT := $(BUILD)/tests/executorch
 ET_TEST_SHIM_NAME := metaltopk_aoti_et120_test
@@ -11,7 +13,8 @@ ET_TEST_SHIM := $(ET_TEST_OUT)/lib$(ET_TEST_SHIM_NAME).$(LIB_EXT)
 
 ifeq ($(UNAME),Darwin)
 ET_TEST_EXPORTS :=
-ET_TEST_SHIM_LINK := -undefined dynamic_lookup -install_name @rpath/lib$(ET_TEST_SHIM_NAME).$(LIB_EXT)
+ET_TEST_SHIM_LINK := -undefined dynamic_lookup -install_name @rpath/lib$(ET_TEST_SHIM_NAME).$(LIB_EXT) \
+  -framework Foundation
 else
 ET_TEST_EXPORTS := -rdynamic
 ET_TEST_SHIM_LINK := -Wl,-soname,lib$(ET_TEST_SHIM_NAME).$(LIB_EXT)
@@ -35,4 +38,31 @@ test-executorch-shim: $(ET_TEST_OUT)/shim_et120_test
 
 ifneq ($(TORCH_FOUND),)
 TEST_TARGETS += test-executorch-shim
+endif
+
+ifneq ($(UNAME),Darwin)
+ET_METAL_TEST := $(ET_TEST_OUT)/executorch_metal_test
+ET_METAL_GLUE := adapters/aoti/executorch_metal.mm adapters/aoti/executorch_metal.h
+
+# METAL_OBJC* are lib/metal/metal.mk's GNUstep settings; here they link instead of only parsing.
+$(ET_METAL_TEST): tests/executorch/executorch_metal_test.mm $(ET_METAL_GLUE) \
+    tests/metal/stubs/metal_stubs.h tests/executorch/executorch.mk
+	@command -v gnustep-config >/dev/null || { echo "gnustep-config missing: apt-get install libgnustep-base-dev gnustep-make"; exit 1; }
+	@mkdir -p $(dir $@) $(METAL_OBJC_INC)
+	@ln -sfn "$$(gcc -print-file-name=include)/objc" $(METAL_OBJC_INC)/objc
+	$(filter-out -fsyntax-only,$(METAL_OBJC)) -Iadapters/aoti \
+	  tests/executorch/executorch_metal_test.mm adapters/aoti/executorch_metal.mm -o $@ \
+	  $(shell gnustep-config --base-libs 2>/dev/null)
+
+.PHONY: test-executorch-metal-glue test-executorch-metal
+test-executorch-metal-glue: $(ET_METAL_TEST)
+	$<
+
+# The shim's Metal entry with the glue, compiled as on macOS (torch's headers needed).
+test-executorch-metal: test-executorch-metal-glue $(TORCH_BUILD_INPUTS)
+	$(call check_torch_flags,the shim's Metal entry point)
+	$(CXX) $(AOTI_CXXFLAGS) -DMETALTOPK_AOTI_MPS -DMETALTOPK_AOTI_EXECUTORCH_METAL -fsyntax-only \
+	  $(AOTI_SRC)
+
+TEST_TARGETS += $(if $(TORCH_FOUND),test-executorch-metal,test-executorch-metal-glue)
 endif

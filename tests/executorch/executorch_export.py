@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Exports the end-to-end run's models to ExecuTorch programs, and checks the runner's outputs.
 
-    executorch_export.py export OUT [--backend cuda|cpu-stand-in]
-    executorch_export.py check OUT RESULTS.json [--timings FILE]
+    executorch_export.py export OUT [--backend cuda|metal|cpu-stand-in]
+    executorch_export.py check OUT RESULTS.json [--timings FILE] [--backend cuda|metal]
 
 `export` writes, for each model (a sampler's vocabulary top-k over [1, 151936] with k = 50, and
 an MoE router softmax -> top-8 of 128 -> renormalise over [64, 128]) and each route (`plain`:
@@ -12,8 +12,10 @@ aoti_torch_cuda_mtk_moe_route), OUT/<model>-<route>/ with model.pte, the backend
 input as raw bytes (input-0.bin, as executor_runner's --inputs reads it) and eager's outputs
 (expected-<i>.bin, from the exported program run eagerly on the export device). Lowering goes
 through to_edge_transform_and_lower with ExecuTorch's CudaPartitioner after
-metaltopk.executorch.enable(); `--backend cpu-stand-in` lowers through StandInCpuBackend
-instead, which needs no GPU (that program has no runner: it checks the export side only).
+metaltopk.executorch.enable(); `--backend metal` (macOS, unverified) with ExecuTorch's
+MetalPartitioner, where both routes call aoti_torch_mps_topk (the router is not fused there);
+`--backend cpu-stand-in` lowers through StandInCpuBackend instead, which needs no GPU (that
+program has no runner: it checks the export side only).
 
 `check` compares each folder's runner outputs (output-<i>.bin, from executor_runner's
 --output_file) with eager's, byte for byte, and writes the results as JSON.
@@ -94,20 +96,32 @@ def partitioner(backend_name):
 
         mtk_executorch.enable("cuda")
         return CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])
+    if backend_name == "metal":
+        from executorch.backends.apple.metal.metal_backend import MetalBackend
+        from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
+
+        mtk_executorch.enable("metal")
+        return MetalPartitioner([MetalBackend.generate_method_name_compile_spec("forward")])
     mtk_executorch.enable(StandInCpuBackend)
     return AotiPartitioner(StandInCpuBackend.__name__,
                            [StandInCpuBackend.generate_method_name_compile_spec("forward")])
 
 
+def export_device(backend_name: str) -> str:
+    if backend_name == "metal":
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    return "cuda" if backend_name == "cuda" else "cpu"
+
+
 def export(out: Path, backend_name: str) -> None:
-    device = "cuda" if backend_name == "cuda" else "cpu"
+    device = export_device(backend_name)
     for model_name, (model, example) in models().items():
         for route in ("plain", "replaced"):
             folder = out / f"{model_name}-{route}"
             folder.mkdir(parents=True, exist_ok=True)
             program = torch.export.export(model, (example,))
-            if route == "replaced":
-                program = replace_topk(program)
+            if route == "replaced":  # Metal has no C function for the fused router
+                program = replace_topk(program, router=backend_name != "metal")
             with torch.no_grad():
                 expected = model.to(device)(example.to(device))
             lowered = to_edge_transform_and_lower(program, partitioner=[partitioner(backend_name)])
@@ -149,7 +163,46 @@ def compare(folder: Path, i: int, dtype: str) -> dict:
     return result
 
 
-def check(out: Path, results_path: Path, timings: Path) -> bool:
+# What the results file says of each backend's programs.
+REPORTS = {
+    "cuda": {
+        "what": "ExecuTorch programs lowered with CudaPartitioner, top-k served by metaltopk's "
+                "C shim (libmetaltopk_aoti preloaded into executor_runner), against eager",
+        "routes": {
+            "plain": "torch.topk as written: AOTInductor's fallback aoti_torch_cuda_topk, which "
+                     "the shim built without libtorch provides",
+            "replaced": "after metaltopk.torch.replace_topk: aoti_torch_cuda_mtk_topk, the "
+                        "router fused into aoti_torch_cuda_mtk_moe_route",
+        },
+        "executorch_own_topk": "none in 1.2.0: without metaltopk.executorch.enable() its CUDA "
+                               "backend refuses torch.topk ('missing fallback kernels'); later "
+                               "releases replace top-k with a Triton kernel for rows up to 4096 "
+                               "only",
+    },
+    "metal": {
+        "what": "ExecuTorch programs lowered with MetalPartitioner, top-k served by metaltopk's "
+                "C shim (libmetaltopk_aoti inserted into executor_runner), against eager",
+        "routes": {
+            "plain": "torch.topk as written: AOTInductor's fallback aoti_torch_mps_topk, which "
+                     "the shim provides",
+            "replaced": "after metaltopk.torch.replace_topk(router=False): mtk_topk, mapped to "
+                        "aoti_torch_mps_topk",
+        },
+        "executorch_own_topk": "none in 1.2.0 (torch.topk is a missing fallback kernel); "
+                               "1.4.1's MetalBackend lists torch.topk among its own fallbacks "
+                               "(its runner's aoti_torch_mps_topk; the inserted shim's is "
+                               "searched first)",
+    },
+}
+
+
+def gpu_name(backend_name: str):
+    if backend_name == "metal":
+        return "Apple GPU (mps)" if torch.backends.mps.is_available() else None
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def check(out: Path, results_path: Path, timings: Path, backend_name: str = "cuda") -> bool:
     times = {}
     if timings is not None and timings.is_file():
         for line in timings.read_text().splitlines():
@@ -169,29 +222,21 @@ def check(out: Path, results_path: Path, timings: Path) -> bool:
             f"max |difference| {o.get('max_abs_difference')}") for o in outputs), flush=True)
     from importlib import metadata
 
+    described = REPORTS[backend_name]
     report = {
-        "what": "ExecuTorch programs lowered with CudaPartitioner, top-k served by metaltopk's "
-                "C shim (libmetaltopk_aoti preloaded into executor_runner), against eager",
+        "what": described["what"],
         "executorch": metadata.version("executorch"),
         "torch": torch.__version__,
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "gpu": gpu_name(backend_name),
         "models": {
             "sampler": f"torch.topk over [1, {VOCABULARY}] float32, k = {SAMPLER_K}",
             "router": f"softmax -> top-{ROUTER_K} -> renormalise over [{ROUTER_TOKENS}, "
                       f"{ROUTER_EXPERTS}] float32",
         },
-        "routes": {
-            "plain": "torch.topk as written: AOTInductor's fallback aoti_torch_cuda_topk, which "
-                     "the shim built without libtorch provides",
-            "replaced": "after metaltopk.torch.replace_topk: aoti_torch_cuda_mtk_topk, the "
-                        "router fused into aoti_torch_cuda_mtk_moe_route",
-        },
+        "routes": described["routes"],
         "ms_per_run": "executor_runner's time for method execute, averaged over its runs: the "
                       "delegate's copies of the input to the GPU and of the outputs back included",
-        "executorch_own_topk": "none in 1.2.0: without metaltopk.executorch.enable() its CUDA "
-                               "backend refuses torch.topk ('missing fallback kernels'); later "
-                               "releases replace top-k with a Triton kernel for rows up to 4096 "
-                               "only",
+        "executorch_own_topk": described["executorch_own_topk"],
         "programs": results,
         "all_exact": all(o["exact"] for r in results for o in r["outputs"]),
         "passed": passed and len(results) == 4,
@@ -206,16 +251,18 @@ def main() -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     export_command = commands.add_parser("export")
     export_command.add_argument("out", type=Path)
-    export_command.add_argument("--backend", choices=("cuda", "cpu-stand-in"), default="cuda")
+    export_command.add_argument("--backend", choices=("cuda", "metal", "cpu-stand-in"),
+                                default="cuda")
     check_command = commands.add_parser("check")
     check_command.add_argument("out", type=Path)
     check_command.add_argument("results", type=Path)
     check_command.add_argument("--timings", type=Path)
+    check_command.add_argument("--backend", choices=("cuda", "metal"), default="cuda")
     args = parser.parse_args()
     if args.command == "export":
         export(args.out, args.backend)
         return 0
-    return 0 if check(args.out, args.results, args.timings) else 1
+    return 0 if check(args.out, args.results, args.timings, args.backend) else 1
 
 
 if __name__ == "__main__":

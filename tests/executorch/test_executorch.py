@@ -80,6 +80,21 @@ def test_enable_registers_fallbacks_and_c_shims():
                for declaration in shims[torch.ops.metaltopk.mtk_moe_route.default])
 
 
+def test_enable_metal_maps_mtk_topk_to_the_origins_shim():
+    from executorch.backends.apple.metal.metal_backend import MetalBackend
+
+    mtk_executorch.enable("metal")
+    kernels = MetalBackend.get_supported_fallback_kernels()
+    for name in ("at::_ops::topk::call", "metaltopk::mtk_topk",
+                 "aoti_torch_mps_mm_out"):  # the backend's own one stays
+        assert name in kernels
+    # The compile options themselves import torchao (1.2.0); what enable() adds to them:
+    shims = mtk_executorch.c_shims("metal")
+    (declaration,) = shims[torch.ops.metaltopk.mtk_topk.default]
+    assert "aoti_torch_mps_topk(" in declaration
+    assert torch.ops.metaltopk.mtk_moe_route.default not in shims  # export with router=False
+
+
 def test_replaced_topk_calls_the_shim(monkeypatch):
     mtk_executorch.enable(StandInCpuBackend)
     wrapper = lower_and_read_wrapper(replace_topk(sampler_program()), monkeypatch)

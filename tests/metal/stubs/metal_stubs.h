@@ -75,7 +75,20 @@ enum {
 @end
 
 // macOS 10.11
-@protocol MTLBuffer <NSObject>
+typedef NSUInteger MTLStorageMode;
+enum {
+  MTLStorageModeShared = 0,   // macOS 10.11
+  MTLStorageModePrivate = 2,  // macOS 10.11
+};
+
+// macOS 10.11; properties, declared here as their getters.
+@protocol MTLResource <NSObject>
+- (id<MTLDevice>)device;             // macOS 10.11
+- (MTLStorageMode)storageMode;       // macOS 10.11
+@end
+
+// macOS 10.11
+@protocol MTLBuffer <MTLResource>
 - (void*)contents __attribute__((objc_returns_inner_pointer));  // macOS 10.11
 - (NSUInteger)length;                         // macOS 10.11
 @end
