@@ -249,10 +249,11 @@ Outputs run(mtk_context ctx, bool device, const Case& c, const Buffers& b) {
   return out;
 }
 
-// Row r's (index, value bits) pairs; unsorted results compare as sets, so they are put in
-// index order, padding (-1) last.
+// Row r's (index, value bits) pairs; unsorted results compare as sets, so their first `count`
+// (the window's winners) are put in index order. A transformed index can be -1 too (offsets
+// that wrap), so the winners are told from the padding by the count, not by the index.
 std::vector<std::pair<int64_t, std::vector<uint8_t>>> row_entries(const Case& c, const Outputs& o,
-                                                                   int64_t r) {
+                                                                   int64_t r, int64_t count) {
   const size_t size = dtype_size(c.dtype);
   std::vector<std::pair<int64_t, std::vector<uint8_t>>> entries;
   for (int64_t j = 0; j < c.k; ++j) {
@@ -268,13 +269,20 @@ std::vector<std::pair<int64_t, std::vector<uint8_t>>> row_entries(const Case& c,
     entries.emplace_back(index, std::vector<uint8_t>(o.values.begin() + long(at * size),
                                                      o.values.begin() + long((at + 1) * size)));
   }
-  if (!c.sorted) {
-    // Winners first in any order, then padding: the winners' part as a set.
-    const auto padding = std::find_if(entries.begin(), entries.end(),
-                                      [](const auto& e) { return e.first == -1; });
-    std::sort(entries.begin(), padding);
-  }
+  if (!c.sorted) std::sort(entries.begin(), entries.begin() + count);
   return entries;
+}
+
+// How many winners row r has: min(k, its clipped window's length), none without a page table.
+int64_t window_count(const Case& c, int64_t length, int64_t start, int64_t batch,
+                     int64_t batches) {
+  const int64_t first = c.with_starts ? std::min(std::max(start, int64_t(0)), c.n) : 0;
+  int64_t clipped = std::min(std::max(length, int64_t(0)), c.n - first);
+  if (c.transform == Transform::PageTable && c.with_row_to_batch &&
+      (batch < 0 || batch >= batches)) {
+    clipped = 0;
+  }
+  return std::min(c.k, clipped);
 }
 
 void check(mtk_context cuda, mtk_context cpu, const Case& c, std::mt19937_64& rng) {
@@ -309,7 +317,9 @@ void check(mtk_context cuda, mtk_context cpu, const Case& c, std::mt19937_64& rn
   const Outputs want = run(cpu, false, c, b);
   const Outputs got = run(cuda, true, c, b);
   for (int64_t r = 0; r < c.rows; ++r) {
-    const auto w = row_entries(c, want, r), g = row_entries(c, got, r);
+    const int64_t count = window_count(c, lengths[size_t(r)], starts[size_t(r)],
+                                       row_to_batch[size_t(r)], b.batches);
+    const auto w = row_entries(c, want, r, count), g = row_entries(c, got, r, count);
     for (int64_t j = 0; j < k; ++j) {
       if (w[size_t(j)] != g[size_t(j)]) {
         std::fprintf(stderr,
@@ -421,8 +431,25 @@ void check_graph_replay(mtk_context cuda, mtk_context cpu, std::mt19937_64& rng)
     b.starts = start_bytes;
     const Outputs want = run(cpu, false, c, b);
     if (want.values != got.values || want.indices != got.indices) {
-      std::fprintf(stderr, "FAIL graph replay %d: results differ from the CPU backend's\n",
-                   replay);
+      // Where: the first differing entry, its row's window, and whether the same call made
+      // outside the graph differs too.
+      int64_t at = 0;
+      const auto* wi = reinterpret_cast<const int64_t*>(want.indices.data());
+      const auto* gi = reinterpret_cast<const int64_t*>(got.indices.data());
+      const auto* wv = reinterpret_cast<const uint32_t*>(want.values.data());
+      const auto* gv = reinterpret_cast<const uint32_t*>(got.values.data());
+      while (at < c.rows * c.k && wi[at] == gi[at] && wv[at] == gv[at]) ++at;
+      const int64_t r = at / c.k;
+      const Outputs direct = run(cuda, true, c, b);
+      std::fprintf(stderr,
+                   "FAIL graph replay %d: results differ from the CPU backend's: row %lld "
+                   "(length %lld start %lld) rank %lld: index %lld value %08x, CPU %lld %08x; "
+                   "the same call outside the graph %s\n",
+                   replay, (long long)r, (long long)new_lengths[size_t(r)],
+                   (long long)new_starts[size_t(r)], (long long)(at % c.k), (long long)gi[at],
+                   gv[at], (long long)wi[at], wv[at],
+                   direct.values == want.values && direct.indices == want.indices
+                       ? "matches" : "differs too");
       ++failures;
     }
   }
