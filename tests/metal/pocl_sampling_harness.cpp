@@ -12,7 +12,8 @@
 // 151936 x scalar and per-row (int32 / int64 top_k, strided) parameters x rows with NaN,
 // infinities, ties, signed zeros, subnormals, no mass at all; filters disabled by each of
 // vLLM's conventions; temperatures that are greedy, subnormal or infinite; uniforms out of
-// [0, 1).
+// [0, 1). Before any kernel runs, the plan's rules are checked on their own (pipeline names,
+// workspace, the 32 KB threadgroup-memory limit, refusals of small devices and bad offsets).
 //
 // usage: pocl_sampling_harness <kernels.bc>
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "metal/metal_sampling_plan.hpp"
 #include "metaltopk.h"
 #include "pocl_runtime.hpp"
@@ -526,6 +528,72 @@ std::vector<Case> cases() {
   return all;
 }
 
+// The plan's own rules, apart from any kernel run: pipeline names, workspace, the 32 KB
+// threadgroup-memory limit, and the refusals. Returns the number of failed checks.
+int check_plan() {
+  int failed = 0;
+  const auto expect = [&](bool ok, const char* what) {
+    if (!ok) {
+      std::printf("FAIL plan: %s\n", what);
+      ++failed;
+    }
+  };
+  const auto throws = [](mtk_status status, auto&& body) {
+    try {
+      body();
+    } catch (const mtk::Error& e) {
+      return e.status() == status;
+    }
+    return false;
+  };
+  Case c{};
+  c.rows = 64;
+  c.n = 151936;
+  c.top_k = c.top_p = c.min_p = c.temperature = Param::Unset;
+  c.samples_dtype = MTK_INT32;
+  c.vector_stride = 1;
+  c.input_stride = 1;
+  const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS, MTK_SAMPLING_SAMPLE,
+                                 MTK_SAMPLING_SAMPLE_FROM_LOGITS};
+  for (mtk_sampling_op op : ops) {
+    c.op = op;
+    c.dtype = op == MTK_SAMPLING_SAMPLE_FROM_LOGITS ? MTK_BFLOAT16 : MTK_FLOAT32;
+    Call call;
+    call.c = c;
+    call.input.descriptor.strides[0] = c.n;
+    call.input.descriptor.strides[1] = 1;
+    call.uniforms.assign(size_t(c.rows), 0.5);
+    call.build_tensors();
+    const mtk::SamplingProblem problem = call.problem();
+    const mtk::MetalSamplingPlan plan = mtk::make_metal_sampling_plan(problem);
+    const std::string want = std::string("mtk_sampling_") + op_name(op) + "_" + mtk::metal_dtype_suffix(c.dtype);
+    expect(plan.function == want, "pipeline name");
+    expect(plan.threadgroups_y == c.rows && plan.threads == MTK_SAMPLING_THREADS, "one threadgroup per row");
+    const size_t masses = call.samples() ? size_t(c.rows * c.n) * sizeof(float) : 0;
+    expect(plan.workspace_bytes == masses, "workspace: the samplers' masses only");
+    uint64_t threadgroup = 0;
+    for (uint32_t bytes : plan.threadgroup_bytes) threadgroup += bytes;
+    expect(threadgroup <= 32768, "within 32 KB of threadgroup memory");
+    mtk::MetalLimits narrow;
+    narrow.max_threads = 128;
+    expect(throws(MTK_ERROR_DEVICE, [&] { mtk::make_metal_sampling_plan(problem, narrow); }), "too few threads refused");
+    mtk::MetalLimits small;
+    small.threadgroup_memory_bytes = 4096;
+    expect(throws(MTK_ERROR_DEVICE, [&] { mtk::make_metal_sampling_plan(problem, small); }), "too little memory refused");
+    if (call.samples()) {
+      expect(throws(MTK_ERROR_INVALID_ARGUMENT, [&] { mtk::check_metal_sampling_workspace(plan, masses - 1, 0); }),
+             "short workspace refused");
+      expect(throws(MTK_ERROR_INVALID_ARGUMENT, [&] { mtk::check_metal_sampling_workspace(plan, masses, 2); }),
+             "misaligned workspace refused");
+    }
+    mtk::MetalSamplingPlan offsets = plan;
+    expect(throws(MTK_ERROR_INVALID_ARGUMENT,
+                  [&] { mtk::set_metal_sampling_buffer_offsets(offsets, problem, {1, 0, 0, 0, 0, 0, 0}); }),
+           "input offset inside an element refused");
+  }
+  return failed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -534,6 +602,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    const int plan_failures = check_plan();
+    std::printf("Metal sampling plan: %s\n", plan_failures == 0 ? "every check passed" : "checks failed");
     Harness harness(argv[1]);
     int failures = 0, ran = 0;
     uint64_t seed = 5000;
@@ -545,7 +615,7 @@ int main(int argc, char** argv) {
     }
     std::printf("PoCL sampling: %d cases ran (each also with 3 of its rows alone), %d matched the CPU backend bit for bit\n",
                 ran, ran - failures);
-    return failures == 0 ? 0 : 1;
+    return failures == 0 && plan_failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
