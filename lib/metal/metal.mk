@@ -8,7 +8,8 @@ METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/core/float_formats.hpp lib/c
                         lib/metal/topk_params.h \
                         lib/metal/topk_kernels.h \
                         lib/metal/topk.metal lib/metal/router_params.h lib/metal/router_kernels.h \
-                        lib/metal/moe_route.metal
+                        lib/metal/moe_route.metal lib/core/sampling_math.hpp lib/metal/sampling_params.h \
+                        lib/metal/sampling_kernels.h lib/metal/sampling.metal
 METAL_GLUE := lib/metal/metal_device.mm lib/metal/metal_backend.mm lib/metal/mpsgraph_backend.mm
 METAL_GLUE_HEADERS := lib/metal/objc_ref.h lib/metal/metal_device.h lib/metal/metal_device_backend.h
 METAL_EMBEDDED := $(BUILD)/lib/metal/metal_sources.cpp
@@ -25,9 +26,9 @@ $(BUILD)/lib/metal/metal_sources.o: $(METAL_EMBEDDED)
 # when they lived in lib/core, so every build (sanitizer builds and both compilers included)
 # compiles them with the library's flags; test-metal links them into the plan tests and the PoCL
 # harnesses as well.
-METAL_PLAN_NAMES := metal_plan_common metal_topk_plan metal_router_plan mpsgraph_plan
+METAL_PLAN_NAMES := metal_plan_common metal_topk_plan metal_router_plan mpsgraph_plan metal_sampling_plan
 METAL_PLAN_HEADERS := $(patsubst %,lib/metal/%.hpp,$(METAL_PLAN_NAMES)) lib/metal/topk_params.h \
-                      lib/metal/router_params.h
+                      lib/metal/router_params.h lib/metal/sampling_params.h
 METAL_PLAN_OBJ := $(patsubst %,$(BUILD)/lib/metal/%.o,$(METAL_PLAN_NAMES))
 BACKEND_OBJ += $(METAL_PLAN_OBJ)
 $(METAL_PLAN_OBJ): $(METAL_PLAN_HEADERS)
@@ -60,7 +61,7 @@ METAL_PLAN_SRC := $(patsubst %,lib/metal/%.cpp,$(METAL_PLAN_NAMES)) lib/core/dty
 TEST_TARGETS += test-metal
 
 .PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
-        test-metal-pocl-ragged test-metal-objc
+        test-metal-pocl-ragged test-metal-pocl-sampling test-metal-objc
 
 $(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS)
 	@mkdir -p $(dir $@)
@@ -77,7 +78,7 @@ ifeq ($(UNAME),Darwin)
 test-metal: test-metal-plan
 else
 test-metal: test-metal-plan test-metal-kernels test-metal-embedded test-metal-objc test-metal-pocl \
-            test-metal-pocl-ragged test-metal-pocl-router
+            test-metal-pocl-ragged test-metal-pocl-router test-metal-pocl-sampling
 
 test-metal-kernels:
 	@for source in lib/metal/*.metal; do \
@@ -124,6 +125,17 @@ $(METAL_TEST_DIR)/pocl_router_harness: tests/metal/pocl_router_harness.cpp tests
 
 test-metal-pocl-router: $(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/kernels.bc
 	$(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/kernels.bc
+
+# The sampling filters and samplers (mtk_top_k_mask_logits, mtk_renorm_probs, mtk_sample,
+# mtk_sample_from_logits) against the CPU backend.
+$(METAL_TEST_DIR)/pocl_sampling_harness: tests/metal/pocl_sampling_harness.cpp tests/metal/pocl_runtime.hpp \
+                                         $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_sampling_harness.cpp $(METAL_PLAN_SRC) \
+	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
+
+test-metal-pocl-sampling: $(METAL_TEST_DIR)/pocl_sampling_harness $(METAL_TEST_DIR)/kernels.bc
+	$(METAL_TEST_DIR)/pocl_sampling_harness $(METAL_TEST_DIR)/kernels.bc
 
 # GNUstep's Objective-C headers live in GCC's include directory; clang finds them through a
 # private symlink. Always clang, whatever CXX is: the check is of the glue's source against the

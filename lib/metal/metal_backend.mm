@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "metal/metal_router_plan.hpp"
+#include "metal/metal_sampling_plan.hpp"
 
 namespace mtk {
 namespace metal {
@@ -156,6 +157,73 @@ void encode_metal_moe_route(MetalDevice& device, const RouterProblem& problem, v
 
 namespace {
 
+// The sampling kernel's plan of a problem (the workspace the samplers' masses need).
+struct MetalPlannedSampling final : PlannedTopk {
+  MetalSamplingPlan plan;
+};
+
+// One dispatch of the sampling kernel, bound as make_metal_sampling_plan says.
+void encode_metal_sampling(MetalDevice& device, const MetalSamplingPlan& planned, const SamplingProblem& problem,
+                           Workspace workspace, void* stream) {
+  static const char* const names[kMetalSamplingTensors] = {
+      "input", problem.samples() ? "samples" : "out", "params.top_k", "params.top_p", "params.min_p",
+      "params.temperature", "uniforms"};
+  MetalSamplingPlan plan = planned;  // with this call's buffer offsets
+  const MetalSamplingTensors tensors = metal_sampling_tensors(problem);
+  BufferSlice buffers[kMetalSamplingTensors];
+  size_t offsets[kMetalSamplingTensors] = {};
+  for (int t = 0; t < kMetalSamplingTensors; ++t) {
+    if (tensors.data[t] == nullptr) continue;
+    buffers[t] = device.resolve_tensor(tensors.data[t], tensors.extents[t], names[t]);
+    offsets[t] = buffers[t].offset;
+  }
+  // A scalar parameter's slot holds the input's buffer, which the kernel never reads there.
+  for (int t = 0; t < kMetalSamplingTensors; ++t) {
+    if (tensors.data[t] == nullptr) buffers[t] = buffers[kSamplingInput];
+  }
+  set_metal_sampling_buffer_offsets(plan, problem, offsets);
+
+  ObjcRef<id<MTLBuffer>> scratch;
+  size_t scratch_offset = 0;
+  if (plan.workspace_bytes > 0) {
+    if (workspace.data != nullptr) {
+      const BufferSlice provided = device.resolve(workspace.data, workspace.bytes, "workspace");
+      check_metal_sampling_workspace(plan, workspace.bytes, provided.offset);
+      scratch = provided.buffer;
+      scratch_offset = provided.offset;
+    } else {
+      scratch = device.new_scratch(plan.workspace_bytes);
+    }
+  } else {
+    scratch = buffers[kSamplingInput].buffer;  // never read by the filters
+  }
+
+  const ObjcRef<id<MTLComputePipelineState>> pipeline = device.pipeline(plan.function);
+  const NSUInteger most = [pipeline.get() maxTotalThreadsPerThreadgroup];
+  if (plan.threads > most) {
+    fail(MTK_ERROR_DEVICE, "Metal pipeline ", plan.function, " allows ", most, " threads per threadgroup; it needs ",
+         plan.threads);
+  }
+  objc_call("encoding the Metal sampling kernel", [&] {
+    ObjcRef<id<MTLCommandBuffer>> command_buffer = device.command_buffer(stream);
+    id<MTLComputeCommandEncoder> encoder = [command_buffer.get() computeCommandEncoder];
+    if (encoder == nil) fail(MTK_ERROR_DEVICE, "Metal could not create a compute command encoder");
+    [encoder setComputePipelineState:pipeline.get()];
+    for (int t = 0; t < kMetalSamplingTensors; ++t) {
+      [encoder setBuffer:buffers[t].buffer.get() offset:0 atIndex:kMetalSamplingBinding[t]];
+    }
+    [encoder setBytes:&plan.params length:sizeof plan.params atIndex:kMetalSamplingParamsBinding];
+    [encoder setBuffer:scratch.get() offset:scratch_offset atIndex:kMetalSamplingWorkspaceBinding];
+    for (NSUInteger t = 0; t < kMetalSamplingThreadgroupBuffers; ++t) {
+      [encoder setThreadgroupMemoryLength:plan.threadgroup_bytes[t] atIndex:t];
+    }
+    [encoder dispatchThreadgroups:MTLSizeMake(1, plan.threadgroups_y, 1)
+            threadsPerThreadgroup:MTLSizeMake(plan.threads, 1, 1)];
+    [encoder endEncoding];
+    device.submit(command_buffer, stream);
+  });
+}
+
 class MetalBackend final : public MetalDeviceBackend {
  public:
   using MetalDeviceBackend::MetalDeviceBackend;
@@ -176,6 +244,17 @@ class MetalBackend final : public MetalDeviceBackend {
   void run_topk_ragged(const PlannedTopk& planned, const RaggedProblem& problem, Workspace workspace,
                        void* stream) override {
     encode_metal_topk_ragged(device_, static_cast<const MetalPlannedTopk&>(planned).plan, problem, workspace, stream);
+  }
+  // The MPSGraph backend keeps Backend's refusal of sampling (no graph for it).
+  std::shared_ptr<const PlannedTopk> plan_sampling(const SamplingProblem& problem) override {
+    auto planned = std::make_shared<MetalPlannedSampling>();
+    planned->plan = make_metal_sampling_plan(problem);
+    planned->workspace_bytes = planned->plan.workspace_bytes;
+    return planned;
+  }
+  void run_sampling(const PlannedTopk& planned, const SamplingProblem& problem, Workspace workspace,
+                    void* stream) override {
+    encode_metal_sampling(device_, static_cast<const MetalPlannedSampling&>(planned).plan, problem, workspace, stream);
   }
   CacheCounters cache_counters() const override { return device_.pipeline_counters(); }
 };
