@@ -15,10 +15,13 @@ that disables it (top_k <= 0 or >= n, top_p >= 1, min_p <= 0: vLLM's conventions
 numpy.random.Generator that draws them.
 
 The CPU backend runs these today; the GPU backends raise RuntimeError naming themselves until
-their kernels exist. numpy inputs run on the CPU backend.
+their kernels exist. numpy inputs run on the CPU backend. Torch tensors go through the torch ops
+(metaltopk.torch, "sampling"), so torch.compile and torch.export see them; a torch.Generator
+draws the uniforms with torch.rand on the input's device.
 """
 
 import re
+import sys
 
 import numpy as np
 
@@ -39,25 +42,25 @@ _INDEX_DTYPES = ("int32", "int64")
 def top_k_mask_logits(logits, top_k, *, backend=None):
     """logits with all but each row's top_k set to -inf: the kept logits are bit-exact copies,
     chosen by the top-k contract (NaN above +inf, ties to the lower index, exactly top_k)."""
-    return _Call("top_k_mask_logits", _MASK, logits, backend, top_k=top_k).run()
+    return _run("top_k_mask_logits", _MASK, logits, backend, top_k=top_k)
 
 
 def top_k_renorm_probs(probs, top_k, *, backend=None):
     """float32 probs keeping each row's top_k largest (ties to the lower index), divided by
     their sum; 0 elsewhere."""
-    return _Call("top_k_renorm_probs", _RENORM, probs, backend, top_k=top_k).run()
+    return _run("top_k_renorm_probs", _RENORM, probs, backend, top_k=top_k)
 
 
 def top_p_renorm_probs(probs, top_p, *, backend=None):
     """float32 probs keeping the shortest prefix, in descending order (ties to the lower index),
     whose exact sum reaches top_p times the row's sum (at least one token), divided by their
     sum; 0 elsewhere."""
-    return _Call("top_p_renorm_probs", _RENORM, probs, backend, top_p=top_p).run()
+    return _run("top_p_renorm_probs", _RENORM, probs, backend, top_p=top_p)
 
 
 def min_p_renorm_probs(probs, min_p, *, backend=None):
     """float32 probs keeping p >= min_p * max(p), divided by their sum; 0 elsewhere."""
-    return _Call("min_p_renorm_probs", _RENORM, probs, backend, min_p=min_p).run()
+    return _run("min_p_renorm_probs", _RENORM, probs, backend, min_p=min_p)
 
 
 def sample(probs, uniforms=None, *, top_k=None, top_p=None, min_p=None, generator=None,
@@ -66,19 +69,19 @@ def sample(probs, uniforms=None, *, top_k=None, top_p=None, min_p=None, generato
     min-p): the first index whose cumulative filtered mass exceeds uniforms[r] times the row's
     filtered total. `uniforms` (or `generator`) as in the module's documentation. Returns
     [rows] int32 (or index_dtype) tokens."""
-    return _Call("sample", _SAMPLE, probs, backend, top_k=top_k, top_p=top_p, min_p=min_p,
-                 uniforms=_uniforms_argument(uniforms, generator, "sample"),
-                 index_dtype=index_dtype).run()
+    return _run("sample", _SAMPLE, probs, backend, top_k=top_k, top_p=top_p, min_p=min_p,
+                uniforms=_uniforms_argument(uniforms, generator, "sample"),
+                index_dtype=index_dtype)
 
 
 def sample_from_logits(logits, uniforms=None, *, temperature=None, top_k=None, top_p=None,
                        min_p=None, generator=None, index_dtype="int32", backend=None):
     """sample() on softmax(logits * (1 / temperature)); top_k keeps top_k_mask_logits's tokens.
     A temperature <= 0 picks each row's top logit (greedy)."""
-    return _Call("sample_from_logits", _SAMPLE_FROM_LOGITS, logits, backend, top_k=top_k,
-                 top_p=top_p, min_p=min_p, temperature=temperature,
-                 uniforms=_uniforms_argument(uniforms, generator, "sample_from_logits"),
-                 index_dtype=index_dtype).run()
+    return _run("sample_from_logits", _SAMPLE_FROM_LOGITS, logits, backend, top_k=top_k,
+                top_p=top_p, min_p=min_p, temperature=temperature,
+                uniforms=_uniforms_argument(uniforms, generator, "sample_from_logits"),
+                index_dtype=index_dtype)
 
 
 def _uniforms_argument(uniforms, generator, function):
@@ -90,6 +93,21 @@ def _uniforms_argument(uniforms, generator, function):
         raise ValueError(f"metaltopk.{function}: uniforms is required (a float32 array of one "
                          "uniform in [0, 1) per row, or a generator that draws them)")
     return uniforms
+
+
+def _run(function, op, x, backend, **arguments):
+    if _is_torch(x):
+        # Through the torch ops, so that torch.compile and torch.export see them.
+        from .torch import _sampling as torch_sampling
+
+        return torch_sampling.front_door(function, op, x, backend, **arguments)
+    return _Call(function, op, x, backend, **arguments).run()
+
+
+def run_torch_kernel(function, op, x, **arguments):
+    """The torch ops' kernel: one call on torch tensors (x and the per-row tensors on one CPU,
+    CUDA or MPS device, which the checks below confirm), its output a new torch tensor there."""
+    return _Call(function, op, x, None, **arguments).run()
 
 
 _C_NAMES = re.compile(r"\bparams\.(\w+)")
@@ -195,8 +213,10 @@ def _index_dtype_name(index_dtype, function):
 
 
 def _is_torch(x):
-    module = type(x).__module__
-    return module.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter")
+    """A torch tensor, subclasses included (tracing's FakeTensor among them), without importing
+    torch: a process that never imported it has none."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 class _NumpyKind:
@@ -265,6 +285,21 @@ class _NumpyKind:
         return np.empty(shape, dtype)
 
 
+TORCH_DEVICE_BACKENDS = {"cpu": "cpu", "cuda": "cuda", "mps": "metal"}
+
+
+def check_torch_device(x, backend, function):
+    """x's device has a backend, and `backend`, where given, is that one."""
+    device_backend = TORCH_DEVICE_BACKENDS.get(x.device.type)
+    if device_backend is None:
+        raise RuntimeError(f"metaltopk.{function}: tensors on {x.device} are not supported")
+    if backend is not None and backend_name(backend, function) not in ("default",
+                                                                       device_backend):
+        raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend "
+                         f"= {backend!r} was asked for")
+    return device_backend
+
+
 class _TorchKind:
     """torch tensors on their own device's backend, on torch's current stream there."""
 
@@ -273,13 +308,7 @@ class _TorchKind:
 
         self.torch, self.function = torch, function
         self.input, self.device = x, x.device
-        device_backend = {"cpu": "cpu", "cuda": "cuda", "mps": "metal"}.get(x.device.type)
-        if device_backend is None:
-            raise RuntimeError(f"metaltopk.{function}: tensors on {x.device} are not supported")
-        if backend is not None and backend_name(backend, function) not in ("default",
-                                                                           device_backend):
-            raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend "
-                             f"= {backend!r} was asked for")
+        device_backend = check_torch_device(x, backend, function)
         index = x.device.index or 0
         self.context = context(device_backend, index, function=function)
         self.stream = ffi.NULL
@@ -287,24 +316,18 @@ class _TorchKind:
             self.stream = ffi.cast("void*", torch.cuda.current_stream(x.device).cuda_stream)
 
     def is_array(self, value):
-        return isinstance(value, (self.torch.Tensor, np.ndarray))
+        return isinstance(value, self.torch.Tensor)
 
-    def per_row(self, value, name, list_dtype=np.int64):
-        torch = self.torch
-        if isinstance(value, (list, tuple)):
-            dtype = torch.float32 if list_dtype == np.float32 else torch.int64
-            return torch.tensor(value, dtype=dtype, device=self.device)
-        if not isinstance(value, torch.Tensor) or value.device != self.device:
-            where = value.device if isinstance(value, torch.Tensor) else "numpy"
+    def per_row(self, value, name, list_dtype=None):
+        """A per-row tensor; the front door (metaltopk.torch._sampling) has turned lists into
+        tensors and refused numpy arrays."""
+        if value.device != self.device:
             raise ValueError(f"metaltopk.{self.function}: {name} must be a tensor on the "
-                             f"input's device ({self.device}), not on {where}")
+                             f"input's device ({self.device}), not on {value.device}")
         return value
 
     def uniforms(self, value, rows):
-        torch = self.torch
-        if isinstance(value, torch.Generator):
-            return torch.rand(rows, generator=value, dtype=torch.float32, device=value.device)
-        return self.per_row(value, "uniforms", np.float32)
+        return self.per_row(value, "uniforms")
 
     def dtype_name(self, tensor, name):
         return str(tensor.dtype).replace("torch.", "")
