@@ -236,7 +236,8 @@ def front_door(function, op, x, backend, *, uniforms=None, index_dtype="int32", 
     """metaltopk.sampling's functions on a torch tensor. A plain tensor outside tracing takes
     the kernel directly (the dispatcher would only add host time, and there is no gradient to
     record); anything else (torch.compile, export, meta and fake tensors) calls the op."""
-    _sampling.check_torch_device(x, backend, function)
+    if not x.is_meta:  # meta tensors run nowhere: only the fake kernels see them
+        _sampling.check_torch_device(x, backend, function)
     names = _OP_ARGUMENTS[op]
     flat = [item for name in names
             for item in _tensor_and_value(given.get(name), name, x, function)]
