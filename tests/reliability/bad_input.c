@@ -643,7 +643,7 @@ static void test_sampling(void) {
   RESET(); q.struct_size = 0;
   SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 0 was never set");
   RESET(); q.struct_size = sizeof q - 4;
-  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "is not a multiple of 8, the alignment of mtk_sampling_params");
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "is not a multiple of 8, the alignment of mtk_sampling");
   RESET(); q.struct_size = 2048;
   RENORM(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 2048 exceeds 1024 bytes");
 
@@ -678,12 +678,13 @@ static void test_sampling(void) {
   RENORM(MTK_ERROR_UNSUPPORTED_DTYPE, "params.min_p.dtype = float64 must be float32");
   RESET(); per_row = tensor1(NULL, MTK_INT64, R); q.top_k = &per_row;
   SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.top_k.data is NULL");
-  RESET(); per_row = tensor1(fake(2), MTK_INT64, R); per_row.strides[0] = INT64_MAX; q.top_k = &per_row;
+  RESET(); per_row = tensor1(fake(2), MTK_INT64, R); per_row.strides[0] = INT64_MAX;
+  q.top_k = &per_row;
   SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.top_k: strides[0]");
 
   /* What an operation does not read is an error, not ignored. */
   RESET(); q.temperature_value = 0.5f;
-  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.temperature is set but mtk_sample takes probabilities");
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.temperature is set but mtk_sample takes");
   RESET(); per_row = tensor1(fake(2), MTK_FLOAT32, R); q.temperature = &per_row;
   RENORM(MTK_ERROR_INVALID_ARGUMENT, "params.temperature is set but mtk_renorm_probs");
   RESET();
