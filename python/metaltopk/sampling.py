@@ -113,6 +113,12 @@ def run_torch_kernel(function, op, x, **arguments):
 _C_NAMES = re.compile(r"\bparams\.(\w+)")
 
 
+def translate(function, message):
+    """The library's message in this API's names: the function's, and the arguments' (the C
+    names params.top_k and so on are the arguments top_k and so on)."""
+    return f"metaltopk.{function}: " + _C_NAMES.sub(r"\1", message)
+
+
 class _Call:
     """One call: the input and every per-row argument of the input's kind, described for the
     library; the output allocated in the input's kind."""
@@ -169,7 +175,7 @@ class _Call:
             setattr(self.params, name + "_value", real(value, name, self.function))
 
     def translate(self, message):
-        return f"metaltopk.{self.function}: " + _C_NAMES.sub(r"\1", message)
+        return translate(self.function, message)
 
     def run(self):
         ctx = self.kind.context
@@ -185,16 +191,23 @@ class _Call:
         if input_dtype not in DTYPE_CODES:
             raise TypeError(f"metaltopk.{self.function}: dtype {input_dtype} is not supported "
                             "(float32; logits also float16 and bfloat16)")
-        output = self.kind.empty(shape, out_dtype)
         input_t = describe(*self.kind.layout(self.input))
+        size = ffi.new("size_t*")
+        # Validates the input, the params and the output dtype before anything is allocated.
+        check(lib.mtk_sampling_workspace_size(ctx.handle, self.op, input_t, self.params,
+                                              DTYPE_CODES[out_dtype], size),
+              ctx.backend, self.translate)
+        output = self.kind.empty(shape, out_dtype)
         output_t = describe(*self.kind.layout(output))
-        if samples:
-            entry = lib.mtk_sample if self.op == _SAMPLE else lib.mtk_sample_from_logits
-            status = entry(ctx.handle, input_t, self.params, self.uniforms, output_t,
-                           self.kind.stream)
-        else:
-            entry = lib.mtk_top_k_mask_logits if self.op == _MASK else lib.mtk_renorm_probs
-            status = entry(ctx.handle, input_t, self.params, output_t, self.kind.stream)
+        # Scratch of the input's kind (torch's allocator for tensors, the graph's pool inside
+        # CUDA graph capture), held until the call has been enqueued.
+        scratch = self.kind.empty((size[0],), "uint8") if size[0] else None
+        workspace = ffi.NULL if scratch is None else ffi.cast("void*",
+                                                              self.kind.layout(scratch)[0])
+        status = lib.mtk_sampling_with_workspace(
+            ctx.handle, self.op, input_t, self.params,
+            ffi.NULL if self.uniforms is None else self.uniforms, output_t, workspace, size[0],
+            self.kind.stream)
         check(status, ctx.backend, self.translate)
         return output
 

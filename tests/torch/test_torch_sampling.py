@@ -22,6 +22,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (make test-deps)")
 import metaltopk  # noqa: E402
 from metaltopk import sampling  # noqa: E402
+from metaltopk.torch import _sampling as torch_sampling  # noqa: E402
 from metaltopk.torch import aoti_config, aoti_library_path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -51,6 +52,22 @@ CUDA = pytest.mark.skipif(not cuda_runs_sampling(),
                           reason="needs a CUDA device and the CUDA backend's sampling kernels")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 LOGIT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(params=["compiled", "python"])
+def sampling_path(request, monkeypatch):
+    """Runs a test on the compiled torch fast path (adapters/torch/), then on the Python path."""
+    if request.param == "python":
+        monkeypatch.setattr(torch_sampling, "_fast_sampling", None)
+    elif torch_sampling._fast_sampling is None:
+        pytest.skip("the torch fast path was not built beside the library")
+    return request.param
+
+
+def test_make_test_runs_sampling_on_the_fast_path():
+    if not os.environ.get("METALTOPK_EXPECT_TORCH_FAST_PATH"):
+        pytest.skip("not run by `make test` with torch")
+    assert torch_sampling._fast_sampling is not None
 
 
 def same(a, b):
@@ -119,6 +136,7 @@ def per_row_arguments(rows, n, seed=0, device="cpu"):
 # ---- eager ------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("sampling_path")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOGIT_DTYPES, ids=lambda d: str(d).split(".")[1])
 def test_every_function_equals_the_cpu_path(dtype, device):
@@ -161,6 +179,7 @@ def test_every_function_equals_the_cpu_path(dtype, device):
             assert same(got, cpu), (function.__name__, options)
 
 
+@pytest.mark.usefixtures("sampling_path")
 @pytest.mark.parametrize("device", DEVICES)
 def test_results_match_the_model(device):
     rows, n = 6, 40
@@ -177,6 +196,7 @@ def test_results_match_the_model(device):
                                       model.mask_logits(row, 3).view(np.uint32))
 
 
+@pytest.mark.usefixtures("sampling_path")
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_ops_take_tensors_or_scalars(device):
     """Each per-row argument is a tensor or the scalar every row takes: both give the same."""
@@ -203,6 +223,7 @@ def test_the_ops_take_tensors_or_scalars(device):
     assert same(sample_op(probs, uniforms), sampling.sample(probs, uniforms))
 
 
+@pytest.mark.usefixtures("sampling_path")
 @pytest.mark.parametrize("device", DEVICES)
 def test_generator_draws_the_uniforms_on_the_input_device(device):
     probs = random_probs(12, 50, seed=9, device=device)
@@ -214,6 +235,7 @@ def test_generator_draws_the_uniforms_on_the_input_device(device):
     assert same(got, sampling.sample_from_logits(logits, drawn, top_k=5))
 
 
+@pytest.mark.usefixtures("sampling_path")
 def test_batch_invariance_through_the_ops():
     """A row alone and the same row inside a batch give the same bits, through the ops."""
     row_logits = random_logits(1, 2000, seed=12)
@@ -321,6 +343,7 @@ def error_cases(device):
     ]
 
 
+@pytest.mark.usefixtures("sampling_path")
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_errors_name_the_argument(device):
     """On real tensors the kernels and the library check (the library's message, in this API's

@@ -21,11 +21,14 @@ so that meta tensors, torch.compile and torch.export report the contract's error
 ops have no gradient.
 """
 
+import functools
+
 import numpy as np
 import torch
 
 from .. import sampling as _sampling
 from .._arguments import integer, real
+from . import _tensors
 from ._ops import _library
 
 _FILTERS = ("Tensor? top_k=None, int top_k_value=0, Tensor? top_p=None, float top_p_value=1.0, "
@@ -43,45 +46,67 @@ _LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 # The scalar each per-row argument takes where the caller gives none: the C struct's defaults.
 _DEFAULTS = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "temperature": 1.0}
+_PER_ROW = tuple(_DEFAULTS)
+
+# The compiled fast path's sampling entry, where make built it against this torch (an older
+# build has none: those calls take the Python path).
+_fast_sampling = getattr(_tensors._fast_path, "sampling", None)
 
 
-def _per_row_arguments(names, tensors_and_values):
-    """The kernel's keywords for metaltopk.sampling: each argument's tensor, else its scalar."""
-    arguments = {}
-    for name, tensor, value in zip(names, tensors_and_values[::2], tensors_and_values[1::2]):
-        arguments[name] = tensor if tensor is not None else value
-    return arguments
+def _run_kernel(function, op, x, pairs, uniforms=None, index_dtype=torch.int32):
+    """One call on torch tensors: `pairs` maps each per-row argument the op takes to (its tensor
+    or None, its scalar). Plain CPU and CUDA tensors take the compiled fast path; what it cannot
+    describe (another device, an argument that is not a tensor on x's device, a dtype the library
+    has no code for) takes metaltopk.sampling's Python path, which raises the contract's error."""
+    if uniforms is not None:
+        _check_index_dtype(index_dtype, function)
+    device_index = x.get_device()
+    if _fast_sampling is not None and (device_index < 0 or x.is_cuda):
+        flat = []
+        for name in _PER_ROW:
+            flat += pairs.get(name, (None, _DEFAULTS[name]))
+        result = _tensors._fast_call(_fast_sampling, device_index, op, x, *flat, uniforms,
+                                     index_dtype == torch.int64,
+                                     translate=functools.partial(_sampling.translate, function))
+        if result is not None:
+            return result[0]
+    arguments = {name: tensor if tensor is not None else value
+                 for name, (tensor, value) in pairs.items()}
+    if uniforms is not None:
+        arguments.update(uniforms=uniforms, index_dtype=index_dtype)
+    return _sampling.run_torch_kernel(function, op, x, **arguments)
+
+
+def _filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value):
+    return {"top_k": (top_k, top_k_value), "top_p": (top_p, top_p_value),
+            "min_p": (min_p, min_p_value)}
 
 
 def _mask_logits_kernel(logits, top_k=None, top_k_value=0):
-    return _sampling.run_torch_kernel("top_k_mask_logits", _sampling._MASK, logits,
-                                      top_k=top_k if top_k is not None else top_k_value)
+    return _run_kernel("top_k_mask_logits", _sampling._MASK, logits,
+                       {"top_k": (top_k, top_k_value)})
 
 
 def _renorm_probs_kernel(probs, top_k=None, top_k_value=0, top_p=None, top_p_value=1.0,
                          min_p=None, min_p_value=0.0):
-    filters = _per_row_arguments(("top_k", "top_p", "min_p"),
-                                 (top_k, top_k_value, top_p, top_p_value, min_p, min_p_value))
-    return _sampling.run_torch_kernel("renorm_probs", _sampling._RENORM, probs, **filters)
+    return _run_kernel("renorm_probs", _sampling._RENORM, probs,
+                       _filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value))
 
 
 def _sample_kernel(probs, uniforms, top_k=None, top_k_value=0, top_p=None, top_p_value=1.0,
                    min_p=None, min_p_value=0.0, index_dtype=torch.int32):
-    filters = _per_row_arguments(("top_k", "top_p", "min_p"),
-                                 (top_k, top_k_value, top_p, top_p_value, min_p, min_p_value))
-    return _sampling.run_torch_kernel("sample", _sampling._SAMPLE, probs, uniforms=uniforms,
-                                      index_dtype=index_dtype, **filters)
+    return _run_kernel("sample", _sampling._SAMPLE, probs,
+                       _filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value),
+                       uniforms, index_dtype)
 
 
 def _sample_from_logits_kernel(logits, uniforms, top_k=None, top_k_value=0, top_p=None,
                                top_p_value=1.0, min_p=None, min_p_value=0.0, temperature=None,
                                temperature_value=1.0, index_dtype=torch.int32):
-    filters = _per_row_arguments(
-        ("top_k", "top_p", "min_p", "temperature"),
-        (top_k, top_k_value, top_p, top_p_value, min_p, min_p_value, temperature,
-         temperature_value))
-    return _sampling.run_torch_kernel("sample_from_logits", _sampling._SAMPLE_FROM_LOGITS, logits,
-                                      uniforms=uniforms, index_dtype=index_dtype, **filters)
+    pairs = _filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value)
+    pairs["temperature"] = (temperature, temperature_value)
+    return _run_kernel("sample_from_logits", _sampling._SAMPLE_FROM_LOGITS, logits, pairs,
+                       uniforms, index_dtype)
 
 
 for _schema, _kernel in ((MASK_LOGITS_SCHEMA, _mask_logits_kernel),
@@ -238,18 +263,17 @@ def front_door(function, op, x, backend, *, uniforms=None, index_dtype="int32", 
     record); anything else (torch.compile, export, meta and fake tensors) calls the op."""
     if not x.is_meta:  # meta tensors run nowhere: only the fake kernels see them
         _sampling.check_torch_device(x, backend, function)
-    names = _OP_ARGUMENTS[op]
-    flat = [item for name in names
-            for item in _tensor_and_value(given.get(name), name, x, function)]
+    pairs = {name: _tensor_and_value(given.get(name), name, x, function)
+             for name in _OP_ARGUMENTS[op]}
     samples = op in (_sampling._SAMPLE, _sampling._SAMPLE_FROM_LOGITS)
     if samples:
         uniforms = _uniforms(uniforms, x, function)
         index_dtype = _index_dtype(index_dtype, function)
     if type(x) is _Tensor and not x.is_meta and not _is_compiling():
-        arguments = _per_row_arguments(names, flat)
         if samples:
-            arguments.update(uniforms=uniforms, index_dtype=index_dtype)
-        return _sampling.run_torch_kernel(function, op, x, **arguments)
+            return _run_kernel(function, op, x, pairs, uniforms, index_dtype)
+        return _run_kernel(function, op, x, pairs)
+    flat = [item for pair in pairs.values() for item in pair]
     if samples:
         return _OPS[op](x, uniforms, *flat, index_dtype)
     return _OPS[op](x, *flat)
