@@ -15,8 +15,9 @@ never synchronised to the host) and scalars as constants. mtk_renorm_probs appli
 filters are set, in the contract's order, as the C entry does: top_k_renorm_probs,
 top_p_renorm_probs and min_p_renorm_probs are it with one filter.
 
-Each op has one kernel for every device (metaltopk.sampling's torch path: the tensors go to the
-C ABI in place, on torch's current stream) and a fake kernel making the same argument checks,
+Each op has one kernel for every device (the compiled fast path for plain CPU and CUDA tensors,
+else metaltopk.sampling's Python path; either way the tensors go to the C ABI in place, on
+torch's current stream) and a fake kernel making the same argument checks,
 so that meta tensors, torch.compile and torch.export report the contract's errors too. The
 ops have no gradient.
 """
