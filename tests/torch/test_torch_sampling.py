@@ -324,6 +324,8 @@ def error_cases(device):
                                                                device=elsewhere))),
         (ValueError, "top_p must be a tensor on the input's device",
          lambda: sampling.sample(probs, u, top_p=np.float32([0.5, 0.5]))),
+        (ValueError, "uniforms must be a tensor on the input's device",
+         lambda: sampling.sample(probs, np.random.default_rng(1))),
         (ValueError, "uniforms.sizes[0] = 1 does not match the 2 rows",
          lambda: sampling.sample(probs, u[:1])),
         (ValueError, "temperature.ndim = 2 must be 1",

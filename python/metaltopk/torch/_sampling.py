@@ -219,12 +219,13 @@ _OPS = {_sampling._MASK: mask_logits_op, _sampling._RENORM: renorm_probs_op,
 
 def _as_tensor(value, name, x, function, dtype):
     """A per-row argument given as a tensor (checked by the kernels) or a list, as a tensor."""
+    if isinstance(value, torch.Tensor):
+        return value
     if isinstance(value, (list, tuple)):
         return torch.tensor(value, dtype=dtype, device=x.device)
-    if isinstance(value, np.ndarray):
-        raise ValueError(f"metaltopk.{function}: {name} must be a tensor on the input's device "
-                         f"({x.device}), not a numpy array")
-    return value
+    kind = "a numpy array" if isinstance(value, np.ndarray) else type(value).__name__
+    raise ValueError(f"metaltopk.{function}: {name} must be a tensor on the input's device "
+                     f"({x.device}), not {kind}")
 
 
 def _tensor_and_value(value, name, x, function):
