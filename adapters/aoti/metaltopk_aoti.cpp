@@ -334,9 +334,10 @@ void moe_route(const Device& device, AtenTensorHandle logits, int64_t k, const c
 
 // ---- ragged rows (docs/CONTRACT.md, "Ragged rows") --------------------------------------------
 
-// An index tensor of a ragged call, on the input's device (the library cannot tell devices
-// apart, so this is checked here; its dtype, rank and size are the library's checks).
-Input describe_index(AtenTensorHandle handle, const char* argument, const Input& input) {
+// A tensor that a call reads beside its input (a ragged call's index tensors, the sampling
+// ops' per-row arguments), on the input's device: the library cannot tell devices apart, so
+// this is checked here; its dtype, rank and size are the library's checks.
+Input describe_beside(AtenTensorHandle handle, const char* argument, const Input& input) {
   Input index = describe(handle, argument);
   if (index.device_type != input.device_type ||
       (index.device_index < 0 ? 0 : index.device_index) !=
@@ -418,9 +419,9 @@ void topk_ragged_op(const Device& device, AtenTensorHandle self, int64_t k,
                     AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
   if (ret0 == nullptr || ret1 == nullptr) fail("ret0 and ret1 must not be NULL");
   const Input input = describe(self, "self");
-  const Input lengths_input = describe_index(lengths, "lengths", input);
+  const Input lengths_input = describe_beside(lengths, "lengths", input);
   Input starts_input;
-  if (starts != nullptr) starts_input = describe_index(*starts, "starts", input);
+  if (starts != nullptr) starts_input = describe_beside(*starts, "starts", input);
   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
   params.lengths = &lengths_input.tensor;
   params.starts = starts != nullptr ? &starts_input.tensor : nullptr;
@@ -438,8 +439,8 @@ void ragged_transform_op(const Device& device, AtenTensorHandle scores, AtenTens
                          AtenTensorHandle lengths, int64_t k, AtenTensorHandle* ret0) {
   if (ret0 == nullptr) fail("ret0 must not be NULL");
   const Input input = describe(scores, "scores");
-  const Input offsets_input = describe_index(offsets, "offsets", input);
-  const Input lengths_input = describe_index(lengths, "lengths", input);
+  const Input offsets_input = describe_beside(offsets, "offsets", input);
+  const Input lengths_input = describe_beside(lengths, "lengths", input);
   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
   params.lengths = &lengths_input.tensor;
   params.transform = MTK_INDEX_TRANSFORM_RAGGED;
@@ -455,11 +456,11 @@ void page_table_transform_op(const Device& device, AtenTensorHandle scores,
                              AtenTensorHandle* ret0) {
   if (ret0 == nullptr) fail("ret0 must not be NULL");
   const Input input = describe(scores, "scores");
-  const Input table_input = describe_index(src_page_table, "src_page_table", input);
-  const Input lengths_input = describe_index(lengths, "lengths", input);
+  const Input table_input = describe_beside(src_page_table, "src_page_table", input);
+  const Input lengths_input = describe_beside(lengths, "lengths", input);
   Input row_to_batch_input;
   if (row_to_batch != nullptr) {
-    row_to_batch_input = describe_index(*row_to_batch, "row_to_batch", input);
+    row_to_batch_input = describe_beside(*row_to_batch, "row_to_batch", input);
   }
   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
   params.lengths = &lengths_input.tensor;
@@ -470,6 +471,98 @@ void page_table_transform_op(const Device& device, AtenTensorHandle scores,
   RaggedCall call;
   call.k = k;
   topk_ragged(device, input, params, call, nullptr, ret0);
+}
+
+// ---- sampling (docs/CONTRACT.md, "Sampling filters") ------------------------------------------
+
+// One per-row argument as the ops take it: a [rows] tensor (NULL: none) or the scalar every row
+// uses.
+template <typename Scalar>
+struct PerRow {
+  AtenTensorHandle* tensor;
+  Scalar value;
+};
+
+// The filters and temperature of a sampling op; the ones an op does not take keep the C
+// defaults, which the library reads as unset.
+struct SamplingArguments {
+  PerRow<int64_t> top_k{nullptr, 0};
+  PerRow<double> top_p{nullptr, 1.0};
+  PerRow<double> min_p{nullptr, 0.0};
+  PerRow<double> temperature{nullptr, 1.0};
+};
+
+// The per-row tensors described, and the params pointing at them.
+struct SamplingParams {
+  Input tensors[4];
+  mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+
+  SamplingParams(const SamplingArguments& arguments, const Input& input) {
+    params.top_k_value = arguments.top_k.value;
+    params.top_p_value = static_cast<float>(arguments.top_p.value);
+    params.min_p_value = static_cast<float>(arguments.min_p.value);
+    params.temperature_value = static_cast<float>(arguments.temperature.value);
+    const AtenTensorHandle* handles[4] = {arguments.top_k.tensor, arguments.top_p.tensor,
+                                          arguments.min_p.tensor, arguments.temperature.tensor};
+    const char* names[4] = {"top_k", "top_p", "min_p", "temperature"};
+    const mtk_tensor** slots[4] = {&params.top_k, &params.top_p, &params.min_p,
+                                   &params.temperature};
+    for (int i = 0; i < 4; ++i) {
+      if (handles[i] == nullptr) continue;
+      tensors[i] = describe_beside(*handles[i], names[i], input);
+      *slots[i] = &tensors[i].tensor;
+    }
+  }
+  SamplingParams(const SamplingParams&) = delete;
+  SamplingParams& operator=(const SamplingParams&) = delete;
+};
+
+// Runs one sampling operation with its output and scratch allocated through the runtime:
+// `out` [rows, n] (the logits' dtype for the mask, float32 for renormalised probabilities) or
+// the samples [rows] of `index_dtype` (a runtime dtype code). `uniforms` is NULL for the
+// filters.
+void sampling(const Device& device, mtk_sampling_op op, AtenTensorHandle input_handle,
+              AtenTensorHandle uniforms_handle, const SamplingArguments& arguments,
+              int32_t index_dtype, AtenTensorHandle* ret0) {
+  if (ret0 == nullptr) fail("ret0 must not be NULL");
+  const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  const bool samples = op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  const Input input = describe(input_handle, logits ? "logits" : "probs");
+  const SamplingParams described(arguments, input);
+  Input uniforms;
+  if (samples) uniforms = describe_beside(uniforms_handle, "uniforms", input);
+  const mtk_dtype output_dtype = samples ? library_dtype(index_dtype, "index_dtype")
+                                 : op == MTK_SAMPLING_TOP_K_MASK_LOGITS ? input.tensor.dtype
+                                                                        : MTK_FLOAT32;
+  mtk_context ctx = context_for(device.backend, input.device_index < 0 ? 0 : input.device_index);
+  size_t workspace_bytes = 0;
+  // Validates the input, the params and the output dtype before anything is allocated.
+  check(mtk_sampling_workspace_size(ctx, op, &input.tensor, &described.params, output_dtype,
+                                    &workspace_bytes));
+  OwnedTensor output_owner, workspace_owner;
+  const mtk_tensor output = allocate(input, samples ? 1 : 2, input.tensor.sizes, output_dtype,
+                                     output_owner);
+  void* workspace = allocate_scratch(input, workspace_bytes, workspace_owner);
+  check(mtk_sampling_with_workspace(ctx, op, &input.tensor, &described.params,
+                                    samples ? &uniforms.tensor : nullptr, &output, workspace,
+                                    workspace_bytes, device.stream(input.device_index)));
+  *ret0 = output_owner.release();
+}
+
+void top_k_mask_logits_op(const Device& device, AtenTensorHandle logits, AtenTensorHandle* top_k,
+                          int64_t top_k_value, AtenTensorHandle* ret0) {
+  SamplingArguments arguments;
+  arguments.top_k = {top_k, top_k_value};
+  sampling(device, MTK_SAMPLING_TOP_K_MASK_LOGITS, logits, nullptr, arguments, 0, ret0);
+}
+
+SamplingArguments filters(AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* top_p,
+                          double top_p_value, AtenTensorHandle* min_p, double min_p_value) {
+  SamplingArguments arguments;
+  arguments.top_k = {top_k, top_k_value};
+  arguments.top_p = {top_p, top_p_value};
+  arguments.min_p = {min_p, min_p_value};
+  return arguments;
 }
 
 template <typename Body>
@@ -543,6 +636,48 @@ AOTITorchError aoti_torch_cpu_mtk_topk_page_table_transform(
   });
 }
 
+AOTITorchError aoti_torch_cpu_mtk_top_k_mask_logits(AtenTensorHandle logits,
+                                                    AtenTensorHandle* top_k, int64_t top_k_value,
+                                                    AtenTensorHandle* ret0) {
+  return guarded(__func__, [&] { top_k_mask_logits_op(kCpu, logits, top_k, top_k_value, ret0); });
+}
+
+AOTITorchError aoti_torch_cpu_mtk_renorm_probs(AtenTensorHandle probs, AtenTensorHandle* top_k,
+                                               int64_t top_k_value, AtenTensorHandle* top_p,
+                                               double top_p_value, AtenTensorHandle* min_p,
+                                               double min_p_value, AtenTensorHandle* ret0) {
+  return guarded(__func__, [&] {
+    sampling(kCpu, MTK_SAMPLING_RENORM_PROBS, probs, nullptr,
+             filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value), 0, ret0);
+  });
+}
+
+AOTITorchError aoti_torch_cpu_mtk_sample(AtenTensorHandle probs, AtenTensorHandle uniforms,
+                                         AtenTensorHandle* top_k, int64_t top_k_value,
+                                         AtenTensorHandle* top_p, double top_p_value,
+                                         AtenTensorHandle* min_p, double min_p_value,
+                                         int32_t index_dtype, AtenTensorHandle* ret0) {
+  return guarded(__func__, [&] {
+    sampling(kCpu, MTK_SAMPLING_SAMPLE, probs, uniforms,
+             filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value), index_dtype,
+             ret0);
+  });
+}
+
+AOTITorchError aoti_torch_cpu_mtk_sample_from_logits(
+    AtenTensorHandle logits, AtenTensorHandle uniforms, AtenTensorHandle* top_k,
+    int64_t top_k_value, AtenTensorHandle* top_p, double top_p_value, AtenTensorHandle* min_p,
+    double min_p_value, AtenTensorHandle* temperature, double temperature_value,
+    int32_t index_dtype, AtenTensorHandle* ret0) {
+  return guarded(__func__, [&] {
+    SamplingArguments arguments =
+        filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value);
+    arguments.temperature = {temperature, temperature_value};
+    sampling(kCpu, MTK_SAMPLING_SAMPLE_FROM_LOGITS, logits, uniforms, arguments, index_dtype,
+             ret0);
+  });
+}
+
 #ifdef METALTOPK_AOTI_CUDA
 AOTITorchError aoti_torch_cuda_mtk_topk(AtenTensorHandle self, int64_t k, int64_t dim,
                                         int32_t largest, int32_t sorted, AtenTensorHandle* ret0,
@@ -591,6 +726,52 @@ AOTITorchError aoti_torch_cuda_mtk_topk_page_table_transform(
   return guarded(__func__, [&] {
     page_table_transform_op(cuda, scores, src_page_table, lengths, k, row_to_batch, page_size,
                             ret0);
+  });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_top_k_mask_logits(AtenTensorHandle logits,
+                                                     AtenTensorHandle* top_k, int64_t top_k_value,
+                                                     AtenTensorHandle* ret0) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] { top_k_mask_logits_op(cuda, logits, top_k, top_k_value, ret0); });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_renorm_probs(AtenTensorHandle probs, AtenTensorHandle* top_k,
+                                                int64_t top_k_value, AtenTensorHandle* top_p,
+                                                double top_p_value, AtenTensorHandle* min_p,
+                                                double min_p_value, AtenTensorHandle* ret0) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] {
+    sampling(cuda, MTK_SAMPLING_RENORM_PROBS, probs, nullptr,
+             filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value), 0, ret0);
+  });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_sample(AtenTensorHandle probs, AtenTensorHandle uniforms,
+                                          AtenTensorHandle* top_k, int64_t top_k_value,
+                                          AtenTensorHandle* top_p, double top_p_value,
+                                          AtenTensorHandle* min_p, double min_p_value,
+                                          int32_t index_dtype, AtenTensorHandle* ret0) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] {
+    sampling(cuda, MTK_SAMPLING_SAMPLE, probs, uniforms,
+             filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value), index_dtype,
+             ret0);
+  });
+}
+
+AOTITorchError aoti_torch_cuda_mtk_sample_from_logits(
+    AtenTensorHandle logits, AtenTensorHandle uniforms, AtenTensorHandle* top_k,
+    int64_t top_k_value, AtenTensorHandle* top_p, double top_p_value, AtenTensorHandle* min_p,
+    double min_p_value, AtenTensorHandle* temperature, double temperature_value,
+    int32_t index_dtype, AtenTensorHandle* ret0) {
+  static constexpr Device cuda{MTK_BACKEND_CUDA, cuda_stream};
+  return guarded(__func__, [&] {
+    SamplingArguments arguments =
+        filters(top_k, top_k_value, top_p, top_p_value, min_p, min_p_value);
+    arguments.temperature = {temperature, temperature_value};
+    sampling(cuda, MTK_SAMPLING_SAMPLE_FROM_LOGITS, logits, uniforms, arguments, index_dtype,
+             ret0);
   });
 }
 

@@ -1,9 +1,10 @@
 /*
  * metaltopk's AOTInductor C shim: the functions that AOTInductor-compiled code calls for the
  * metaltopk::mtk_topk and metaltopk::mtk_moe_route torch ops, the ragged ops
- * metaltopk::mtk_topk_ragged, mtk_topk_ragged_transform and mtk_topk_page_table_transform (and,
- * on macOS, the origin's
- * aoti_torch_mps_topk), over AtenTensorHandle.
+ * metaltopk::mtk_topk_ragged, mtk_topk_ragged_transform and mtk_topk_page_table_transform, the
+ * sampling ops metaltopk::mtk_top_k_mask_logits, mtk_renorm_probs, mtk_sample and
+ * mtk_sample_from_logits (and, on macOS, the origin's aoti_torch_mps_topk), over
+ * AtenTensorHandle.
  *
  * The library is written against torch's stable C shim API only, and of that only against
  * functions that ExecuTorch's AOTI backends implement as well, so it links into a libtorch
@@ -68,6 +69,28 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_topk_page_table_transform(
     AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
     AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0);
 
+/* The sampling ops (docs/CONTRACT.md, "Sampling filters"; the schemas are in
+ * python/metaltopk/torch/_sampling.py). Each per-row argument is a [rows] tensor on the input's
+ * device (NULL: none; top_k int32 or int64, the others float32) and the scalar every row takes
+ * where it is NULL. mtk_top_k_mask_logits: ret0 [rows, n] of the logits' dtype.
+ * mtk_renorm_probs: probs [rows, n] float32, ret0 the same. mtk_sample and
+ * mtk_sample_from_logits: uniforms [rows] float32; ret0 the [rows] tokens of index_dtype (a
+ * runtime dtype code, int32 or int64). */
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_top_k_mask_logits(
+    AtenTensorHandle logits, AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_renorm_probs(
+    AtenTensorHandle probs, AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* top_p,
+    double top_p_value, AtenTensorHandle* min_p, double min_p_value, AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_sample(
+    AtenTensorHandle probs, AtenTensorHandle uniforms, AtenTensorHandle* top_k,
+    int64_t top_k_value, AtenTensorHandle* top_p, double top_p_value, AtenTensorHandle* min_p,
+    double min_p_value, int32_t index_dtype, AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mtk_sample_from_logits(
+    AtenTensorHandle logits, AtenTensorHandle uniforms, AtenTensorHandle* top_k,
+    int64_t top_k_value, AtenTensorHandle* top_p, double top_p_value, AtenTensorHandle* min_p,
+    double min_p_value, AtenTensorHandle* temperature, double temperature_value,
+    int32_t index_dtype, AtenTensorHandle* ret0);
+
 #ifdef METALTOPK_AOTI_CUDA
 AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk(AtenTensorHandle self, int64_t k,
                                                           int64_t dim, int32_t largest,
@@ -87,7 +110,20 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk_ragged_transform(
 AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_topk_page_table_transform(
     AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, int64_t k,
     AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0);
-
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_top_k_mask_logits(
+    AtenTensorHandle logits, AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_renorm_probs(
+    AtenTensorHandle probs, AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* top_p,
+    double top_p_value, AtenTensorHandle* min_p, double min_p_value, AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_sample(
+    AtenTensorHandle probs, AtenTensorHandle uniforms, AtenTensorHandle* top_k,
+    int64_t top_k_value, AtenTensorHandle* top_p, double top_p_value, AtenTensorHandle* min_p,
+    double min_p_value, int32_t index_dtype, AtenTensorHandle* ret0);
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_mtk_sample_from_logits(
+    AtenTensorHandle logits, AtenTensorHandle uniforms, AtenTensorHandle* top_k,
+    int64_t top_k_value, AtenTensorHandle* top_p, double top_p_value, AtenTensorHandle* min_p,
+    double min_p_value, AtenTensorHandle* temperature, double temperature_value,
+    int32_t index_dtype, AtenTensorHandle* ret0);
 
 #ifdef METALTOPK_AOTI_ATEN_TOPK
 /* torch.topk's own C function (AOTInductor's fallback for aten.topk), for runtimes that have

@@ -12,8 +12,12 @@
 //               offsets, page table, row_to_batch, page size, int32 indices?, context address)
 //     (starts, offsets, page table and row_to_batch: a tensor or None; returns (values or an
 //     empty [0] tensor, indices), as the ragged ops do)
+//   sampling(op code, x, top_k, top_k_value, top_p, top_p_value, min_p, min_p_value,
+//            temperature, temperature_value, uniforms, int64 samples?, context address)
+//     (top_k, top_p, min_p, temperature and uniforms: a tensor or None; returns (output,), the
+//     op's one tensor in a tuple as the others return theirs)
 //
-// They never raise. Each returns its two tensors on success, the library's status (an int) when
+// They never raise. Each returns its tensors on success, the library's status (an int) when
 // the library refused the call (its message is in mtk_last_error_message, on this thread), and
 // None where it cannot make the call at all (an unsupported dtype or rank, a bias that is not a
 // tensor on the logits' device, a torch allocation failure): the Python path then runs the call
@@ -155,9 +159,9 @@ PyObject* moe_route(const at::Tensor& logits, int64_t k, mtk_scoring scoring, Py
   return outcome(status, weights, ids);
 }
 
-// An optional index tensor of a ragged call: false where the fast path cannot describe it (not
-// a tensor, not on x's device, a dtype the library has no code for); the library checks the
-// rest.
+// An optional tensor beside x (a ragged call's index tensors, sampling's per-row arguments):
+// false where the fast path cannot describe it (not a tensor, not on x's device, a dtype the
+// library has no code for); the library checks the rest.
 bool describe_index(PyObject* object, const at::Tensor& x, mtk_tensor* described,
                     const mtk_tensor** slot) {
   if (object == Py_None) return true;
@@ -227,6 +231,59 @@ PyObject* topk_ragged(const at::Tensor& x, int64_t k, PyObject* const* index_ten
                                           workspace, workspace_bytes, stream);
   Py_END_ALLOW_THREADS
   return outcome(status, values, indices);
+}
+
+// One sampling operation (docs/CONTRACT.md, "Sampling filters"); `per_row` holds top_k, top_p,
+// min_p, temperature and the uniforms, each a tensor or None.
+PyObject* sampling(mtk_sampling_op op, const at::Tensor& x, PyObject* const* per_row,
+                   int64_t top_k_value, double top_p_value, double min_p_value,
+                   double temperature_value, bool int64_samples, mtk_context ctx) {
+  const std::optional<mtk_dtype> dtype = library_dtype(x.scalar_type());
+  if (!dtype || x.dim() != 2 || !(x.is_cuda() || x.is_cpu())) Py_RETURN_NONE;
+  mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+  params.top_k_value = top_k_value;
+  params.top_p_value = static_cast<float>(top_p_value);
+  params.min_p_value = static_cast<float>(min_p_value);
+  params.temperature_value = static_cast<float>(temperature_value);
+  const mtk_tensor* uniforms = nullptr;
+  mtk_tensor described[5] = {};
+  const mtk_tensor** slots[5] = {&params.top_k, &params.top_p, &params.min_p, &params.temperature,
+                                 &uniforms};
+  for (int i = 0; i < 5; ++i) {
+    if (!describe_index(per_row[i], x, &described[i], slots[i])) Py_RETURN_NONE;
+  }
+  const bool samples = op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  const mtk_dtype output_dtype = samples ? (int64_samples ? MTK_INT64 : MTK_INT32)
+                                 : op == MTK_SAMPLING_TOP_K_MASK_LOGITS ? *dtype
+                                                                        : MTK_FLOAT32;
+  const mtk_tensor input = describe(x, *dtype);
+  size_t workspace_bytes = 0;
+  // Validates the input, the params and the output dtype before anything is allocated.
+  mtk_status status =
+      mtk_sampling_workspace_size(ctx, op, &input, &params, output_dtype, &workspace_bytes);
+  if (status != MTK_SUCCESS) return PyLong_FromLong(status);
+  const at::Tensor output =
+      samples ? at::empty({x.size(0)}, x.options().dtype(int64_samples ? at::kLong : at::kInt))
+              : at::empty(x.sizes(), op == MTK_SAMPLING_TOP_K_MASK_LOGITS
+                                         ? x.options()
+                                         : x.options().dtype(at::kFloat));
+  at::Tensor scratch;
+  if (workspace_bytes > 0) {
+    scratch = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
+  }
+  const mtk_tensor output_described = describe(output, output_dtype);
+  void* stream = current_stream(x);
+  void* workspace = scratch.defined() ? scratch.data_ptr() : nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  status = mtk_sampling_with_workspace(ctx, op, &input, &params, uniforms, &output_described,
+                                       workspace, workspace_bytes, stream);
+  Py_END_ALLOW_THREADS
+  if (status != MTK_SUCCESS) return PyLong_FromLong(status);
+  PyObject* wrapped = THPVariable_Wrap(output);
+  if (wrapped == nullptr) return nullptr;
+  PyObject* result = PyTuple_Pack(1, wrapped);
+  Py_DECREF(wrapped);
+  return result;
 }
 
 PyObject* topk_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -302,6 +359,32 @@ PyObject* topk_ragged_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   }
 }
 
+PyObject* sampling_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 13 || !THPVariable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "sampling(op code, x: torch.Tensor, top_k, top_k_value, top_p, top_p_value, "
+                    "min_p, min_p_value, temperature, temperature_value, uniforms, "
+                    "int64 samples, context address)");
+    return nullptr;
+  }
+  const long op = PyLong_AsLong(args[0]);
+  const int64_t top_k_value = PyLong_AsLongLong(args[3]);
+  const double top_p_value = PyFloat_AsDouble(args[5]);
+  const double min_p_value = PyFloat_AsDouble(args[7]);
+  const double temperature_value = PyFloat_AsDouble(args[9]);
+  const int int64_samples = PyObject_IsTrue(args[11]);
+  void* ctx = PyLong_AsVoidPtr(args[12]);
+  if (PyErr_Occurred()) return nullptr;
+  PyObject* const per_row[5] = {args[2], args[4], args[6], args[8], args[10]};
+  try {
+    return sampling(static_cast<mtk_sampling_op>(op), THPVariable_Unpack(args[1]), per_row,
+                    top_k_value, top_p_value, min_p_value, temperature_value, int64_samples != 0,
+                    static_cast<mtk_context>(ctx));
+  } catch (...) {  // torch's allocator failed: the Python path reports it
+    Py_RETURN_NONE;
+  }
+}
+
 PyMethodDef methods[] = {
     {"topk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(topk_entry)),
      METH_FASTCALL, "metaltopk's top-k of a plain CPU or CUDA tensor; see metaltopk_torch.cpp"},
@@ -310,6 +393,10 @@ PyMethodDef methods[] = {
     {"topk_ragged",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(topk_ragged_entry)), METH_FASTCALL,
      "metaltopk's ragged top-k of plain CPU or CUDA tensors; see metaltopk_torch.cpp"},
+    {"sampling", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(sampling_entry)),
+     METH_FASTCALL,
+     "metaltopk's sampling filters and sampler on plain CPU or CUDA tensors; see "
+     "metaltopk_torch.cpp"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_metaltopk_torch", nullptr, -1, methods,

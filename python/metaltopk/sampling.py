@@ -15,10 +15,13 @@ that disables it (top_k <= 0 or >= n, top_p >= 1, min_p <= 0: vLLM's conventions
 numpy.random.Generator that draws them.
 
 The CPU backend runs these today; the GPU backends raise RuntimeError naming themselves until
-their kernels exist. numpy inputs run on the CPU backend.
+their kernels exist. numpy inputs run on the CPU backend. Torch tensors go through the torch ops
+(metaltopk.torch, "sampling"), so torch.compile and torch.export see them; a torch.Generator
+draws the uniforms with torch.rand on the input's device.
 """
 
 import re
+import sys
 
 import numpy as np
 
@@ -39,25 +42,25 @@ _INDEX_DTYPES = ("int32", "int64")
 def top_k_mask_logits(logits, top_k, *, backend=None):
     """logits with all but each row's top_k set to -inf: the kept logits are bit-exact copies,
     chosen by the top-k contract (NaN above +inf, ties to the lower index, exactly top_k)."""
-    return _Call("top_k_mask_logits", _MASK, logits, backend, top_k=top_k).run()
+    return _run("top_k_mask_logits", _MASK, logits, backend, top_k=top_k)
 
 
 def top_k_renorm_probs(probs, top_k, *, backend=None):
     """float32 probs keeping each row's top_k largest (ties to the lower index), divided by
     their sum; 0 elsewhere."""
-    return _Call("top_k_renorm_probs", _RENORM, probs, backend, top_k=top_k).run()
+    return _run("top_k_renorm_probs", _RENORM, probs, backend, top_k=top_k)
 
 
 def top_p_renorm_probs(probs, top_p, *, backend=None):
     """float32 probs keeping the shortest prefix, in descending order (ties to the lower index),
     whose exact sum reaches top_p times the row's sum (at least one token), divided by their
     sum; 0 elsewhere."""
-    return _Call("top_p_renorm_probs", _RENORM, probs, backend, top_p=top_p).run()
+    return _run("top_p_renorm_probs", _RENORM, probs, backend, top_p=top_p)
 
 
 def min_p_renorm_probs(probs, min_p, *, backend=None):
     """float32 probs keeping p >= min_p * max(p), divided by their sum; 0 elsewhere."""
-    return _Call("min_p_renorm_probs", _RENORM, probs, backend, min_p=min_p).run()
+    return _run("min_p_renorm_probs", _RENORM, probs, backend, min_p=min_p)
 
 
 def sample(probs, uniforms=None, *, top_k=None, top_p=None, min_p=None, generator=None,
@@ -66,19 +69,19 @@ def sample(probs, uniforms=None, *, top_k=None, top_p=None, min_p=None, generato
     min-p): the first index whose cumulative filtered mass exceeds uniforms[r] times the row's
     filtered total. `uniforms` (or `generator`) as in the module's documentation. Returns
     [rows] int32 (or index_dtype) tokens."""
-    return _Call("sample", _SAMPLE, probs, backend, top_k=top_k, top_p=top_p, min_p=min_p,
-                 uniforms=_uniforms_argument(uniforms, generator, "sample"),
-                 index_dtype=index_dtype).run()
+    return _run("sample", _SAMPLE, probs, backend, top_k=top_k, top_p=top_p, min_p=min_p,
+                uniforms=_uniforms_argument(uniforms, generator, "sample"),
+                index_dtype=index_dtype)
 
 
 def sample_from_logits(logits, uniforms=None, *, temperature=None, top_k=None, top_p=None,
                        min_p=None, generator=None, index_dtype="int32", backend=None):
     """sample() on softmax(logits * (1 / temperature)); top_k keeps top_k_mask_logits's tokens.
     A temperature <= 0 picks each row's top logit (greedy)."""
-    return _Call("sample_from_logits", _SAMPLE_FROM_LOGITS, logits, backend, top_k=top_k,
-                 top_p=top_p, min_p=min_p, temperature=temperature,
-                 uniforms=_uniforms_argument(uniforms, generator, "sample_from_logits"),
-                 index_dtype=index_dtype).run()
+    return _run("sample_from_logits", _SAMPLE_FROM_LOGITS, logits, backend, top_k=top_k,
+                top_p=top_p, min_p=min_p, temperature=temperature,
+                uniforms=_uniforms_argument(uniforms, generator, "sample_from_logits"),
+                index_dtype=index_dtype)
 
 
 def _uniforms_argument(uniforms, generator, function):
@@ -92,7 +95,28 @@ def _uniforms_argument(uniforms, generator, function):
     return uniforms
 
 
+def _run(function, op, x, backend, **arguments):
+    if _is_torch(x):
+        # Through the torch ops, so that torch.compile and torch.export see them.
+        from .torch import _sampling as torch_sampling
+
+        return torch_sampling.front_door(function, op, x, backend, **arguments)
+    return _Call(function, op, x, backend, **arguments).run()
+
+
+def run_torch_kernel(function, op, x, **arguments):
+    """The torch ops' kernel: one call on torch tensors (x and the per-row tensors on one CPU,
+    CUDA or MPS device, which the checks below confirm), its output a new torch tensor there."""
+    return _Call(function, op, x, None, **arguments).run()
+
+
 _C_NAMES = re.compile(r"\bparams\.(\w+)")
+
+
+def translate(function, message):
+    """The library's message in this API's names: the function's, and the arguments' (the C
+    names params.top_k and so on are the arguments top_k and so on)."""
+    return f"metaltopk.{function}: " + _C_NAMES.sub(r"\1", message)
 
 
 class _Call:
@@ -151,7 +175,7 @@ class _Call:
             setattr(self.params, name + "_value", real(value, name, self.function))
 
     def translate(self, message):
-        return f"metaltopk.{self.function}: " + _C_NAMES.sub(r"\1", message)
+        return translate(self.function, message)
 
     def run(self):
         ctx = self.kind.context
@@ -167,16 +191,23 @@ class _Call:
         if input_dtype not in DTYPE_CODES:
             raise TypeError(f"metaltopk.{self.function}: dtype {input_dtype} is not supported "
                             "(float32; logits also float16 and bfloat16)")
-        output = self.kind.empty(shape, out_dtype)
         input_t = describe(*self.kind.layout(self.input))
+        size = ffi.new("size_t*")
+        # Validates the input, the params and the output dtype before anything is allocated.
+        check(lib.mtk_sampling_workspace_size(ctx.handle, self.op, input_t, self.params,
+                                              DTYPE_CODES[out_dtype], size),
+              ctx.backend, self.translate)
+        output = self.kind.empty(shape, out_dtype)
         output_t = describe(*self.kind.layout(output))
-        if samples:
-            entry = lib.mtk_sample if self.op == _SAMPLE else lib.mtk_sample_from_logits
-            status = entry(ctx.handle, input_t, self.params, self.uniforms, output_t,
-                           self.kind.stream)
-        else:
-            entry = lib.mtk_top_k_mask_logits if self.op == _MASK else lib.mtk_renorm_probs
-            status = entry(ctx.handle, input_t, self.params, output_t, self.kind.stream)
+        # Scratch of the input's kind (torch's allocator for tensors, the graph's pool inside
+        # CUDA graph capture), held until the call has been enqueued.
+        scratch = self.kind.empty((size[0],), "uint8") if size[0] else None
+        workspace = ffi.NULL if scratch is None else ffi.cast("void*",
+                                                              self.kind.layout(scratch)[0])
+        status = lib.mtk_sampling_with_workspace(
+            ctx.handle, self.op, input_t, self.params,
+            ffi.NULL if self.uniforms is None else self.uniforms, output_t, workspace, size[0],
+            self.kind.stream)
         check(status, ctx.backend, self.translate)
         return output
 
@@ -195,8 +226,10 @@ def _index_dtype_name(index_dtype, function):
 
 
 def _is_torch(x):
-    module = type(x).__module__
-    return module.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter")
+    """A torch tensor, subclasses included (tracing's FakeTensor among them), without importing
+    torch: a process that never imported it has none."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 class _NumpyKind:
@@ -265,6 +298,21 @@ class _NumpyKind:
         return np.empty(shape, dtype)
 
 
+TORCH_DEVICE_BACKENDS = {"cpu": "cpu", "cuda": "cuda", "mps": "metal"}
+
+
+def check_torch_device(x, backend, function):
+    """x's device has a backend, and `backend`, where given, is that one."""
+    device_backend = TORCH_DEVICE_BACKENDS.get(x.device.type)
+    if device_backend is None:
+        raise RuntimeError(f"metaltopk.{function}: tensors on {x.device} are not supported")
+    if backend is not None and backend_name(backend, function) not in ("default",
+                                                                       device_backend):
+        raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend "
+                         f"= {backend!r} was asked for")
+    return device_backend
+
+
 class _TorchKind:
     """torch tensors on their own device's backend, on torch's current stream there."""
 
@@ -273,13 +321,7 @@ class _TorchKind:
 
         self.torch, self.function = torch, function
         self.input, self.device = x, x.device
-        device_backend = {"cpu": "cpu", "cuda": "cuda", "mps": "metal"}.get(x.device.type)
-        if device_backend is None:
-            raise RuntimeError(f"metaltopk.{function}: tensors on {x.device} are not supported")
-        if backend is not None and backend_name(backend, function) not in ("default",
-                                                                           device_backend):
-            raise ValueError(f"metaltopk.{function}: the input lives on {x.device} but backend "
-                             f"= {backend!r} was asked for")
+        device_backend = check_torch_device(x, backend, function)
         index = x.device.index or 0
         self.context = context(device_backend, index, function=function)
         self.stream = ffi.NULL
@@ -287,24 +329,18 @@ class _TorchKind:
             self.stream = ffi.cast("void*", torch.cuda.current_stream(x.device).cuda_stream)
 
     def is_array(self, value):
-        return isinstance(value, (self.torch.Tensor, np.ndarray))
+        return isinstance(value, self.torch.Tensor)
 
-    def per_row(self, value, name, list_dtype=np.int64):
-        torch = self.torch
-        if isinstance(value, (list, tuple)):
-            dtype = torch.float32 if list_dtype == np.float32 else torch.int64
-            return torch.tensor(value, dtype=dtype, device=self.device)
-        if not isinstance(value, torch.Tensor) or value.device != self.device:
-            where = value.device if isinstance(value, torch.Tensor) else "numpy"
+    def per_row(self, value, name, list_dtype=None):
+        """A per-row tensor; the front door (metaltopk.torch._sampling) has turned lists into
+        tensors and refused numpy arrays."""
+        if value.device != self.device:
             raise ValueError(f"metaltopk.{self.function}: {name} must be a tensor on the "
-                             f"input's device ({self.device}), not on {where}")
+                             f"input's device ({self.device}), not on {value.device}")
         return value
 
     def uniforms(self, value, rows):
-        torch = self.torch
-        if isinstance(value, torch.Generator):
-            return torch.rand(rows, generator=value, dtype=torch.float32, device=value.device)
-        return self.per_row(value, "uniforms", np.float32)
+        return self.per_row(value, "uniforms")
 
     def dtype_name(self, tensor, name):
         return str(tensor.dtype).replace("torch.", "")

@@ -467,6 +467,108 @@ void test_ragged() {
   }
 }
 
+// A [size] float32 tensor holding `values` in turn.
+AtenTensorHandle float_vector(int64_t size, const std::vector<float>& values) {
+  AtenTensorHandle t = new_tensor({size}, {1}, kF32);
+  for (int64_t i = 0; i < size; ++i) {
+    std::memcpy(t->storage.data() + i * 4, &values[static_cast<size_t>(i) % values.size()], 4);
+  }
+  return t;
+}
+
+// The sampling shims, each against its C entry on the same tensors.
+void test_sampling() {
+  constexpr int64_t rows = 9, n = 200;
+  AtenTensorHandle logits = float_input(rows, n, false);
+  AtenTensorHandle probs = new_tensor({rows, n}, {n, 1}, kF32);
+  float* probs_data = reinterpret_cast<float*>(probs->storage.data());
+  for (int64_t i = 0; i < rows * n; ++i) probs_data[i] = static_cast<float>((i * 31) % 17) / 64;
+  AtenTensorHandle uniforms = float_vector(rows, {0.0f, 0.3f, 0.999f, 0.5f, 0.71f});
+  AtenTensorHandle top_k = index_vector(rows, true, {0, 1, 5, 200, -3, 17, 40});
+  AtenTensorHandle top_p = float_vector(rows, {0.5f, 0.9f, 1.0f, 0.2f});
+  AtenTensorHandle temperature = float_vector(rows, {0.7f, 1.0f, 0.0f, 2.0f});
+  const mtk_tensor logits_t = describe(logits), probs_t = describe(probs),
+                   uniforms_t = describe(uniforms), top_k_t = describe(top_k),
+                   top_p_t = describe(top_p), temperature_t = describe(temperature);
+  mtk_context ctx = nullptr;
+  mtk_context_create(MTK_BACKEND_CPU, 0, &ctx);
+  // The shim's output against the C entry's into a tensor of the same shape and dtype.
+  auto expect_entry = [&](const std::string& name, AtenTensorHandle got, int32_t dtype,
+                          const std::function<mtk_status(const mtk_tensor*)>& entry) {
+    AtenTensorHandle want = new_tensor(got->sizes, got->strides, dtype);
+    mtk_tensor want_t = describe(want);
+    if (dtype == kI32) want_t.dtype = MTK_INT32;
+    expect(entry(&want_t) == MTK_SUCCESS, name + ": the C entry failed");
+    expect(got->dtype == dtype && same_bytes(got, want->storage),
+           name + ": results differ from the C entry's");
+    aoti_torch_delete_tensor_object(want);
+  };
+
+  mtk_sampling_params mask = MTK_SAMPLING_PARAMS_INIT;
+  mask.top_k = &top_k_t;
+  sweep("top_k_mask_logits per-row top_k",
+        [&](AtenTensorHandle* out, AtenTensorHandle*) {
+          return aoti_torch_cpu_mtk_top_k_mask_logits(logits, &top_k, 0, out);
+        },
+        [&](AtenTensorHandle out, AtenTensorHandle) {
+          expect_entry("top_k_mask_logits", out, kF32, [&](const mtk_tensor* want) {
+            return mtk_top_k_mask_logits(ctx, &logits_t, &mask, want, nullptr);
+          });
+        },
+        1);
+  mtk_sampling_params renorm = MTK_SAMPLING_PARAMS_INIT;
+  renorm.top_k_value = 30;
+  renorm.top_p = &top_p_t;
+  renorm.min_p_value = 0.05f;
+  sweep("renorm_probs top_k, top_p, min_p",
+        [&](AtenTensorHandle* out, AtenTensorHandle*) {
+          return aoti_torch_cpu_mtk_renorm_probs(probs, nullptr, 30, &top_p, 1.0, nullptr, 0.05,
+                                                 out);
+        },
+        [&](AtenTensorHandle out, AtenTensorHandle) {
+          expect_entry("renorm_probs", out, kF32, [&](const mtk_tensor* want) {
+            return mtk_renorm_probs(ctx, &probs_t, &renorm, want, nullptr);
+          });
+        },
+        1);
+  mtk_sampling_params sample = MTK_SAMPLING_PARAMS_INIT;
+  sample.top_k = &top_k_t;
+  sample.top_p_value = 0.9f;
+  sweep("sample per-row top_k, top_p int64",
+        [&](AtenTensorHandle* out, AtenTensorHandle*) {
+          return aoti_torch_cpu_mtk_sample(probs, uniforms, &top_k, 0, nullptr, 0.9, nullptr, 0.0,
+                                           kI64, out);
+        },
+        [&](AtenTensorHandle out, AtenTensorHandle) {
+          expect_entry("sample", out, kI64, [&](const mtk_tensor* want) {
+            return mtk_sample(ctx, &probs_t, &sample, &uniforms_t, want, nullptr);
+          });
+        },
+        1);
+  mtk_sampling_params from_logits = MTK_SAMPLING_PARAMS_INIT;
+  from_logits.top_k_value = 50;
+  from_logits.top_p = &top_p_t;
+  from_logits.min_p_value = 0.01f;
+  from_logits.temperature = &temperature_t;
+  sweep("sample_from_logits temperature",
+        [&](AtenTensorHandle* out, AtenTensorHandle*) {
+          return aoti_torch_cpu_mtk_sample_from_logits(logits, uniforms, nullptr, 50, &top_p, 1.0,
+                                                       nullptr, 0.01, &temperature, 1.0, kI32,
+                                                       out);
+        },
+        [&](AtenTensorHandle out, AtenTensorHandle) {
+          expect_entry("sample_from_logits", out, kI32, [&](const mtk_tensor* want) {
+            return mtk_sample_from_logits(ctx, &logits_t, &from_logits, &uniforms_t, want,
+                                          nullptr);
+          });
+        },
+        1);
+  mtk_context_destroy(ctx);
+  for (AtenTensorHandle t : {logits, probs, uniforms, top_k, top_p, temperature}) {
+    aoti_torch_delete_tensor_object(t);
+  }
+}
+
 // Calls that must fail before anything is allocated, with a message naming the problem.
 void test_rejections() {
   AtenTensorHandle input = float_input(4, 10, false);
@@ -478,6 +580,10 @@ void test_rejections() {
   AtenTensorHandle gpu_lengths = new_tensor({4}, {1}, kI64);
   gpu_lengths->device_type = aoti_torch_device_type_cuda();
   AtenTensorHandle table = new_tensor({4, 2}, {2, 1}, kI64);
+  AtenTensorHandle uniforms = float_vector(4, {0.5f});
+  AtenTensorHandle short_top_p = float_vector(3, {0.5f});
+  AtenTensorHandle gpu_uniforms = float_vector(4, {0.5f});
+  gpu_uniforms->device_type = aoti_torch_device_type_cuda();
   const long before = live_tensors;
   struct Case {
     const char* what;
@@ -502,6 +608,14 @@ void test_rejections() {
       {"offsets of the wrong size", [&](auto out, auto) { return aoti_torch_cpu_mtk_topk_ragged_transform(input, table, lengths, 2, out); }, "offsets.ndim"},
       {"too few pages", [&](auto out, auto) { return aoti_torch_cpu_mtk_topk_page_table_transform(input, table, lengths, 2, nullptr, 4, out); }, "page_table.sizes[1]"},
       {"page size 0", [&](auto out, auto) { return aoti_torch_cpu_mtk_topk_page_table_transform(input, table, lengths, 2, nullptr, 0, out); }, "page_size"},
+      {"top_p of the wrong length", [&](auto out, auto) { return aoti_torch_cpu_mtk_renorm_probs(input, nullptr, 0, &short_top_p, 1.0, nullptr, 0.0, out); }, "top_p.sizes[0] = 3 does not match the 4 rows"},
+      {"float top_k", [&](auto out, auto) { return aoti_torch_cpu_mtk_top_k_mask_logits(input, &float_lengths, 0, out); }, "top_k.dtype = float32 must be int32 or int64"},
+      {"int64 uniforms", [&](auto out, auto) { return aoti_torch_cpu_mtk_sample(input, lengths, nullptr, 0, nullptr, 1.0, nullptr, 0.0, kI32, out); }, "uniforms.dtype = int64 must be float32"},
+      {"uniforms on another device", [&](auto out, auto) { return aoti_torch_cpu_mtk_sample_from_logits(input, gpu_uniforms, nullptr, 0, nullptr, 1.0, nullptr, 0.0, nullptr, 1.0, kI32, out); }, "uniforms is on another device"},
+      {"NULL uniforms", [&](auto out, auto) { return aoti_torch_cpu_mtk_sample(input, nullptr, nullptr, 0, nullptr, 1.0, nullptr, 0.0, kI32, out); }, "uniforms is NULL"},
+      {"int16 samples", [&](auto out, auto) { return aoti_torch_cpu_mtk_sample(input, uniforms, nullptr, 0, nullptr, 1.0, nullptr, 0.0, kI16, out); }, "samples.dtype = int16"},
+      {"3-d probs", [&](auto out, auto) { return aoti_torch_cpu_mtk_renorm_probs(logits3d, nullptr, 5, nullptr, 1.0, nullptr, 0.0, out); }, "probs.ndim = 3"},
+      {"bool probs", [&](auto out, auto) { return aoti_torch_cpu_mtk_sample(flags, uniforms, nullptr, 0, nullptr, 1.0, nullptr, 0.0, kI32, out); }, "dtype code 11"},
 #ifdef METALTOPK_AOTI_MPS
       {"mps without the Metal backend", [&](auto v, auto i) { return aoti_torch_mps_topk(input, 1, -1, 1, 1, v, i); }, "metal"},
 #endif
@@ -519,7 +633,7 @@ void test_rejections() {
   std::printf("%-34s %zu rejected with their messages\n", "bad arguments",
               sizeof(cases) / sizeof(cases[0]));
   for (AtenTensorHandle t : {input, doubles, flags, logits3d, lengths, float_lengths, gpu_lengths,
-                             table}) {
+                             table, uniforms, short_top_p, gpu_uniforms}) {
     aoti_torch_delete_tensor_object(t);
   }
 }
@@ -533,6 +647,7 @@ int main() {
   test_topk(1, 1 << 16, 500, 1, false, 1, 1);
   test_moe_route();
   test_ragged();
+  test_sampling();
   test_rejections();
   expect(live_tensors == 0, "tensors left at exit: " + std::to_string(live_tensors));
   if (failures != 0) {

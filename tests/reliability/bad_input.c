@@ -582,6 +582,178 @@ static void test_moe_route(void) {
 #undef RESET
 }
 
+/* The sampling entries (docs/CONTRACT.md, "Sampling filters"), each through mtk_sample or
+ * mtk_renorm_probs or mtk_top_k_mask_logits or their workspace variant. Per-row tensors and
+ * uniforms that must be rejected before they are read carry fabricated addresses. */
+static void test_sampling(void) {
+  enum { R = 4, V = 16 };
+  static float probs_data[R * V], uniforms_data[R], out_data[R * V];
+  static int64_t samples_data[R];
+  static int32_t top_k_data[R];
+  for (int i = 0; i < R * V; ++i) probs_data[i] = (float)((i * 7) % 11) / 64.0f;
+  for (int r = 0; r < R; ++r) uniforms_data[r] = 0.25f * (float)r, top_k_data[r] = r + 1;
+  const mtk_tensor probs = tensor2(probs_data, MTK_FLOAT32, R, V);
+  const mtk_tensor uniforms = tensor1(uniforms_data, MTK_FLOAT32, R);
+  const mtk_tensor samples = tensor1(samples_data, MTK_INT64, R);
+  const mtk_tensor out = tensor2(out_data, MTK_FLOAT32, R, V);
+  const mtk_tensor top_k = tensor1(top_k_data, MTK_INT32, R);
+  mtk_sampling_params p = MTK_SAMPLING_PARAMS_INIT;
+  p.top_k = &top_k;
+  p.top_p_value = 0.9f;
+  EXPECT_OK(mtk_sample(ctx, &probs, &p, &uniforms, &samples, NULL));
+  EXPECT_OK(mtk_renorm_probs(ctx, &probs, &p, &out, NULL));
+
+  mtk_tensor in, u, s, o, per_row;
+  mtk_sampling_params q;
+#define UNTOUCHED()                                                                 \
+  EXPECT_TRUE(bytes_are_sentinels(samples_data, sizeof samples_data) &&             \
+              bytes_are_sentinels(out_data, sizeof out_data))
+#define SAMPLE(status, part)                                                         \
+  do {                                                                               \
+    memset(samples_data, kSentinel, sizeof samples_data);                            \
+    memset(out_data, kSentinel, sizeof out_data);                                    \
+    expect(__LINE__, "mtk_sample", mtk_sample(ctx, &in, &q, &u, &s, NULL), (status), (part)); \
+    UNTOUCHED();                                                                     \
+  } while (0)
+#define RENORM(status, part)                                                         \
+  do {                                                                               \
+    memset(samples_data, kSentinel, sizeof samples_data);                            \
+    memset(out_data, kSentinel, sizeof out_data);                                    \
+    expect(__LINE__, "mtk_renorm_probs", mtk_renorm_probs(ctx, &in, &q, &o, NULL), (status), \
+           (part));                                                                  \
+    UNTOUCHED();                                                                     \
+  } while (0)
+#define RESET() (in = probs, u = uniforms, s = samples, o = out, q = p)
+
+  EXPECT(mtk_sample(NULL, &probs, &p, &uniforms, &samples, NULL), MTK_ERROR_INVALID_CONTEXT, NULL);
+  EXPECT(mtk_sample(ctx, NULL, &p, &uniforms, &samples, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "probs is NULL");
+  EXPECT(mtk_sample(ctx, &probs, &p, NULL, &samples, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "uniforms is NULL");
+  EXPECT(mtk_sample(ctx, &probs, &p, &uniforms, NULL, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "samples is NULL");
+  EXPECT(mtk_renorm_probs(ctx, &probs, &p, NULL, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "out is NULL");
+  EXPECT(mtk_top_k_mask_logits(ctx, NULL, &p, &out, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "logits is NULL");
+  EXPECT(mtk_sample_from_logits(ctx, &probs, &p, NULL, &samples, NULL),
+         MTK_ERROR_INVALID_ARGUMENT, "uniforms is NULL");
+
+  /* The versioned struct. */
+  RESET(); q.struct_size = 0;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 0 was never set");
+  RESET(); q.struct_size = sizeof q - 4;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "is not a multiple of 8, the alignment of mtk_sampling");
+  RESET(); q.struct_size = 2048;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "params.struct_size = 2048 exceeds 1024 bytes");
+
+  /* The input. */
+  RESET(); in.ndim = 1;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "probs.ndim = 1 must be 2");
+  RESET(); in.ndim = 3; in.sizes[2] = 1;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "probs.ndim = 3 must be 2");
+  RESET(); in.dtype = MTK_FLOAT16;
+  SAMPLE(MTK_ERROR_UNSUPPORTED_DTYPE, "probs.dtype = float16 must be float32");
+  RESET(); SET_RAW(in.dtype, 4242);
+  RENORM(MTK_ERROR_UNSUPPORTED_DTYPE, "probs.dtype = 4242");
+  RESET(); in.data = NULL;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "probs.data is NULL");
+  RESET(); in.sizes[1] = 0; in.data = fake(1);
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "probs.sizes[1] = 0: a row without tokens has none to sample");
+  RESET(); in.sizes[1] = INT64_C(1) << 31; in.strides[0] = 0; in.strides[1] = 0; in.data = fake(1);
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "probs.sizes[1] = 2147483648 is too long");
+  RESET(); in.sizes[0] = -1;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "probs.sizes[0] = -1");
+  RESET(); in.strides[0] = INT64_MAX; in.data = fake(1);
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "probs: strides[0]");
+
+  /* Per-row tensors: dtype, rank, length, data; each never read. */
+  RESET(); per_row = tensor1(fake(2), MTK_FLOAT32, R); q.top_k = &per_row;
+  SAMPLE(MTK_ERROR_UNSUPPORTED_DTYPE, "params.top_k.dtype = float32 must be int32 or int64");
+  RESET(); per_row = tensor1(fake(2), MTK_FLOAT32, R - 1); q.top_p = &per_row;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.top_p.sizes[0] = 3 does not match the 4 rows");
+  RESET(); per_row = tensor2(fake(2), MTK_FLOAT32, R, 1); q.min_p = &per_row;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "params.min_p.ndim = 2 must be 1");
+  RESET(); per_row = tensor1(fake(2), MTK_FLOAT64, R); q.min_p = &per_row;
+  RENORM(MTK_ERROR_UNSUPPORTED_DTYPE, "params.min_p.dtype = float64 must be float32");
+  RESET(); per_row = tensor1(NULL, MTK_INT64, R); q.top_k = &per_row;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.top_k.data is NULL");
+  RESET(); per_row = tensor1(fake(2), MTK_INT64, R); per_row.strides[0] = INT64_MAX;
+  q.top_k = &per_row;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.top_k: strides[0]");
+
+  /* What an operation does not read is an error, not ignored. */
+  RESET(); q.temperature_value = 0.5f;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "params.temperature is set but mtk_sample takes");
+  RESET(); per_row = tensor1(fake(2), MTK_FLOAT32, R); q.temperature = &per_row;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "params.temperature is set but mtk_renorm_probs");
+  RESET();
+  memset(out_data, kSentinel, sizeof out_data);
+  EXPECT(mtk_top_k_mask_logits(ctx, &in, &q, &o, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "params.top_p is set but mtk_top_k_mask_logits reads params.top_k only");
+  UNTOUCHED();
+  RESET(); q.top_p_value = 1.0f; q.min_p_value = -0.0f;
+  memset(out_data, kSentinel, sizeof out_data);
+  EXPECT(mtk_top_k_mask_logits(ctx, &in, &q, &o, NULL), MTK_ERROR_INVALID_ARGUMENT,
+         "params.min_p is set but mtk_top_k_mask_logits");
+  UNTOUCHED();
+  RESET();
+  EXPECT(mtk_sampling_with_workspace(ctx, MTK_SAMPLING_RENORM_PROBS, &in, &q, &u, &o, NULL, 0,
+                                     NULL),
+         MTK_ERROR_INVALID_ARGUMENT, "uniforms is set but mtk_renorm_probs does not sample");
+  UNTOUCHED();
+
+  /* The uniforms and the outputs. */
+  RESET(); u.dtype = MTK_FLOAT64; u.data = fake(3);
+  SAMPLE(MTK_ERROR_UNSUPPORTED_DTYPE, "uniforms.dtype = float64 must be float32");
+  RESET(); u.sizes[0] = R + 1; u.data = fake(3);
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "uniforms.sizes[0] = 5 does not match the 4 rows");
+  RESET(); u.data = NULL;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "uniforms.data is NULL");
+  RESET(); s.dtype = MTK_INT16;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "samples.dtype = int16 must be int32 or int64");
+  RESET(); s.sizes[0] = R - 1;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "samples");
+  RESET(); o.dtype = MTK_FLOAT16;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "out.dtype = float16 must be float32");
+  RESET(); o.sizes[1] = V - 1;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "out");
+  RESET(); o.data = probs_data + 1;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "overlap");
+  RESET(); s.data = uniforms_data;
+  SAMPLE(MTK_ERROR_INVALID_ARGUMENT, "overlap");
+  RESET(); o.strides[0] = 1;
+  RENORM(MTK_ERROR_INVALID_ARGUMENT, "out has overlapping elements");
+
+  /* The workspace variants. */
+  size_t bytes = 12345;
+  RESET();
+  EXPECT(mtk_sampling_workspace_size(ctx, MTK_SAMPLING_SAMPLE, &in, &q, MTK_INT64, NULL),
+         MTK_ERROR_INVALID_ARGUMENT, "bytes is NULL");
+  EXPECT(mtk_sampling_workspace_size(ctx, (mtk_sampling_op)9, &in, &q, MTK_INT64, &bytes),
+         MTK_ERROR_INVALID_ARGUMENT, "op = 9 is not a known mtk_sampling_op");
+  EXPECT_TRUE(bytes == 0);
+  EXPECT(mtk_sampling_workspace_size(ctx, MTK_SAMPLING_SAMPLE, &in, &q, MTK_FLOAT32, &bytes),
+         MTK_ERROR_INVALID_ARGUMENT, "samples.dtype = float32");
+  EXPECT_OK(mtk_sampling_workspace_size(ctx, MTK_SAMPLING_SAMPLE, &in, &q, MTK_INT64, &bytes));
+  memset(samples_data, kSentinel, sizeof samples_data);
+  EXPECT(mtk_sampling_with_workspace(ctx, (mtk_sampling_op)-1, &in, &q, &u, &s, NULL, 0, NULL),
+         MTK_ERROR_INVALID_ARGUMENT, "op = -1 is not a known mtk_sampling_op");
+  if (bytes > 0) {
+    EXPECT(mtk_sampling_with_workspace(ctx, MTK_SAMPLING_SAMPLE, &in, &q, &u, &s, fake(4),
+                                       bytes - 1, NULL),
+           MTK_ERROR_INVALID_ARGUMENT, "workspace_bytes");
+    EXPECT(mtk_sampling_with_workspace(ctx, MTK_SAMPLING_SAMPLE, &in, &q, &u, &s, NULL, bytes,
+                                       NULL),
+           MTK_ERROR_INVALID_ARGUMENT, "workspace is NULL");
+  }
+  UNTOUCHED();
+#undef SAMPLE
+#undef RENORM
+#undef RESET
+#undef UNTOUCHED
+}
+
 /* Every context-taking function, with NULL, destroyed and foreign handles. */
 static void test_contexts(void) {
   mtk_context out = (mtk_context)fake(9);
@@ -695,6 +867,7 @@ int main(void) {
   test_topk_descriptors();
   test_topk_variants();
   test_moe_route();
+  test_sampling();
   test_contexts();
   EXPECT_OK(mtk_context_destroy(ctx));
   EXPECT_TRUE(mtk_testing_live_allocations() == live_before);

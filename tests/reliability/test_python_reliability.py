@@ -209,3 +209,119 @@ def test_ragged_calls_leave_memory_flat():
     growth = _rss_bytes() - rss_before
     assert testing.mtk_testing_live_allocations() == live_before
     assert growth < 4 * 2**20, f"resident memory grew by {growth} bytes over 3e4 ragged calls"
+
+
+def test_sampling_memory_error_carries_the_library_message():
+    """An injected host-allocation failure inside each sampling call (a fresh context plans it)
+    surfaces as MemoryError with the library's message, and leaves nothing allocated."""
+    testing = _testing_library()
+    ffi, lib = _ffi.ffi, _ffi.lib
+    probs = np.random.default_rng(7).random((64, 1000), dtype=np.float32)
+    uniforms = np.full(64, 0.5, np.float32)
+    samples = np.empty(64, np.int32)
+    out = np.empty_like(probs)
+
+    def described(array):
+        return _abi.describe(array.ctypes.data, array.dtype.name, array.shape,
+                             tuple(s // array.itemsize for s in array.strides))
+
+    def params(**members):
+        p = ffi.new("mtk_sampling_params*")
+        p.struct_size = ffi.sizeof("mtk_sampling_params")
+        p.top_p_value = p.temperature_value = 1.0
+        for name, value in members.items():
+            setattr(p, name, value)
+        return p
+
+    calls = {
+        "mtk_top_k_mask_logits": lambda ctx: lib.mtk_top_k_mask_logits(
+            ctx.handle, described(probs), params(top_k_value=5), described(out), ffi.NULL),
+        "mtk_renorm_probs": lambda ctx: lib.mtk_renorm_probs(
+            ctx.handle, described(probs), params(top_p_value=0.9), described(out), ffi.NULL),
+        "mtk_sample": lambda ctx: lib.mtk_sample(
+            ctx.handle, described(probs), params(top_k_value=50), described(uniforms),
+            described(samples), ffi.NULL),
+        "mtk_sample_from_logits": lambda ctx: lib.mtk_sample_from_logits(
+            ctx.handle, described(probs), params(min_p_value=0.1), described(uniforms),
+            described(samples), ffi.NULL),
+    }
+    for name, call in calls.items():
+        ctx = _abi.Context("cpu", 0)
+        try:
+            live = testing.mtk_testing_live_allocations()
+            testing.mtk_testing_fail_at(MTK_FAULT_HOST_ALLOCATION, 1)
+            try:
+                status = call(ctx)
+                with pytest.raises(MemoryError, match="host allocation failed"):
+                    _abi.check(status, "cpu")
+                assert testing.mtk_testing_failure_points_seen() >= 1, name
+            finally:
+                testing.mtk_testing_reset()
+            assert testing.mtk_testing_live_allocations() == live, name
+        finally:
+            ctx.destroy()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_sampling_calls_leave_memory_flat():
+    """2 * 10^4 sampling calls (numpy and, where installed, torch inputs, through the torch ops
+    too), a third of them rejected for a bad argument: resident memory may not grow by more than
+    4 MiB, and the library holds no more allocations."""
+    from metaltopk import sampling
+
+    testing = _testing_library()
+    rng = np.random.default_rng(8)
+    probs = rng.random((6, 300), dtype=np.float32)
+    uniforms = rng.random(6, dtype=np.float32)
+    top_k = np.array([1, 5, 0, 300, 20, -1])
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    tensors = None if torch is None else tuple(map(torch.from_numpy, (probs, uniforms, top_k)))
+    bad_arguments = [
+        (ValueError, lambda: sampling.sample(probs, uniforms, top_p=np.float32([0.5] * 3))),
+        (TypeError, lambda: sampling.sample(probs, uniforms, top_k=top_k.astype(np.float32))),
+        (TypeError, lambda: sampling.sample(probs, uniforms.astype(np.float64))),
+    ]
+    if tensors is not None:
+        bad_arguments += [
+            (ValueError, lambda: torch.ops.metaltopk.mtk_renorm_probs(
+                tensors[0], None, 0, tensors[1][:3])),
+            (TypeError, lambda: sampling.top_k_mask_logits(tensors[0], tensors[1])),
+            (TypeError, lambda: sampling.sample(tensors[0], tensors[1].double())),
+        ]
+
+    def one_round(i):
+        kind = i % 6
+        if kind == 0:
+            sampling.sample_from_logits(probs, uniforms, top_k=top_k, top_p=0.9,
+                                        temperature=0.7)
+        elif kind == 1:
+            sampling.top_p_renorm_probs(probs, 0.8)
+        elif kind == 2 and tensors is not None:
+            sampling.sample(tensors[0], tensors[1], top_k=tensors[2], min_p=0.05)
+        elif kind == 3 and tensors is not None:
+            torch.ops.metaltopk.mtk_top_k_mask_logits(tensors[0], tensors[2])
+        elif kind in (2, 3):
+            sampling.top_k_mask_logits(probs, top_k)
+        else:
+            exception, call = bad_arguments[((i // 6) * 2 + kind - 4) % len(bad_arguments)]
+            try:
+                call()
+            except exception:
+                pass
+            else:
+                raise AssertionError(f"a bad argument was accepted (round {i})")
+
+    for i in range(2_000):
+        one_round(i)
+    gc.collect()
+    rss_before = _rss_bytes()
+    live_before = testing.mtk_testing_live_allocations()
+    for i in range(20_000):
+        one_round(i)
+    gc.collect()
+    growth = _rss_bytes() - rss_before
+    assert testing.mtk_testing_live_allocations() == live_before
+    assert growth < 4 * 2**20, f"resident memory grew by {growth} bytes over 2e4 sampling calls"

@@ -2,8 +2,9 @@
 // caches under contention, and a thread resizing its pool meanwhile), then every thread owns a
 // context. Calls mix shapes, dims, dtypes, k, both directions, the allocating and workspace
 // variants, the router, ragged rows with every option (mtk_topk_ragged and its workspace
-// variant), and calls that fail on purpose (each thread must see its own error message). Every
-// result is checked against a brute-force reference.
+// variant), the sampling entries (all four, and the workspace variant), and calls that fail on
+// purpose (each thread must see its own error message). Every result is checked against a
+// brute-force reference, or, for the router and sampling, against the single-threaded run.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -398,6 +399,68 @@ void random_route(mtk_context ctx, std::mt19937_64& rng, const std::string& labe
   }
 }
 
+// The sampling entries, each compared bit for bit with a result computed before the threads
+// started: their results are exact, so no thread, pool size or context may change a bit.
+struct SamplingCase {
+  mtk_sampling_op op;
+  int64_t rows, n;
+  std::vector<float> input, uniforms;
+  std::vector<int32_t> top_k;
+  std::vector<unsigned char> expected;
+};
+
+mtk_status run_sampling(mtk_context ctx, SamplingCase& c, std::vector<unsigned char>& out,
+                        bool with_workspace) {
+  const bool samples = c.op == MTK_SAMPLING_SAMPLE || c.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  out.assign(static_cast<size_t>(c.rows * (samples ? 1 : c.n)) * 4, 0xA5);
+  const mtk_tensor in = matrix(c.input.data(), MTK_FLOAT32, c.rows, c.n);
+  const mtk_tensor top_k = vector_of(c.top_k.data(), MTK_INT32, c.rows);
+  const mtk_tensor u = vector_of(c.uniforms.data(), MTK_FLOAT32, c.rows);
+  const mtk_tensor o = samples ? vector_of(out.data(), MTK_INT32, c.rows)
+                               : matrix(out.data(), MTK_FLOAT32, c.rows, c.n);
+  mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+  params.top_k = &top_k;
+  if (c.op != MTK_SAMPLING_TOP_K_MASK_LOGITS) {
+    params.top_p_value = 0.9f;
+    params.min_p_value = 0.01f;
+  }
+  if (c.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS) params.temperature_value = 0.7f;
+  const mtk_tensor* uniforms = samples ? &u : nullptr;
+  if (with_workspace) {
+    size_t bytes = 0;
+    const mtk_status status =
+        mtk_sampling_workspace_size(ctx, c.op, &in, &params, o.dtype, &bytes);
+    if (status != MTK_SUCCESS) return status;
+    std::vector<unsigned char> workspace(bytes);
+    return mtk_sampling_with_workspace(ctx, c.op, &in, &params, uniforms, &o, workspace.data(),
+                                       bytes, nullptr);
+  }
+  switch (c.op) {
+    case MTK_SAMPLING_TOP_K_MASK_LOGITS:
+      return mtk_top_k_mask_logits(ctx, &in, &params, &o, nullptr);
+    case MTK_SAMPLING_RENORM_PROBS: return mtk_renorm_probs(ctx, &in, &params, &o, nullptr);
+    case MTK_SAMPLING_SAMPLE: return mtk_sample(ctx, &in, &params, uniforms, &o, nullptr);
+    default: return mtk_sample_from_logits(ctx, &in, &params, uniforms, &o, nullptr);
+  }
+}
+
+std::vector<SamplingCase> sampling_cases;
+
+// As random_topk, the phase that resizes the pool concurrently leaves out the workspace variant.
+void random_sampling(mtk_context ctx, std::mt19937_64& rng, const std::string& label,
+                     bool pool_resizes) {
+  SamplingCase& c = sampling_cases[rng() % sampling_cases.size()];
+  const bool with_workspace = !pool_resizes && rng() % 2 == 0;
+  std::vector<unsigned char> out;
+  calls.fetch_add(1, std::memory_order_relaxed);
+  if (run_sampling(ctx, c, out, with_workspace) != MTK_SUCCESS) {
+    report(label + " sampling op " + std::to_string(c.op) + ": " + mtk_last_error_message());
+  } else if (out != c.expected) {
+    report(label + " sampling op " + std::to_string(c.op) +
+           ": result differs from the single-threaded run");
+  }
+}
+
 void worker(mtk_context shared, int id, int iterations, bool own_context) {
   std::mt19937_64 rng(0x5eed + static_cast<uint64_t>(id) * 7919 + (own_context ? 1 : 0));
   mtk_context ctx = shared;
@@ -408,13 +471,15 @@ void worker(mtk_context shared, int id, int iterations, bool own_context) {
   const std::string label = std::string(own_context ? "own" : "shared") + " thread " +
                             std::to_string(id);
   for (int it = 0; it < iterations; ++it) {
-    const int pick = static_cast<int>(rng() % 12);
+    const int pick = static_cast<int>(rng() % 14);
     if (pick < 7) {
       random_topk(ctx, rng, label, !own_context);
     } else if (pick < 9) {
       random_ragged(ctx, rng, label, !own_context);
     } else if (pick < 11) {
       random_route(ctx, rng, label);
+    } else if (pick < 13) {
+      random_sampling(ctx, rng, label, !own_context);
     } else {
       failing_call(ctx, rng, label);
       mtk_cache_stats stats;
@@ -443,6 +508,25 @@ int main() {
       return 1;
     }
     route_cases.push_back(std::move(c));
+  }
+  for (auto [op, rows, n] : {std::tuple<mtk_sampling_op, int64_t, int64_t>{
+                                 MTK_SAMPLING_TOP_K_MASK_LOGITS, 3, 5000},
+                             {MTK_SAMPLING_RENORM_PROBS, 16, 3000},
+                             {MTK_SAMPLING_SAMPLE, 64, 2000},
+                             {MTK_SAMPLING_SAMPLE_FROM_LOGITS, 1, 40000},
+                             {MTK_SAMPLING_SAMPLE_FROM_LOGITS, 33, 1000}}) {
+    SamplingCase c{op, rows, n, std::vector<float>(static_cast<size_t>(rows * n)),
+                   std::vector<float>(static_cast<size_t>(rows)),
+                   std::vector<int32_t>(static_cast<size_t>(rows)), {}};
+    for (float& x : c.input) x = static_cast<float>(rng() % 4000) / 1000.0f;  // ties included
+    for (float& u : c.uniforms) u = static_cast<float>(rng() % 1000) / 1000.0f;
+    for (int32_t& k : c.top_k) k = static_cast<int32_t>(rng() % 300) - 10;
+    if (run_sampling(shared, c, c.expected, false) != MTK_SUCCESS) {
+      std::fprintf(stderr, "reference sampling op %d failed: %s\n", static_cast<int>(op),
+                   mtk_last_error_message());
+      return 1;
+    }
+    sampling_cases.push_back(std::move(c));
   }
 
   // Phase 1: one context shared by every thread, one of them resizing its pool meanwhile.

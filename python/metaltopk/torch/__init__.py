@@ -13,6 +13,10 @@ Importing metaltopk imports this module when torch is importable. Then:
   `mtk_topk_page_table_transform(scores, src_page_table, lengths, k, row_to_batch=None,
   page_size=1)` are the ragged rows of sparse attention (docs/CONTRACT.md), with fake kernels
   and AOTInductor shims as well.
+- `mtk_top_k_mask_logits`, `mtk_renorm_probs`, `mtk_sample` and `mtk_sample_from_logits` are
+  the sampling filters and sampler (docs/CONTRACT.md, "Sampling filters"; schemas in
+  _sampling.py), each per-row argument a `Tensor?` and a scalar; metaltopk.sampling calls them
+  on torch tensors, with fake kernels and AOTInductor shims too.
 - `metaltopk.topk` and `metaltopk.moe_route` take torch tensors on any device and return torch
   tensors on the same device; outputs and scratch come from torch's allocator.
 - `replace_topk(exported_program)` rewrites an exported program's aten.topk (and, optionally,
@@ -23,7 +27,7 @@ Importing metaltopk imports this module when torch is importable. Then:
 
 import torch
 
-from . import _ops  # noqa: F401  (defines the ops)
+from . import _ops, _sampling  # noqa: F401  (define the ops)
 from ._tensors import TorchArrays
 from ._aoti import AOTI_LIBRARY_NAME, aoti_config, aoti_library_path, load_aoti_library
 from ._export import replace_topk
@@ -36,7 +40,12 @@ moe_route_op = torch.ops.metaltopk.mtk_moe_route.default
 topk_ragged_op = torch.ops.metaltopk.mtk_topk_ragged.default
 topk_ragged_transform_op = torch.ops.metaltopk.mtk_topk_ragged_transform.default
 topk_page_table_transform_op = torch.ops.metaltopk.mtk_topk_page_table_transform.default
+top_k_mask_logits_op = _sampling.mask_logits_op
+renorm_probs_op = _sampling.renorm_probs_op
+sample_op = _sampling.sample_op
+sample_from_logits_op = _sampling.sample_from_logits_op
 
 __all__ = ["topk_op", "moe_route_op", "topk_ragged_op", "topk_ragged_transform_op",
-           "topk_page_table_transform_op", "replace_topk", "aoti_config", "aoti_library_path",
+           "topk_page_table_transform_op", "top_k_mask_logits_op", "renorm_probs_op",
+           "sample_op", "sample_from_logits_op", "replace_topk", "aoti_config", "aoti_library_path",
            "load_aoti_library", "AOTI_LIBRARY_NAME"]

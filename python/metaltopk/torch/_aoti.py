@@ -4,7 +4,8 @@ With `aoti_config()` among its inductor configs, `torch._inductor.aoti_compile_a
 compiles each metaltopk op into a direct call of the shim library's C function
 (`aoti_torch_<device>_mtk_topk`, `aoti_torch_<device>_mtk_moe_route`, and for the ragged ops
 `aoti_torch_<device>_mtk_topk_ragged`, `_mtk_topk_ragged_transform`,
-`_mtk_topk_page_table_transform`) and links the model
+`_mtk_topk_page_table_transform`, and for the sampling ops `_mtk_top_k_mask_logits`,
+`_mtk_renorm_probs`, `_mtk_sample`, `_mtk_sample_from_logits`) and links the model
 against the library. A process that loads the package must have the library loaded:
 `load_aoti_library()` does that for Python's `aoti_load_package` (aoti_config calls it); a C++
 program links the library (tests/aoti/aoti_runner.cpp does). A run path baked into the model
@@ -23,6 +24,10 @@ from .._ffi import library_path
 
 AOTI_LIBRARY_NAME = "metaltopk_aoti"
 _SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
+
+# The sampling ops' filters, as each of their shims takes them.
+_FILTERS = ("AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* top_p, "
+            "double top_p_value, AtenTensorHandle* min_p, double min_p_value")
 
 # The C shim declarations AOTInductor's generated code calls, per op. Argument order and types
 # follow the ops' schemas (adapters/aoti/metaltopk_aoti.h declares the same functions).
@@ -45,6 +50,19 @@ _SHIMS = {
         "AOTITorchError aoti_torch_{device}_mtk_topk_page_table_transform("
         "AtenTensorHandle scores, AtenTensorHandle src_page_table, AtenTensorHandle lengths, "
         "int64_t k, AtenTensorHandle* row_to_batch, int64_t page_size, AtenTensorHandle* ret0)"),
+    "mtk_top_k_mask_logits": (
+        "AOTITorchError aoti_torch_{device}_mtk_top_k_mask_logits(AtenTensorHandle logits, "
+        "AtenTensorHandle* top_k, int64_t top_k_value, AtenTensorHandle* ret0)"),
+    "mtk_renorm_probs": (
+        "AOTITorchError aoti_torch_{device}_mtk_renorm_probs(AtenTensorHandle probs, "
+        f"{_FILTERS}, AtenTensorHandle* ret0)"),
+    "mtk_sample": (
+        "AOTITorchError aoti_torch_{device}_mtk_sample(AtenTensorHandle probs, "
+        f"AtenTensorHandle uniforms, {_FILTERS}, int32_t index_dtype, AtenTensorHandle* ret0)"),
+    "mtk_sample_from_logits": (
+        "AOTITorchError aoti_torch_{device}_mtk_sample_from_logits(AtenTensorHandle logits, "
+        f"AtenTensorHandle uniforms, {_FILTERS}, AtenTensorHandle* temperature, "
+        "double temperature_value, int32_t index_dtype, AtenTensorHandle* ret0)"),
 }
 DEVICES = ("cpu", "cuda")
 
