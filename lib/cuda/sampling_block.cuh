@@ -22,11 +22,19 @@ constexpr unsigned kFullWarp = 0xffffffffu;
 // Threshold searches take 8 bits of a key per pass: 256 bins, which one warp scans (8 a lane).
 constexpr int kDigitBits = 8;
 constexpr int kBins = 1 << kDigitBits;
-constexpr int kBinsPerLane = kBins / 32;
+// The top-k filter's first pass bins keys by their top 12 bits (an eighth of an octave of a
+// float): fine enough that the bins at and above the k-th key usually hold few tokens.
+constexpr int kWideBits = 12;
+constexpr int kWideBins = 1 << kWideBits;
 // Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
 constexpr int kCandidateCapacity = 2048;
 
 struct SharedState {
+  // The top-k filter's first histogram, and later the candidates' sort: never live at once.
+  union {
+    uint32_t wide_counts[kWideBins];
+    unsigned long long sort_words[kCandidateCapacity];
+  };
   uint32_t counts[kBins];
   unsigned long long sums[kBins];
   ExactSum warp_sums[kWarps];
@@ -38,17 +46,18 @@ struct SharedState {
   ExactSum selected_exact_before;
   uint32_t token;
   // The candidates of a row whose top-k filter keeps few tokens: index, then input value or
-  // mass. Sorting by index packs them into sort_words.
-  uint32_t candidate_count;
+  // mass. Compacting and sorting them by index goes through sort_words.
+  uint32_t candidate_count, kept_count;
   uint32_t candidate_index[kCandidateCapacity];
   float candidate_mass[kCandidateCapacity];
-  unsigned long long sort_words[kCandidateCapacity];
 };
 
 // ---- exact sums beyond sampling_math.hpp ---------------------------------------------------
 
-// s + value * 2^position units (value < 2^64, position + 64 <= 256).
+// s + value * 2^position units (value < 2^64; the product below 2^256 unless value is 0,
+// which any position leaves s).
 __device__ __forceinline__ ExactSum exact_add_shifted(ExactSum s, uint64_t value, int position) {
+  if (value == 0u) return s;
   ExactSum addend = exact_zero();
   const int limb = position >> 6, offset = position & 63;
   addend.limb[limb] = value << offset;
@@ -167,18 +176,19 @@ __device__ __forceinline__ void store_before(SharedState& s, ExactSum v) {
   s.selected_exact_before = v;
 }
 
-// Walks the 256 bins in order (bin 255 first when from_top) accumulating bin_value(bin), and
+// Walks the Bins bins in order (the last first when from_top) accumulating bin_value(bin), and
 // records in s the first bin whose running total `reaches`, with the total of the bins before
 // it (selected_bin, selected_*_before). `reaches` must be monotone and reached by the total.
 // Run by warp 0 only; the caller synchronises after.
-template <class Acc, class BinValue, class Reaches>
+template <int Bins = kBins, class Acc, class BinValue, class Reaches>
 __device__ __forceinline__ void scan_bins(SharedState& s, bool from_top, Acc zero,
                                           BinValue bin_value, Reaches reaches) {
+  constexpr int kBinsPerLane = Bins / 32;
   const int lane = threadIdx.x;
   Acc lane_total = zero;
   for (int j = 0; j < kBinsPerLane; ++j) {
     const int position = lane * kBinsPerLane + j;
-    lane_total = plus(lane_total, bin_value(from_top ? kBins - 1 - position : position));
+    lane_total = plus(lane_total, bin_value(from_top ? Bins - 1 - position : position));
   }
   Acc inclusive = lane_total;
   for (int delta = 1; delta < 32; delta <<= 1) {
@@ -190,7 +200,7 @@ __device__ __forceinline__ void scan_bins(SharedState& s, bool from_top, Acc zer
   if (reaches(running) || !reaches(inclusive)) return;
   for (int j = 0; j < kBinsPerLane; ++j) {
     const int position = lane * kBinsPerLane + j;
-    const int bin = from_top ? kBins - 1 - position : position;
+    const int bin = from_top ? Bins - 1 - position : position;
     const Acc after = plus(running, bin_value(bin));
     if (reaches(after)) {
       s.selected_bin = uint32_t(bin);
@@ -217,22 +227,21 @@ struct CountSelection {
   uint32_t equal;   // elements of that value
 };
 
-// The value of the need-th (1-based) of the elements for which value_of(i, v) holds, ordered by
-// v descending (from_top) or ascending, v of `bits` bits, i in [0, count).
-template <class ValueOf>
-__device__ CountSelection select_by_count(SharedState& s, int64_t count, ValueOf value_of,
-                                          int bits, uint32_t need, bool from_top) {
+// The value of the need-th (1-based) of a set of values of `bits` bits, ordered descending
+// (from_top) or ascending. for_each_value(f) calls f(v) for every value of the set, each thread
+// for its share.
+template <class ForEachValue>
+__device__ CountSelection select_by_count(SharedState& s, ForEachValue for_each_value, int bits,
+                                          uint32_t need, bool from_top) {
   uint64_t prefix = 0u;
   uint32_t before = 0u, equal = 0u;
   for (int pass = (bits + kDigitBits - 1) / kDigitBits - 1; pass >= 0; --pass) {
     const int shift = pass * kDigitBits;
     clear_bins(s);
-    for (int64_t i = threadIdx.x; i < count; i += kThreads) {
-      uint32_t v;
-      if (!value_of(i, v)) continue;
-      if ((uint64_t(v) >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) continue;
+    for_each_value([&](uint32_t v) {
+      if ((uint64_t(v) >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) return;
       atomicAdd(&s.counts[(v >> shift) & (kBins - 1)], 1u);
-    }
+    });
     __syncthreads();
     if (threadIdx.x < 32) {
       const uint32_t target = need - before;
@@ -333,15 +342,12 @@ __device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t 
   const uint32_t ties_kept = uint32_t((needed + units - 1) / units);
   uint32_t last_index = 0xffffffffu;
   if (ties_kept < equal) {
-    last_index = select_by_count(
-                     s, count,
-                     [&](int64_t j, uint32_t& v) {
-                       if (bits_from_float(view.mass(j)) != prefix) return false;
-                       v = view.index(j);
-                       return true;
-                     },
-                     index_bits(n), ties_kept, false)
-                     .value;
+    const auto for_each_tie = [&](auto&& f) {
+      for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+        if (bits_from_float(view.mass(j)) == prefix) f(view.index(j));
+      }
+    };
+    last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false).value;
   }
   for (int64_t j = threadIdx.x; j < count; j += kThreads) {
     const uint32_t bits = bits_from_float(view.mass(j));

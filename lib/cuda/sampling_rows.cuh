@@ -2,16 +2,19 @@
 // row, the same steps as the CPU backend (lib/cpu/sampling.cpp) with the same arithmetic
 // (core/sampling_math.hpp), so that every result is the CPU's bit for bit.
 //
-// A row's top-k filter is a threshold search over the contract's keys (8 bits a pass, ties at
-// the threshold broken by a search over their indices), never a sort. When it keeps at most
-// kCandidateCapacity tokens, they are gathered into shared memory and everything after (softmax,
-// top-p, min-p, renormalisation or the draw) runs on them alone: the row is read once per
-// search pass and once to gather. Otherwise the row's masses go to the workspace and the same
-// steps run over all of them. top-p is a threshold search over the masses' bits with exact
-// per-bin sums; the draw scans exact chunk sums in vocabulary order.
+// A row's top-k filter is a threshold search over the contract's keys, never a sort. Where it
+// keeps at most kCandidateCapacity tokens, a histogram of the keys' top 12 bits finds the bin of
+// the k-th key and a second read gathers the tokens of that bin and above into shared memory;
+// the search finishes there, and everything after (softmax, top-p, min-p, renormalisation or
+// the draw) runs on the kept tokens alone: two reads of the row. Where that bin holds too many
+// tokens, the search reads the row once per 8 bits of key (ties at the threshold broken by a
+// search over their indices). Without a top-k filter, or a larger one, the row's masses go to
+// the workspace and the same steps run over all of them. top-p is a threshold search over the
+// masses' bits with exact per-bin sums; the draw scans exact chunk sums in vocabulary order.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/sampling_math.hpp"
 #include "cuda/sampling_block.cuh"
@@ -80,14 +83,49 @@ struct InputRow {
   const typename Format::Raw* data;
   int64_t stride;
   __device__ typename Format::Raw raw(int64_t i) const { return data[i * stride]; }
-  __device__ float value(int64_t i) const { return float_from_bits(Format::widen(raw(i))); }
-  // The top-k contract's key; widening is exact, so the float32 key orders f16 and bf16 too.
-  __device__ uint32_t logit_key(int64_t i) const { return key_from_f32_bits(Format::widen(raw(i))); }
-  // A probability ranks by its mass (whose float bits order as its value does).
-  __device__ uint32_t mass_key(int64_t i) const {
-    return bits_from_float(probability_mass(value(i)));
-  }
 };
+
+template <class Format>
+__device__ __forceinline__ float value_of(typename Format::Raw raw) {
+  return float_from_bits(Format::widen(raw));
+}
+
+// How a token ranks: a logit by the top-k contract's key (widening is exact, so the float32 key
+// orders f16 and bf16 too); a probability by its mass, whose float bits order as its value.
+__device__ __forceinline__ uint32_t rank_key(float value, bool logits) {
+  return logits ? key_from_f32(value) : bits_from_float(probability_mass(value));
+}
+
+// Calls visit(i, raw) for every element of the row, each thread for its share (in no
+// particular order): 16-byte loads, several in flight, where the row is contiguous and aligned.
+template <class Raw, class Visit>
+__device__ __forceinline__ void visit_vector(uint4 word, int64_t first, Visit& visit) {
+  constexpr int kPerVector = int(16 / sizeof(Raw));
+  Raw parts[kPerVector];
+  memcpy(parts, &word, 16);
+  for (int e = 0; e < kPerVector; ++e) visit(first + e, parts[e]);
+}
+
+template <class Format, class Visit>
+__device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit visit) {
+  using Raw = typename Format::Raw;
+  constexpr int kPerVector = int(16 / sizeof(Raw));
+  constexpr int kInFlight = 4;
+  const bool vectors_fit =
+      row.stride == 1 && (reinterpret_cast<uintptr_t>(row.data) & 15u) == 0u;
+  const int64_t vectors = vectors_fit ? n / kPerVector : 0;
+  const uint4* words = reinterpret_cast<const uint4*>(row.data);
+  int64_t q = threadIdx.x;
+  for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
+    uint4 loaded[kInFlight];
+    for (int b = 0; b < kInFlight; ++b) loaded[b] = __ldg(words + q + b * kThreads);
+    for (int b = 0; b < kInFlight; ++b) {
+      visit_vector<Raw>(loaded[b], (q + b * kThreads) * kPerVector, visit);
+    }
+  }
+  for (; q < vectors; q += kThreads) visit_vector<Raw>(__ldg(words + q), q * kPerVector, visit);
+  for (int64_t i = vectors * kPerVector + threadIdx.x; i < n; i += kThreads) visit(i, row.raw(i));
+}
 
 // What a top-k filter keeps: keys above `key`, and of those equal to it the ones at indices up
 // to last_index (the contract's ties to the lower index).
@@ -100,41 +138,154 @@ struct TopkCutoff {
 };
 __device__ __forceinline__ TopkCutoff keep_all() { return {0u, 0xffffffffu}; }
 
-// The cutoff that keeps exactly the k (0 < k < n) largest keys.
-template <class KeyOf>
-__device__ TopkCutoff top_k_cutoff(SharedState& s, int64_t n, int64_t k, KeyOf key_of) {
-  const CountSelection kth = select_by_count(
-      s, n,
-      [&](int64_t i, uint32_t& v) {
-        v = key_of(i);
-        return true;
-      },
-      32, uint32_t(k), true);
-  const uint32_t ties = uint32_t(k) - kth.before;
+// The cutoff that keeps exactly the k largest of a set of (key, index) pairs that holds at
+// least k; for_each_pair(f) calls f(key, index) for each pair, each thread for its share.
+template <class ForEachPair>
+__device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, uint32_t k,
+                                   int64_t n) {
+  const auto for_each_key = [&](auto&& f) {
+    for_each_pair([&](uint32_t key, int64_t) { f(key); });
+  };
+  const CountSelection kth = select_by_count(s, for_each_key, 32, k, true);
+  const uint32_t ties = k - kth.before;
   uint32_t last_index = 0xffffffffu;
   if (ties < kth.equal) {
-    last_index = select_by_count(
-                     s, n,
-                     [&](int64_t i, uint32_t& v) {
-                       if (key_of(i) != kth.value) return false;
-                       v = uint32_t(i);
-                       return true;
-                     },
-                     index_bits(n), ties, false)
-                     .value;
+    const auto for_each_tie = [&](auto&& f) {
+      for_each_pair([&](uint32_t key, int64_t i) {
+        if (key == kth.value) f(uint32_t(i));
+      });
+    };
+    last_index = select_by_count(s, for_each_tie, index_bits(n), ties, false).value;
   }
   return {kth.value, last_index};
+}
+
+// The first step of a top-k filter that keeps at most kCandidateCapacity tokens, in two reads
+// of the row: a histogram of the keys' top 12 bits finds the bin of the k-th key, and if that
+// bin and those above hold at most kCandidateCapacity tokens, they become the candidates
+// (index and value) and dropped(i) is called for every other token. False (and nothing
+// gathered) when they do not fit.
+template <class Format, class Dropped>
+__device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                uint32_t k, bool logits, Dropped dropped) {
+  using Raw = typename Format::Raw;
+  constexpr int kShift = 32 - kWideBits;
+  for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
+  if (threadIdx.x == 0) s.candidate_count = 0u;
+  __syncthreads();
+  for_each_element(row, n, [&](int64_t, Raw raw) {
+    atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kShift], 1u);
+  });
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
+                         [&](uint32_t total) { return total >= k; });
+  }
+  __syncthreads();
+  const uint32_t bin = s.selected_bin;
+  const uint32_t gathered = s.selected_count_before + s.wide_counts[bin];
+  __syncthreads();
+  if (gathered > uint32_t(kCandidateCapacity)) return false;
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    if ((rank_key(value, logits) >> kShift) >= bin) {
+      const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
+      s.candidate_index[slot] = uint32_t(i);
+      s.candidate_mass[slot] = value;
+    } else {
+      dropped(i);
+    }
+  });
+  __syncthreads();
+  return true;
+}
+
+// Keeps the candidates `cut` keeps (compacted through sort_words), calling dropped(i) for the
+// others.
+template <class Dropped>
+__device__ void keep_candidates(SharedState& s, TopkCutoff cut, bool logits, Dropped dropped) {
+  const uint32_t count = s.candidate_count;
+  if (threadIdx.x == 0) s.kept_count = 0u;
+  __syncthreads();
+  for (uint32_t j = threadIdx.x; j < count; j += kThreads) {
+    const float value = s.candidate_mass[j];
+    const uint32_t index = s.candidate_index[j];
+    if (cut.keeps(rank_key(value, logits), index)) {
+      s.sort_words[atomicAdd(&s.kept_count, 1u)] =
+          (uint64_t(index) << 32) | bits_from_float(value);
+    } else {
+      dropped(index);
+    }
+  }
+  __syncthreads();
+  const uint32_t kept = s.kept_count;
+  for (uint32_t j = threadIdx.x; j < kept; j += kThreads) {
+    s.candidate_index[j] = uint32_t(s.sort_words[j] >> 32);
+    s.candidate_mass[j] = float_from_bits(uint32_t(s.sort_words[j]));
+  }
+  if (threadIdx.x == 0) s.candidate_count = kept;
+  __syncthreads();
+}
+
+// Gathers the tokens `cut` keeps (their input values) into the candidates, calling dropped(i)
+// for every other token.
+template <class Format, class Dropped>
+__device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                  TopkCutoff cut, bool logits, Dropped dropped) {
+  using Raw = typename Format::Raw;
+  if (threadIdx.x == 0) s.candidate_count = 0u;
+  __syncthreads();
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    if (cut.keeps(rank_key(value, logits), i)) {
+      const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
+      s.candidate_index[slot] = uint32_t(i);
+      s.candidate_mass[slot] = value;
+    } else {
+      dropped(i);
+    }
+  });
+  __syncthreads();
+}
+
+// The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
+// tokens are also left in the candidates and dropped(i) is called for every other token. The
+// two-read path of gather_top_bins is tried first where k allows; else, or where its bins hold
+// too many tokens, the threshold search reads the row once per 8 bits of key.
+template <class Format, class Dropped>
+__device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                   uint32_t k, bool logits, bool gather, Dropped dropped) {
+  using Raw = typename Format::Raw;
+  if (k <= uint32_t(kCandidateCapacity) &&
+      gather_top_bins(s, row, n, k, logits, [&](int64_t i) {
+        if (gather) dropped(i);
+      })) {
+    const auto for_each_candidate = [&](auto&& f) {
+      for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
+        f(rank_key(s.candidate_mass[j], logits), int64_t(s.candidate_index[j]));
+      }
+    };
+    const TopkCutoff cut = top_k_cutoff(s, for_each_candidate, k, n);
+    if (gather) keep_candidates(s, cut, logits, dropped);
+    return cut;
+  }
+  const auto for_each_token = [&](auto&& f) {
+    for_each_element(row, n, [&](int64_t i, Raw raw) { f(rank_key(value_of<Format>(raw), logits), i); });
+  };
+  const TopkCutoff cut = top_k_cutoff(s, for_each_token, k, n);
+  if (gather) gather_candidates(s, row, n, cut, logits, dropped);
+  return cut;
 }
 
 // The row's first token in the top-k order of its logits (argmax, NaN first).
 template <class Format>
 __device__ uint32_t top1_logit(SharedState& s, const InputRow<Format>& row, int64_t n) {
   unsigned long long best = 0u;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+  for_each_element(row, n, [&](int64_t i, typename Format::Raw raw) {
     const unsigned long long word =
-        (uint64_t(row.logit_key(i)) << 32) | (0xffffffffu - uint32_t(i));
+        (uint64_t(key_from_f32_bits(Format::widen(raw))) << 32) | (0xffffffffu - uint32_t(i));
     best = word > best ? word : best;
-  }
+  });
   return 0xffffffffu - uint32_t(block_max_word(s, best));
 }
 
@@ -151,15 +302,19 @@ __device__ __forceinline__ void write_token(const SamplingArgs& a, int64_t row, 
 template <class Format>
 __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRow<Format>& row,
                             int64_t r) {
+  using Raw = typename Format::Raw;
   const int64_t k = a.top_k.at(r);
-  const TopkCutoff cut = top_k_filters(k, a.n)
-                             ? top_k_cutoff(s, a.n, k, [&](int64_t i) { return row.logit_key(i); })
-                             : keep_all();
-  auto* out = static_cast<typename Format::Raw*>(a.output) + r * a.output_row_stride;
-  for (int64_t i = threadIdx.x; i < a.n; i += kThreads) {
-    out[i * a.output_stride] =
-        cut.keeps(row.logit_key(i), i) ? row.raw(i) : Format::kNegativeInfinity;
-  }
+  const TopkCutoff cut =
+      top_k_filters(k, a.n)
+          ? top_k_of_row(s, row, a.n, uint32_t(k), true, false, [](int64_t) {})
+          : keep_all();
+  Raw* out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
+  const int64_t stride = a.output_stride;
+  for_each_element(row, a.n, [&](int64_t i, Raw raw) {
+    out[i * stride] = cut.keeps(key_from_f32_bits(Format::widen(raw)), i)
+                          ? raw
+                          : Raw(Format::kNegativeInfinity);
+  });
 }
 
 // ---- masses ---------------------------------------------------------------------------------
@@ -177,25 +332,6 @@ __device__ __forceinline__ float softmax_mass(float z, unsigned long long most_w
   if (most_bits == 0xff800000u) return 0.0f;
   if (most_bits == kF32Exponent) return bits_from_float(z) == kF32Exponent ? 1.0f : 0.0f;
   return exp_of_negative_gap(gap_below(most, z));
-}
-
-// Gathers the tokens `cut` keeps (their input values) into the candidates; `dropped(i)` is
-// called for every other token.
-template <class Format, class KeyOf, class Dropped>
-__device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                  TopkCutoff cut, KeyOf key_of, Dropped dropped) {
-  if (threadIdx.x == 0) s.candidate_count = 0u;
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    if (cut.keeps(key_of(i), i)) {
-      const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
-      s.candidate_index[slot] = uint32_t(i);
-      s.candidate_mass[slot] = row.value(i);
-    } else {
-      dropped(i);
-    }
-  }
-  __syncthreads();
 }
 
 // The candidates' values become their masses.
@@ -224,26 +360,29 @@ __device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, fl
 template <class Format>
 __device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
                            TopkCutoff cut, bool logits, float reciprocal, float* masses) {
+  using Raw = typename Format::Raw;
   if (!logits) {
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-      const uint32_t key = row.mass_key(i);
+    for_each_element(row, n, [&](int64_t i, Raw raw) {
+      const uint32_t key = rank_key(value_of<Format>(raw), false);
       masses[i] = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
-    }
+    });
     __syncthreads();
     return;
   }
   unsigned long long most = 0u;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    if (!cut.keeps(row.logit_key(i), i)) continue;
-    const unsigned long long word = scaled_logit_word(scaled_logit(row.value(i), reciprocal));
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    if (!cut.keeps(key_from_f32(value), i)) return;
+    const unsigned long long word = scaled_logit_word(scaled_logit(value, reciprocal));
     most = word > most ? word : most;
-  }
+  });
   most = block_max_word(s, most);
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    masses[i] = cut.keeps(row.logit_key(i), i)
-                    ? softmax_mass(scaled_logit(row.value(i), reciprocal), most)
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    masses[i] = cut.keeps(key_from_f32(value), i)
+                    ? softmax_mass(scaled_logit(value, reciprocal), most)
                     : 0.0f;
-  }
+  });
   __syncthreads();
 }
 
@@ -299,17 +438,20 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
     }
     reciprocal = reciprocal_temperature(temperature);
   }
-  const auto key_of = [&](int64_t i) { return logits ? row.logit_key(i) : row.mass_key(i); };
   const int64_t k = a.top_k.at(r);
   const bool top_k = top_k_filters(k, a.n);
-  const TopkCutoff cut = top_k ? top_k_cutoff(s, a.n, k, key_of) : keep_all();
+  const bool candidates = top_k && k <= kCandidateCapacity;
   float* renormalised = a.op == MTK_SAMPLING_RENORM_PROBS
                             ? static_cast<float*>(a.output) + r * a.output_row_stride
                             : nullptr;
-  if (top_k && k <= kCandidateCapacity) {
-    gather_candidates(s, row, a.n, cut, key_of, [&](int64_t i) {
-      if (renormalised != nullptr) renormalised[i * a.output_stride] = 0.0f;
-    });
+  const int64_t out_stride = a.output_stride;
+  const TopkCutoff cut =
+      top_k ? top_k_of_row(s, row, a.n, uint32_t(k), logits, candidates,
+                           [&](int64_t i) {
+                             if (renormalised != nullptr) renormalised[i * out_stride] = 0.0f;
+                           })
+            : keep_all();
+  if (candidates) {
     candidate_masses(s, logits, reciprocal);
     Candidates view{&s};
     finish_row(s, a, r, row, view, renormalised, true);

@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   mtk_context cpu = nullptr;
   CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu));
+  emu::fiber_stack_bytes = 256 * 1024;  // the row function inlines deep chains of exact sums
   std::mt19937_64 rng(33);
   const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS,
                                  MTK_SAMPLING_SAMPLE, MTK_SAMPLING_SAMPLE_FROM_LOGITS};
