@@ -375,10 +375,11 @@ __device__ void keep_min_p(SharedState& s, View& view, float fraction) {
     most = bits > most ? bits : most;
   }
   most = block_max_word(s, most);
-  const ExactSum least = exact_ceil_scaled(exact_of_mass(float_from_bits(uint32_t(most))), fraction);
+  const ExactSum largest = exact_of_mass(float_from_bits(uint32_t(most)));
+  const ExactSum least = exact_ceil_scaled(largest, fraction);
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
     const float m = view.mass(j);
-    if (m > 0.0f && exact_compare(exact_of_mass(m), least) < 0) view.drop(j);
+    if (bits_from_float(m) != 0u && exact_compare(exact_of_mass(m), least) < 0) view.drop(j);
   }
   __syncthreads();
 }
@@ -413,7 +414,7 @@ __device__ uint32_t first_exceeding(SharedState& s, const View& view, ExactSum t
       exact_compare(exact_add(cumulative, own), threshold) > 0) {
     for (int64_t j = begin; j < end; ++j) {
       const float m = view.mass(j);
-      if (m == 0.0f) continue;
+      if (bits_from_float(m) == 0u) continue;
       cumulative = exact_add_mass(cumulative, m);
       if (exact_compare(cumulative, threshold) > 0) {
         s.token = view.index(j);
@@ -428,6 +429,8 @@ __device__ uint32_t first_exceeding(SharedState& s, const View& view, ExactSum t
 }
 
 // ---- views of a row's masses ---------------------------------------------------------------
+// Masses are +0 or positive (subnormals included), so "has mass" is a test of the bits, which no
+// flush-to-zero mode can change.
 
 // Every token of the row, its mass in the workspace (position j is token j).
 struct RowMasses {

@@ -270,7 +270,9 @@ __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, 
     return cut;
   }
   const auto for_each_token = [&](auto&& f) {
-    for_each_element(row, n, [&](int64_t i, Raw raw) { f(rank_key(value_of<Format>(raw), logits), i); });
+    for_each_element(row, n, [&](int64_t i, Raw raw) {
+      f(rank_key(value_of<Format>(raw), logits), i);
+    });
   };
   const TopkCutoff cut = top_k_cutoff(s, for_each_token, k, n);
   if (gather) gather_candidates(s, row, n, cut, logits, dropped);
@@ -346,7 +348,8 @@ __device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, fl
   }
   unsigned long long most = 0u;
   for (int j = threadIdx.x; j < count; j += kThreads) {
-    const unsigned long long word = scaled_logit_word(scaled_logit(s.candidate_mass[j], reciprocal));
+    const float z = scaled_logit(s.candidate_mass[j], reciprocal);
+    const unsigned long long word = scaled_logit_word(z);
     most = word > most ? word : most;
   }
   most = block_max_word(s, most);
@@ -394,7 +397,7 @@ __device__ void write_renormalised(SharedState& s, const View& view, float* out,
   const float sum = exact_to_f32(view_total(s, view));
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
     const float m = view.mass(j);
-    out[int64_t(view.index(j)) * stride] = m > 0.0f ? divide_f32(m, sum) : 0.0f;
+    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_f32(m, sum) : 0.0f;
   }
 }
 

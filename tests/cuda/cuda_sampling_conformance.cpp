@@ -346,8 +346,10 @@ std::string describe(const Case& c) {
                 op_label(c.op), dtype_label(c.dtype), (long long)c.rows, (long long)c.n,
                 (long long)c.row_pad, c.top_k.per_row ? "per-row:" : "",
                 (long long)(c.top_k.per_row ? c.top_k.values[0] : c.top_k.scalar),
-                c.top_p.per_row ? "per-row:" : "", c.top_p.per_row ? c.top_p.values[0] : c.top_p.scalar,
-                c.min_p.per_row ? "per-row:" : "", c.min_p.per_row ? c.min_p.values[0] : c.min_p.scalar,
+                c.top_p.per_row ? "per-row:" : "",
+                c.top_p.per_row ? c.top_p.values[0] : c.top_p.scalar,
+                c.min_p.per_row ? "per-row:" : "",
+                c.min_p.per_row ? c.min_p.values[0] : c.min_p.scalar,
                 c.temperature.per_row ? "per-row:" : "",
                 c.temperature.per_row ? c.temperature.values[0] : c.temperature.scalar,
                 int(c.caller_workspace), c.kind_offset);

@@ -180,7 +180,9 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
     case MTK_SAMPLING_TOP_K_MASK_LOGITS:
       CHECK_OK(mtk_top_k_mask_logits(cpu, &in, &params, &out, nullptr));
       break;
-    case MTK_SAMPLING_RENORM_PROBS: CHECK_OK(mtk_renorm_probs(cpu, &in, &params, &out, nullptr)); break;
+    case MTK_SAMPLING_RENORM_PROBS:
+      CHECK_OK(mtk_renorm_probs(cpu, &in, &params, &out, nullptr));
+      break;
     case MTK_SAMPLING_SAMPLE:
       CHECK_OK(mtk_sample(cpu, &in, &params, &uniforms, &out, nullptr));
       break;
