@@ -249,9 +249,12 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(33);
   const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS,
                                  MTK_SAMPLING_SAMPLE, MTK_SAMPLING_SAMPLE_FROM_LOGITS};
-  const int64_t sizes[] = {1, 2, 7, 300, 2500};
+  // 2500 tokens: the two-read top-k both fits and overflows; 20000 (full runs): rows shaped as
+  // the benchmark's, mostly on the two-read path.
+  const int64_t sizes[] = {1, 2, 7, 300, 2500, 20000};
   const int rounds = quick ? 2 : 6;
   for (const int64_t n : sizes) {
+    if (quick && n > 2500) continue;
     for (mtk_sampling_op op : ops) {
       const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
                           op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
@@ -264,12 +267,12 @@ int main(int argc, char** argv) {
         c.n = n;
         c.per_row = round % 2 == 1;
         for (int64_t r = 0; r < c.rows; ++r) {
-          const int64_t ks[] = {0, 1, 3, n - 1, n, -2, 2048, 2049, 17};
+          const int64_t ks[] = {0, 1, 3, n - 1, n, -2, 2048, 2049, 17, 50, 1000};
           const float ps[] = {1.0f, 0.5f, 0.9f, 0.0f, NAN, 0.99f};
           const float mins[] = {0.0f, 0.1f, 0.5f, 2.0f, NAN};
           const float temps[] = {1.0f, 0.5f, 0.0f, INFINITY, 1e-39f, 3.0f};
           const float us[] = {0.0f, 0.5f, 0.999f, 1.0f, NAN, 0.3f, 0.75f};
-          c.top_k.push_back(ks[rng() % 9]);
+          c.top_k.push_back(ks[rng() % 11]);
           c.top_p.push_back(ps[rng() % 6]);
           c.min_p.push_back(mins[rng() % 5]);
           c.temperature.push_back(temps[rng() % 6]);
