@@ -67,8 +67,8 @@ for s in $STEPS; do
       # The sampling filters on their own: build the library and the conformance program, run
       # it (CUDA == CPU bit for bit, batch invariance, graph replay), then the sanitizers on its
       # quick set.
-      step sampling-build 300 make BUILD="$BUILD" -j"$(nproc)" "$BUILD/tests/cuda_sampling_conformance" \
-        || exit 1
+      step sampling-build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" \
+        "$BUILD/tests/cuda_sampling_conformance" || exit 1
       step sampling-conformance 420 "$BUILD/tests/cuda_sampling_conformance"
       step memcheck-sampling 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_sampling_conformance" --quick
