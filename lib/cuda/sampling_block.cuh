@@ -187,7 +187,9 @@ __device__ __forceinline__ void scan_bins(SharedState& s, bool from_top, Acc zer
   const int lane = threadIdx.x;
   Acc lane_total = zero;
   for (int j = 0; j < kBinsPerLane; ++j) {
-    const int position = lane * kBinsPerLane + j;
+    // A lane's own bins in a rotated order (sums do not depend on it): the lanes then read
+    // different shared-memory banks rather than one bank 32 times.
+    const int position = lane * kBinsPerLane + (j + lane) % kBinsPerLane;
     lane_total = plus(lane_total, bin_value(from_top ? Bins - 1 - position : position));
   }
   Acc inclusive = lane_total;
