@@ -1,5 +1,5 @@
 // The CUDA backend: device memory, copies, stream-ordered top-k with a cached plan per shape,
-// and the fused router. Every entry point makes the context's device current and restores the
+// the fused router and the sampling filters. Every entry point makes the context's device current and restores the
 // caller's device afterwards.
 #include <cuda_runtime.h>
 
@@ -13,6 +13,7 @@
 #include "core/ragged_rows.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/moe_route.hpp"
+#include "cuda/sampling.hpp"
 #include "cuda/scratch_cache.hpp"
 #include "cuda/topk_launch.hpp"
 #include "cuda/topk_plan.hpp"
@@ -137,6 +138,26 @@ class CudaBackend final : public Backend {
   void run_topk_ragged(const PlannedTopk& planned, const RaggedProblem& problem,
                        Workspace workspace, void* stream_handle) override {
     run(planned, problem.dense, ragged_rows_of(problem), workspace, stream_handle);
+  }
+
+  // The sampling filters and samplers (sampling.cu): one kernel, scratch as run() takes it.
+  std::shared_ptr<const PlannedTopk> plan_sampling(const SamplingProblem& problem) override {
+    auto planned = std::make_shared<PlannedTopk>();
+    planned->workspace_bytes = sampling_workspace_bytes(problem);
+    return planned;
+  }
+
+  void run_sampling(const PlannedTopk& planned, const SamplingProblem& problem,
+                    Workspace workspace, void* stream_handle) override {
+    const auto stream = static_cast<cudaStream_t>(stream_handle);
+    DeviceGuard guard(device_);
+    fault_point(FaultSite::DeviceCall);  // the kernel launch
+    if (planned.workspace_bytes == 0 || workspace.data != nullptr) {
+      launch_sampling(problem, workspace.data, stream);
+    } else {
+      const ScratchCache::Lease lease = scratch_.acquire(stream, planned.workspace_bytes);
+      launch_sampling(problem, lease.data(), stream);
+    }
   }
 
   void moe_route(const RouterProblem& problem, void* stream) override {

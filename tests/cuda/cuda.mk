@@ -35,6 +35,26 @@ test-cuda-ragged: $(CUDA_RAGGED_CONFORMANCE)
 	  else exit $$status; fi
 
 TEST_TARGETS += test-cuda-ragged
+
+# The sampling filters and samplers on CUDA against the CPU backend, batch invariance and a CUDA
+# graph replayed with new per-row parameters (tests/cuda/cuda_sampling_conformance.cpp). Exit 2
+# (no device) counts as skipped, as above.
+CUDA_SAMPLING_CONFORMANCE := $(BUILD)/tests/cuda_sampling_conformance
+
+$(CUDA_SAMPLING_CONFORMANCE): tests/cuda/cuda_sampling_conformance.cpp include/metaltopk.h \
+    $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude -I$(CUDA_HOME)/include $< -o $@ \
+	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) \
+	  -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+
+.PHONY: test-cuda-sampling
+test-cuda-sampling: $(CUDA_SAMPLING_CONFORMANCE)
+	@$(CUDA_SAMPLING_CONFORMANCE); status=$$?; \
+	  if [ $$status -eq 2 ]; then echo "test-cuda-sampling: skipped (no CUDA device)"; \
+	  else exit $$status; fi
+
+TEST_TARGETS += test-cuda-sampling
 endif
 
 # The warp, block and multi-block kernels' logic on the host (tests/cuda/emulation): needs no
@@ -60,9 +80,20 @@ $(BLOCK_EMULATION): tests/cuda/emulation/test_block_kernels.cpp $(EMULATION_HEAD
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMULATION_FLAGS) $< -o $@
 
+# The sampling kernel's row function (lib/cuda/sampling_rows.cuh) against the CPU backend,
+# which it reaches through the library's C ABI.
+SAMPLING_EMULATION := $(BUILD)/tests/cuda_sampling_emulation
+
+$(SAMPLING_EMULATION): tests/cuda/emulation/test_sampling_kernels.cpp \
+    tests/cuda/emulation/fiber_cuda.hpp lib/cuda/sampling_rows.cuh lib/cuda/sampling_block.cuh \
+    lib/core/sampling_math.hpp lib/core/float_formats.hpp include/metaltopk.h $(LIBRARY)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMULATION_FLAGS) $< -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD))
+
 .PHONY: test-cuda-emulation
-test-cuda-emulation: $(WARP_EMULATION) $(BLOCK_EMULATION)
+test-cuda-emulation: $(WARP_EMULATION) $(BLOCK_EMULATION) $(SAMPLING_EMULATION)
 	$(WARP_EMULATION) --quick
 	$(BLOCK_EMULATION) --quick
+	$(SAMPLING_EMULATION) --quick
 
 TEST_TARGETS += test-cuda-emulation

@@ -9,7 +9,9 @@
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
 #        pytest torch host-cost sanitize faults (default: all), sanitize-cluster (the sanitizers
 #        on the cluster kernel's shapes alone, also part of sanitize), sanitize-ragged (the
-#        sanitizers on the ragged conformance's quick set), distributed-smoke (one-GPU
+#        sanitizers on the ragged conformance's quick set), sampling (build and run the sampling
+#        conformance alone, then its quick set under the sanitizers; the conformance step runs
+#        it too), distributed-smoke (one-GPU
 #        NCCL world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
 #        bench/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
@@ -51,6 +53,7 @@ for s in $STEPS; do
     build)
       step build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" all \
         "$BUILD/tests/cuda_conformance" "$BUILD/tests/cuda_ragged_conformance" \
+        "$BUILD/tests/cuda_sampling_conformance" \
         "$BUILD/bench/gpu/bench_c_abi" \
         "$BUILD/bench/gpu/bench_router_c_abi" "$BUILD/bench/gpu/launch_floor" \
         "$BUILD/bench/gpu/warp_collectives" \
@@ -58,7 +61,19 @@ for s in $STEPS; do
         "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
       step conformance 360 "$BUILD/tests/cuda_conformance"
-      step ragged-conformance 240 "$BUILD/tests/cuda_ragged_conformance" ;;
+      step ragged-conformance 240 "$BUILD/tests/cuda_ragged_conformance"
+      step sampling-conformance 420 "$BUILD/tests/cuda_sampling_conformance" ;;
+    sampling)
+      # The sampling filters on their own: build the library and the conformance program, run
+      # it (CUDA == CPU bit for bit, batch invariance, graph replay), then the sanitizers on its
+      # quick set.
+      step sampling-build 300 make BUILD="$BUILD" PYTHON=python3 -j"$(nproc)" \
+        "$BUILD/tests/cuda_sampling_conformance" || exit 1
+      step sampling-conformance 420 "$BUILD/tests/cuda_sampling_conformance"
+      step memcheck-sampling 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_sampling_conformance" --quick
+      step racecheck-sampling 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$BUILD/tests/cuda_sampling_conformance" --quick ;;
     sanitize-ragged)
       step memcheck-ragged 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_ragged_conformance" --quick

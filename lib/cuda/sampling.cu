@@ -1,0 +1,82 @@
+// The CUDA sampling kernel's launch: one block per row (sampling_rows.cuh).
+#include "cuda/sampling.hpp"
+
+#include "core/error.hpp"
+#include "core/sampling_math.hpp"
+#include "cuda/device_utils.cuh"
+#include "cuda/kernel_launch.cuh"
+#include "cuda/sampling_rows.cuh"
+
+namespace mtk {
+namespace cuda {
+
+namespace {
+
+constexpr size_t kMassRowAlignment = 256;  // bytes
+
+// Two blocks an SM (64 registers a thread), so that a batch of 256 rows runs in one wave on
+// an H100 or H200 (132 SMs).
+template <class Format>
+__global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
+    sampling::SamplingArgs args) {
+  __shared__ sampling::SharedState shared;
+  wait_for_previous_kernel();
+  sampling::sampling_row<Format>(shared, args, blockIdx.x);
+}
+
+bool every_row_finishes_on_candidates(const SamplingProblem& p) {
+  return p.top_k.vector.data == nullptr && top_k_filters(p.top_k.value, p.n) &&
+         p.top_k.value <= sampling::kCandidateCapacity;
+}
+
+int64_t mass_row_floats(int64_t n) {
+  const int64_t per_line = int64_t(kMassRowAlignment / sizeof(float));
+  return (n + per_line - 1) / per_line * per_line;
+}
+
+sampling::RowFloatArg row_float(const RowFloat& f) { return {f.data, f.stride, f.value}; }
+
+template <class Format>
+void launch_rows(const sampling::SamplingArgs& args, int64_t rows, cudaStream_t stream) {
+  launch_overlapped<sampling_rows_kernel<Format>>(dim3(unsigned(rows)), dim3(sampling::kThreads),
+                                                  0, stream, "launching the sampling kernel",
+                                                  args);
+}
+
+}  // namespace
+
+size_t sampling_workspace_bytes(const SamplingProblem& p) {
+  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p)) return 0;
+  return size_t(p.rows) * size_t(mass_row_floats(p.n)) * sizeof(float);
+}
+
+void launch_sampling(const SamplingProblem& p, void* workspace, cudaStream_t stream) {
+  sampling::SamplingArgs args{};
+  args.op = p.op;
+  args.n = p.n;
+  args.input = p.input;
+  args.input_row_stride = p.input_row_stride;
+  args.input_stride = p.input_stride;
+  args.top_k = {p.top_k.vector.data, p.top_k.vector.stride, p.top_k.value,
+                p.top_k.vector.dtype == MTK_INT32};
+  args.top_p = row_float(p.top_p);
+  args.min_p = row_float(p.min_p);
+  args.temperature = row_float(p.temperature);
+  args.uniforms = row_float(p.uniforms);
+  args.output = p.output;
+  args.output_int64 = p.output_dtype == MTK_INT64;
+  args.output_row_stride = p.output_row_stride;
+  args.output_stride = p.output_stride;
+  args.masses = sampling_workspace_bytes(p) != 0 ? static_cast<float*>(workspace) : nullptr;
+  args.masses_row_stride = mass_row_floats(p.n);
+  switch (p.dtype) {
+    case MTK_FLOAT32: launch_rows<sampling::Float32Input>(args, p.rows, stream); return;
+    case MTK_FLOAT16: launch_rows<sampling::Float16Input>(args, p.rows, stream); return;
+    case MTK_BFLOAT16: launch_rows<sampling::Bfloat16Input>(args, p.rows, stream); return;
+    default: break;
+  }
+  fail(MTK_ERROR_INTERNAL, "no CUDA sampling kernel for input dtype ", int(p.dtype));
+}
+
+}  // namespace cuda
+}  // namespace mtk

@@ -1,0 +1,492 @@
+// Block-wide building blocks of the CUDA sampling kernels (sampling_rows.cuh): reductions and
+// scans of exact sums, and threshold searches over the bits of keys and masses. One block works
+// on one row; every function here must be called by all threads of the block, and each ends
+// with a barrier so that its shared memory may be reused at once.
+//
+// Everything that decides a result is integer arithmetic on exact sums (core/sampling_math.hpp),
+// so the order in which threads, warps and atomics combine partial sums never shows in a result:
+// that is what makes these kernels agree bit for bit with the CPU backend.
+#pragma once
+
+#include <cstdint>
+
+#include "core/sampling_math.hpp"
+
+namespace mtk {
+namespace cuda {
+namespace sampling {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullWarp = 0xffffffffu;
+// Threshold searches take 8 bits of a key per pass: 256 bins, which one warp scans (8 a lane).
+constexpr int kDigitBits = 8;
+constexpr int kBins = 1 << kDigitBits;
+// The top-k filter's first pass bins keys by their top 12 bits (an eighth of an octave of a
+// float): fine enough that the bins at and above the k-th key usually hold few tokens.
+constexpr int kWideBits = 12;
+constexpr int kWideBins = 1 << kWideBits;
+// Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
+constexpr int kCandidateCapacity = 2048;
+
+struct SharedState {
+  // The top-k filter's first histogram, and later the candidates' sort: never live at once.
+  union {
+    uint32_t wide_counts[kWideBins];
+    unsigned long long sort_words[kCandidateCapacity];
+  };
+  uint32_t counts[kBins];
+  unsigned long long sums[kBins];
+  ExactSum warp_sums[kWarps];
+  unsigned long long warp_words[kWarps];
+  // What warp 0's bin scan found, for the whole block.
+  uint32_t selected_bin;
+  uint32_t selected_count_before;
+  unsigned long long selected_units_before;
+  ExactSum selected_exact_before;
+  uint32_t token;
+  // The candidates of a row whose top-k filter keeps few tokens: index, then input value or
+  // mass. Compacting and sorting them by index goes through sort_words.
+  uint32_t candidate_count, kept_count;
+  uint32_t candidate_index[kCandidateCapacity];
+  float candidate_mass[kCandidateCapacity];
+};
+
+// ---- exact sums beyond sampling_math.hpp ---------------------------------------------------
+
+// s + value * 2^position units (value < 2^64; the product below 2^256 unless value is 0,
+// which any position leaves s).
+__device__ __forceinline__ ExactSum exact_add_shifted(ExactSum s, uint64_t value, int position) {
+  if (value == 0u) return s;
+  ExactSum addend = exact_zero();
+  const int limb = position >> 6, offset = position & 63;
+  addend.limb[limb] = value << offset;
+  if (offset != 0 && limb + 1 < 4) addend.limb[limb + 1] = value >> (64 - offset);
+  return exact_add(s, addend);
+}
+
+// a - b for a >= b.
+__device__ __forceinline__ ExactSum exact_subtract(ExactSum a, ExactSum b) {
+  uint64_t borrow = 0u;
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t partial = a.limb[i] - b.limb[i];
+    const uint64_t borrow_out = uint64_t(a.limb[i] < b.limb[i]);
+    a.limb[i] = partial - borrow;
+    borrow = borrow_out + uint64_t(partial < borrow);
+  }
+  return a;
+}
+
+// ceil(s / 2^shift) for a quotient below 2^64.
+__device__ __forceinline__ uint64_t exact_ceil_shifted(ExactSum s, int shift) {
+  const int limb = shift >> 6, offset = shift & 63;
+  uint64_t quotient = s.limb[limb] >> offset;
+  if (offset != 0 && limb + 1 < 4) quotient |= s.limb[limb + 1] << (64 - offset);
+  bool remainder = offset != 0 && (s.limb[limb] << (64 - offset)) != 0u;
+  for (int i = 0; i < limb; ++i) remainder = remainder || s.limb[i] != 0u;
+  return quotient + uint64_t(remainder);
+}
+
+// ---- warp and block collectives ------------------------------------------------------------
+
+__device__ __forceinline__ ExactSum shuffle_exact_up(ExactSum v, int delta) {
+  for (int i = 0; i < 4; ++i) {
+    v.limb[i] = __shfl_up_sync(kFullWarp, (unsigned long long)v.limb[i], delta);
+  }
+  return v;
+}
+
+__device__ __forceinline__ ExactSum shuffle_exact_xor(ExactSum v, int lane_mask) {
+  for (int i = 0; i < 4; ++i) {
+    v.limb[i] = __shfl_xor_sync(kFullWarp, (unsigned long long)v.limb[i], lane_mask);
+  }
+  return v;
+}
+
+__device__ __forceinline__ ExactSum warp_inclusive_exact(ExactSum v) {
+  const int lane = threadIdx.x & 31;
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const ExactSum lower = shuffle_exact_up(v, delta);
+    if (lane >= delta) v = exact_add(lower, v);
+  }
+  return v;
+}
+
+// The block's total, in every thread.
+__device__ __forceinline__ ExactSum block_exact_sum(SharedState& s, ExactSum v) {
+  for (int mask = 16; mask > 0; mask >>= 1) v = exact_add(v, shuffle_exact_xor(v, mask));
+  if ((threadIdx.x & 31) == 0) s.warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  ExactSum total = exact_zero();
+  for (int w = 0; w < kWarps; ++w) total = exact_add(total, s.warp_sums[w]);
+  __syncthreads();
+  return total;
+}
+
+// The sum of v over the threads of lower index.
+__device__ __forceinline__ ExactSum block_exclusive_exact(SharedState& s, ExactSum v) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const ExactSum inclusive = warp_inclusive_exact(v);
+  ExactSum exclusive = shuffle_exact_up(inclusive, 1);
+  if (lane == 0) exclusive = exact_zero();
+  if (lane == 31) s.warp_sums[warp] = inclusive;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) exclusive = exact_add(exclusive, s.warp_sums[w]);
+  __syncthreads();
+  return exclusive;
+}
+
+__device__ __forceinline__ unsigned long long block_max_word(SharedState& s,
+                                                             unsigned long long v) {
+  for (int mask = 16; mask > 0; mask >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(kFullWarp, v, mask);
+    v = other > v ? other : v;
+  }
+  if ((threadIdx.x & 31) == 0) s.warp_words[threadIdx.x >> 5] = v;
+  __syncthreads();
+  unsigned long long most = 0u;
+  for (int w = 0; w < kWarps; ++w) most = s.warp_words[w] > most ? s.warp_words[w] : most;
+  __syncthreads();
+  return most;
+}
+
+// ---- the bin scan of one threshold-search pass ---------------------------------------------
+
+__device__ __forceinline__ uint32_t shuffle_up(uint32_t v, int delta) {
+  return __shfl_up_sync(kFullWarp, v, delta);
+}
+__device__ __forceinline__ unsigned long long shuffle_up(unsigned long long v, int delta) {
+  return __shfl_up_sync(kFullWarp, v, delta);
+}
+__device__ __forceinline__ ExactSum shuffle_up(ExactSum v, int delta) {
+  return shuffle_exact_up(v, delta);
+}
+__device__ __forceinline__ uint32_t plus(uint32_t a, uint32_t b) { return a + b; }
+__device__ __forceinline__ unsigned long long plus(unsigned long long a, unsigned long long b) {
+  return a + b;
+}
+__device__ __forceinline__ ExactSum plus(ExactSum a, ExactSum b) { return exact_add(a, b); }
+__device__ __forceinline__ void store_before(SharedState& s, uint32_t v) {
+  s.selected_count_before = v;
+}
+__device__ __forceinline__ void store_before(SharedState& s, unsigned long long v) {
+  s.selected_units_before = v;
+}
+__device__ __forceinline__ void store_before(SharedState& s, ExactSum v) {
+  s.selected_exact_before = v;
+}
+
+// Walks the Bins bins in order (the last first when from_top) accumulating bin_value(bin), and
+// records in s the first bin whose running total `reaches`, with the total of the bins before
+// it (selected_bin, selected_*_before). `reaches` must be monotone and reached by the total.
+// Run by warp 0 only; the caller synchronises after.
+template <int Bins = kBins, class Acc, class BinValue, class Reaches>
+__device__ __forceinline__ void scan_bins(SharedState& s, bool from_top, Acc zero,
+                                          BinValue bin_value, Reaches reaches) {
+  constexpr int kBinsPerLane = Bins / 32;
+  const int lane = threadIdx.x;
+  Acc lane_total = zero;
+  for (int j = 0; j < kBinsPerLane; ++j) {
+    // A lane's own bins in a rotated order (sums do not depend on it): the lanes then read
+    // different shared-memory banks rather than one bank 32 times.
+    const int position = lane * kBinsPerLane + (j + lane) % kBinsPerLane;
+    lane_total = plus(lane_total, bin_value(from_top ? Bins - 1 - position : position));
+  }
+  Acc inclusive = lane_total;
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const Acc lower = shuffle_up(inclusive, delta);
+    if (lane >= delta) inclusive = plus(lower, inclusive);
+  }
+  Acc running = shuffle_up(inclusive, 1);
+  if (lane == 0) running = zero;
+  if (reaches(running) || !reaches(inclusive)) return;
+  for (int j = 0; j < kBinsPerLane; ++j) {
+    const int position = lane * kBinsPerLane + j;
+    const int bin = from_top ? Bins - 1 - position : position;
+    const Acc after = plus(running, bin_value(bin));
+    if (reaches(after)) {
+      s.selected_bin = uint32_t(bin);
+      store_before(s, running);
+      return;
+    }
+    running = after;
+  }
+}
+
+__device__ __forceinline__ void clear_bins(SharedState& s) {
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    s.counts[b] = 0u;
+    s.sums[b] = 0u;
+  }
+  __syncthreads();
+}
+
+// ---- selection by count ----------------------------------------------------------------------
+
+struct CountSelection {
+  uint32_t value;   // of the need-th element
+  uint32_t before;  // elements strictly before that value in the order
+  uint32_t equal;   // elements of that value
+};
+
+// The value of the need-th (1-based) of a set of values of `bits` bits, ordered descending
+// (from_top) or ascending. for_each_value(f) calls f(v) for every value of the set, each thread
+// for its share.
+template <class ForEachValue>
+__device__ CountSelection select_by_count(SharedState& s, ForEachValue for_each_value, int bits,
+                                          uint32_t need, bool from_top) {
+  uint64_t prefix = 0u;
+  uint32_t before = 0u, equal = 0u;
+  for (int pass = (bits + kDigitBits - 1) / kDigitBits - 1; pass >= 0; --pass) {
+    const int shift = pass * kDigitBits;
+    clear_bins(s);
+    for_each_value([&](uint32_t v) {
+      if ((uint64_t(v) >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) return;
+      atomicAdd(&s.counts[(v >> shift) & (kBins - 1)], 1u);
+    });
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const uint32_t target = need - before;
+      scan_bins(s, from_top, 0u, [&](int bin) { return s.counts[bin]; },
+                [&](uint32_t total) { return total >= target; });
+    }
+    __syncthreads();
+    const uint32_t bin = s.selected_bin;
+    before += s.selected_count_before;
+    equal = s.counts[bin];
+    prefix |= uint64_t(bin) << shift;
+    __syncthreads();
+  }
+  return {uint32_t(prefix), before, equal};
+}
+
+__device__ __forceinline__ int index_bits(int64_t n) {
+  int bits = 1;
+  while (bits < 31 && (int64_t(1) << bits) < n) ++bits;
+  return bits;
+}
+
+// ---- top-p over a set of masses ---------------------------------------------------------------
+
+// A mass's float bits split for exact sums: its significand m and the power of two of its unit,
+// mass = m * 2^position units of 2^-149 (exact_add_mass's decomposition).
+__device__ __forceinline__ uint64_t mass_significand(uint32_t bits) {
+  const uint32_t biased = bits >> 23;
+  return (bits & 0x7fffffu) | (biased != 0u ? 0x800000u : 0u);
+}
+__device__ __forceinline__ int mass_position(uint32_t biased) {
+  return biased != 0u ? int(biased) - 1 : 0;
+}
+// The first pass bins masses by their top 8 bits, two exponents a bin; a bin's sum counts in
+// units of its lower exponent, and a mass of the upper one counts twice its significand.
+__device__ __forceinline__ int bin_position(uint32_t bin) { return mass_position(bin << 1); }
+__device__ __forceinline__ uint64_t units_in_bin(uint32_t bits) {
+  const uint32_t biased = bits >> 23;
+  return mass_significand(bits) << (mass_position(biased) - bin_position(bits >> 24));
+}
+
+// Keeps, of the view's masses, the shortest prefix in the contract's order (descending mass,
+// ties to the lower index) whose exact sum reaches `target` (at least one token), and drops the
+// rest. The cut is found by a threshold search over the masses' bits with exact per-bin sums:
+// the first pass (top 8 bits) compares 256-bit sums, the later ones, within two adjacent
+// exponents, compare 64-bit counts of one unit. Ties at the cut are broken by index.
+template <class View>
+__device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t n) {
+  ExactSum one = exact_zero();
+  one.limb[0] = 1u;
+  if (exact_is_zero(target)) target = one;  // "reaches 0" keeps the first token alone
+  const int64_t count = view.count();
+  clear_bins(s);
+  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+    const uint32_t bits = bits_from_float(view.mass(j));
+    if (bits != 0u) atomicAdd(&s.sums[bits >> 24], (unsigned long long)units_in_bin(bits));
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    scan_bins(s, true, exact_zero(),
+              [&](int bin) {
+                return exact_add_shifted(exact_zero(), s.sums[bin], bin_position(uint32_t(bin)));
+              },
+              [&](ExactSum total) { return exact_compare(total, target) >= 0; });
+  }
+  __syncthreads();
+  const uint32_t top_bin = s.selected_bin;
+  uint32_t prefix = top_bin << 24;
+  unsigned long long needed =
+      exact_ceil_shifted(exact_subtract(target, s.selected_exact_before), bin_position(top_bin));
+  uint32_t equal = 0u;
+  __syncthreads();
+  for (int shift = 16; shift >= 0; shift -= kDigitBits) {
+    clear_bins(s);
+    for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+      const uint32_t bits = bits_from_float(view.mass(j));
+      if (bits == 0u || (bits >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) {
+        continue;
+      }
+      const uint32_t bin = (bits >> shift) & (kBins - 1);
+      atomicAdd(&s.counts[bin], 1u);
+      atomicAdd(&s.sums[bin], (unsigned long long)units_in_bin(bits));
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      scan_bins(s, true, 0ull, [&](int bin) { return s.sums[bin]; },
+                [&](unsigned long long total) { return total >= needed; });
+    }
+    __syncthreads();
+    const uint32_t bin = s.selected_bin;
+    needed -= s.selected_units_before;
+    equal = s.counts[bin];
+    prefix |= bin << shift;
+    __syncthreads();
+  }
+  // prefix is now the mass at the cut; `needed` units more must come from its ties.
+  const uint64_t units = units_in_bin(prefix);
+  const uint32_t ties_kept = uint32_t((needed + units - 1) / units);
+  uint32_t last_index = 0xffffffffu;
+  if (ties_kept < equal) {
+    const auto for_each_tie = [&](auto&& f) {
+      for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+        if (bits_from_float(view.mass(j)) == prefix) f(view.index(j));
+      }
+    };
+    last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false).value;
+  }
+  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+    const uint32_t bits = bits_from_float(view.mass(j));
+    const bool kept = bits > prefix || (bits == prefix && view.index(j) <= last_index);
+    if (bits != 0u && !kept) view.drop(j);
+  }
+  __syncthreads();
+}
+
+template <class View>
+__device__ ExactSum view_total(SharedState& s, const View& view) {
+  ExactSum own = exact_zero();
+  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
+    own = exact_add_mass(own, view.mass(j));
+  }
+  return block_exact_sum(s, own);
+}
+
+// min-p: drops the masses below min_p times the largest, compared exactly.
+template <class View>
+__device__ void keep_min_p(SharedState& s, View& view, float fraction) {
+  unsigned long long most = 0u;
+  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
+    const unsigned long long bits = bits_from_float(view.mass(j));
+    most = bits > most ? bits : most;
+  }
+  most = block_max_word(s, most);
+  const ExactSum largest = exact_of_mass(float_from_bits(uint32_t(most)));
+  const ExactSum least = exact_ceil_scaled(largest, fraction);
+  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
+    const float m = view.mass(j);
+    if (bits_from_float(m) != 0u && exact_compare(exact_of_mass(m), least) < 0) view.drop(j);
+  }
+  __syncthreads();
+}
+
+// top-p (on what top-k kept), then min-p (on what top-p kept).
+template <class View>
+__device__ void filter_masses(SharedState& s, View& view, float top_p, float min_p, int64_t n) {
+  if (top_p_filters(top_p)) {
+    const ExactSum total = view_total(s, view);
+    if (!exact_is_zero(total)) {
+      keep_top_p(s, view, exact_ceil_scaled(total, top_p_fraction(top_p)), n);
+    }
+  }
+  if (min_p_filters(min_p)) keep_min_p(s, view, min_p_fraction(min_p));
+}
+
+// The index of the first mass, in the view's order (which must be index order), whose exact
+// cumulative sum exceeds `threshold` (< the view's total): each thread sums a contiguous chunk,
+// an exclusive scan of the chunk sums finds the one chunk where the sum crosses, and its thread
+// walks it.
+template <class View>
+__device__ uint32_t first_exceeding(SharedState& s, const View& view, ExactSum threshold) {
+  if (threadIdx.x == 0) s.token = 0u;
+  const int64_t count = view.count();
+  const int64_t chunk = (count + kThreads - 1) / kThreads;
+  const int64_t begin = int64_t(threadIdx.x) * chunk < count ? int64_t(threadIdx.x) * chunk : count;
+  const int64_t end = begin + chunk < count ? begin + chunk : count;
+  ExactSum own = exact_zero();
+  for (int64_t j = begin; j < end; ++j) own = exact_add_mass(own, view.mass(j));
+  ExactSum cumulative = block_exclusive_exact(s, own);
+  if (exact_compare(cumulative, threshold) <= 0 &&
+      exact_compare(exact_add(cumulative, own), threshold) > 0) {
+    for (int64_t j = begin; j < end; ++j) {
+      const float m = view.mass(j);
+      if (bits_from_float(m) == 0u) continue;
+      cumulative = exact_add_mass(cumulative, m);
+      if (exact_compare(cumulative, threshold) > 0) {
+        s.token = view.index(j);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const uint32_t token = s.token;
+  __syncthreads();
+  return token;
+}
+
+// ---- views of a row's masses ---------------------------------------------------------------
+// Masses are +0 or positive (subnormals included), so "has mass" is a test of the bits, which no
+// flush-to-zero mode can change.
+
+// Every token of the row, its mass in the workspace (position j is token j).
+struct RowMasses {
+  float* masses;
+  int64_t n;
+  __device__ int64_t count() const { return n; }
+  __device__ float mass(int64_t j) const { return masses[j]; }
+  __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
+  __device__ void drop(int64_t j) const { masses[j] = 0.0f; }
+};
+
+// The tokens a top-k filter kept, in shared memory (in index order once sorted).
+struct Candidates {
+  SharedState* s;
+  __device__ int64_t count() const { return s->candidate_count; }
+  __device__ float mass(int64_t j) const { return s->candidate_mass[j]; }
+  __device__ uint32_t index(int64_t j) const { return s->candidate_index[j]; }
+  __device__ void drop(int64_t j) const { s->candidate_mass[j] = 0.0f; }
+};
+
+// Sorts the candidates by index (a bitonic sort of index-and-mass words), so that a draw can
+// scan them in vocabulary order.
+__device__ __forceinline__ void sort_candidates_by_index(SharedState& s) {
+  const int count = int(s.candidate_count);
+  int size = 1;
+  while (size < count) size <<= 1;
+  for (int j = threadIdx.x; j < size; j += kThreads) {
+    s.sort_words[j] = j < count ? (uint64_t(s.candidate_index[j]) << 32) |
+                                      bits_from_float(s.candidate_mass[j])
+                                : ~0ull;
+  }
+  __syncthreads();
+  for (int span = 2; span <= size; span <<= 1) {
+    for (int stride = span >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < size; i += kThreads) {
+        const int partner = i ^ stride;
+        if (partner <= i) continue;
+        const unsigned long long a = s.sort_words[i], b = s.sort_words[partner];
+        const bool ascending = (i & span) == 0;
+        if ((a > b) == ascending) {
+          s.sort_words[i] = b;
+          s.sort_words[partner] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    s.candidate_index[j] = uint32_t(s.sort_words[j] >> 32);
+    s.candidate_mass[j] = float_from_bits(uint32_t(s.sort_words[j]));
+  }
+  __syncthreads();
+}
+
+}  // namespace sampling
+}  // namespace cuda
+}  // namespace mtk

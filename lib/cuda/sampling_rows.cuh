@@ -1,0 +1,470 @@
+// The CUDA sampling filters and samplers (docs/CONTRACT.md, "Sampling filters"), one block per
+// row, the same steps as the CPU backend (lib/cpu/sampling.cpp) with the same arithmetic
+// (core/sampling_math.hpp), so that every result is the CPU's bit for bit.
+//
+// A row's top-k filter is a threshold search over the contract's keys, never a sort. Where it
+// keeps at most kCandidateCapacity tokens, a histogram of the keys' top 12 bits finds the bin of
+// the k-th key and a second read gathers the tokens of that bin and above into shared memory;
+// the search finishes there, and everything after (softmax, top-p, min-p, renormalisation or
+// the draw) runs on the kept tokens alone: two reads of the row. Where that bin holds too many
+// tokens, the search reads the row once per 8 bits of key (ties at the threshold broken by a
+// search over their indices). Without a top-k filter, or a larger one, the row's masses go to
+// the workspace and the same steps run over all of them. top-p is a threshold search over the
+// masses' bits with exact per-bin sums; the draw scans exact chunk sums in vocabulary order.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/sampling_math.hpp"
+#include "cuda/sampling_block.cuh"
+#include "metaltopk.h"
+
+namespace mtk {
+namespace cuda {
+namespace sampling {
+
+// A per-row float parameter: the [rows] tensor where given, else the scalar.
+struct RowFloatArg {
+  const float* data;
+  int64_t stride;
+  float value;
+  __device__ float at(int64_t row) const { return data != nullptr ? data[row * stride] : value; }
+};
+
+// A per-row integer parameter: the [rows] int32 or int64 tensor where given, else the scalar.
+struct RowIntegerArg {
+  const void* data;
+  int64_t stride;
+  int64_t value;
+  bool is_int32;
+  __device__ int64_t at(int64_t row) const {
+    if (data == nullptr) return value;
+    return is_int32 ? int64_t(static_cast<const int32_t*>(data)[row * stride])
+                    : static_cast<const int64_t*>(data)[row * stride];
+  }
+};
+
+struct SamplingArgs {
+  mtk_sampling_op op;
+  int64_t n;
+  const void* input;
+  int64_t input_row_stride, input_stride;  // elements
+  RowIntegerArg top_k;
+  RowFloatArg top_p, min_p, temperature, uniforms;
+  void* output;
+  bool output_int64;
+  int64_t output_row_stride, output_stride;
+  // [rows, masses_row_stride] floats of the workspace, for rows that do not finish on
+  // candidates; null when no row needs them.
+  float* masses;
+  int64_t masses_row_stride;
+};
+
+// The input formats: raw element type, -inf in it, and its widening to float32 bits (exact).
+struct Float32Input {
+  using Raw = uint32_t;
+  static constexpr Raw kNegativeInfinity = 0xff800000u;
+  __device__ static uint32_t widen(Raw r) { return r; }
+};
+struct Float16Input {
+  using Raw = uint16_t;
+  static constexpr Raw kNegativeInfinity = 0xfc00u;
+  __device__ static uint32_t widen(Raw r) { return f16_to_f32_bits(r); }
+};
+struct Bfloat16Input {
+  using Raw = uint16_t;
+  static constexpr Raw kNegativeInfinity = 0xff80u;
+  __device__ static uint32_t widen(Raw r) { return bf16_to_f32_bits(r); }
+};
+
+template <class Format>
+struct InputRow {
+  const typename Format::Raw* data;
+  int64_t stride;
+  __device__ typename Format::Raw raw(int64_t i) const { return data[i * stride]; }
+};
+
+template <class Format>
+__device__ __forceinline__ float value_of(typename Format::Raw raw) {
+  return float_from_bits(Format::widen(raw));
+}
+
+// How a token ranks: a logit by the top-k contract's key (widening is exact, so the float32 key
+// orders f16 and bf16 too); a probability by its mass, whose float bits order as its value.
+__device__ __forceinline__ uint32_t rank_key(float value, bool logits) {
+  return logits ? key_from_f32(value) : bits_from_float(probability_mass(value));
+}
+
+// Calls visit(i, raw) for every element of the row, each thread for its share (in no
+// particular order): 16-byte loads, several in flight, where the row is contiguous and aligned.
+template <class Raw, class Visit>
+__device__ __forceinline__ void visit_vector(uint4 word, int64_t first, Visit& visit) {
+  constexpr int kPerVector = int(16 / sizeof(Raw));
+  Raw parts[kPerVector];
+  memcpy(parts, &word, 16);
+  for (int e = 0; e < kPerVector; ++e) visit(first + e, parts[e]);
+}
+
+template <class Format, class Visit>
+__device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit visit) {
+  using Raw = typename Format::Raw;
+  constexpr int kPerVector = int(16 / sizeof(Raw));
+  constexpr int kInFlight = 4;
+  const bool vectors_fit =
+      row.stride == 1 && (reinterpret_cast<uintptr_t>(row.data) & 15u) == 0u;
+  const int64_t vectors = vectors_fit ? n / kPerVector : 0;
+  const uint4* words = reinterpret_cast<const uint4*>(row.data);
+  int64_t q = threadIdx.x;
+  for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
+    uint4 loaded[kInFlight];
+    for (int b = 0; b < kInFlight; ++b) loaded[b] = __ldg(words + q + b * kThreads);
+    for (int b = 0; b < kInFlight; ++b) {
+      visit_vector<Raw>(loaded[b], (q + b * kThreads) * kPerVector, visit);
+    }
+  }
+  for (; q < vectors; q += kThreads) visit_vector<Raw>(__ldg(words + q), q * kPerVector, visit);
+  for (int64_t i = vectors * kPerVector + threadIdx.x; i < n; i += kThreads) visit(i, row.raw(i));
+}
+
+// What a top-k filter keeps: keys above `key`, and of those equal to it the ones at indices up
+// to last_index (the contract's ties to the lower index).
+struct TopkCutoff {
+  uint32_t key;
+  uint32_t last_index;
+  __device__ bool keeps(uint32_t k, int64_t i) const {
+    return k > key || (k == key && uint32_t(i) <= last_index);
+  }
+};
+__device__ __forceinline__ TopkCutoff keep_all() { return {0u, 0xffffffffu}; }
+
+// The cutoff that keeps exactly the k largest of a set of (key, index) pairs that holds at
+// least k; for_each_pair(f) calls f(key, index) for each pair, each thread for its share.
+template <class ForEachPair>
+__device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, uint32_t k,
+                                   int64_t n) {
+  const auto for_each_key = [&](auto&& f) {
+    for_each_pair([&](uint32_t key, int64_t) { f(key); });
+  };
+  const CountSelection kth = select_by_count(s, for_each_key, 32, k, true);
+  const uint32_t ties = k - kth.before;
+  uint32_t last_index = 0xffffffffu;
+  if (ties < kth.equal) {
+    const auto for_each_tie = [&](auto&& f) {
+      for_each_pair([&](uint32_t key, int64_t i) {
+        if (key == kth.value) f(uint32_t(i));
+      });
+    };
+    last_index = select_by_count(s, for_each_tie, index_bits(n), ties, false).value;
+  }
+  return {kth.value, last_index};
+}
+
+// The first step of a top-k filter that keeps at most kCandidateCapacity tokens, in two reads
+// of the row: a histogram of the keys' top 12 bits finds the bin of the k-th key, and if that
+// bin and those above hold at most kCandidateCapacity tokens, they become the candidates
+// (index and value) and dropped(i) is called for every other token. False (and nothing
+// gathered) when they do not fit.
+template <class Format, class Dropped>
+__device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                uint32_t k, bool logits, Dropped dropped) {
+  using Raw = typename Format::Raw;
+  constexpr int kShift = 32 - kWideBits;
+  for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
+  if (threadIdx.x == 0) s.candidate_count = 0u;
+  __syncthreads();
+  for_each_element(row, n, [&](int64_t, Raw raw) {
+    atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kShift], 1u);
+  });
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
+                         [&](uint32_t total) { return total >= k; });
+  }
+  __syncthreads();
+  const uint32_t bin = s.selected_bin;
+  const uint32_t gathered = s.selected_count_before + s.wide_counts[bin];
+  __syncthreads();
+  if (gathered > uint32_t(kCandidateCapacity)) return false;
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    if ((rank_key(value, logits) >> kShift) >= bin) {
+      const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
+      s.candidate_index[slot] = uint32_t(i);
+      s.candidate_mass[slot] = value;
+    } else {
+      dropped(i);
+    }
+  });
+  __syncthreads();
+  return true;
+}
+
+// Keeps the candidates `cut` keeps (compacted through sort_words), calling dropped(i) for the
+// others.
+template <class Dropped>
+__device__ void keep_candidates(SharedState& s, TopkCutoff cut, bool logits, Dropped dropped) {
+  const uint32_t count = s.candidate_count;
+  if (threadIdx.x == 0) s.kept_count = 0u;
+  __syncthreads();
+  for (uint32_t j = threadIdx.x; j < count; j += kThreads) {
+    const float value = s.candidate_mass[j];
+    const uint32_t index = s.candidate_index[j];
+    if (cut.keeps(rank_key(value, logits), index)) {
+      s.sort_words[atomicAdd(&s.kept_count, 1u)] =
+          (uint64_t(index) << 32) | bits_from_float(value);
+    } else {
+      dropped(index);
+    }
+  }
+  __syncthreads();
+  const uint32_t kept = s.kept_count;
+  for (uint32_t j = threadIdx.x; j < kept; j += kThreads) {
+    s.candidate_index[j] = uint32_t(s.sort_words[j] >> 32);
+    s.candidate_mass[j] = float_from_bits(uint32_t(s.sort_words[j]));
+  }
+  if (threadIdx.x == 0) s.candidate_count = kept;
+  __syncthreads();
+}
+
+// Gathers the tokens `cut` keeps (their input values) into the candidates, calling dropped(i)
+// for every other token.
+template <class Format, class Dropped>
+__device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                  TopkCutoff cut, bool logits, Dropped dropped) {
+  using Raw = typename Format::Raw;
+  if (threadIdx.x == 0) s.candidate_count = 0u;
+  __syncthreads();
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    if (cut.keeps(rank_key(value, logits), i)) {
+      const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
+      s.candidate_index[slot] = uint32_t(i);
+      s.candidate_mass[slot] = value;
+    } else {
+      dropped(i);
+    }
+  });
+  __syncthreads();
+}
+
+// The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
+// tokens are also left in the candidates and dropped(i) is called for every other token. The
+// two-read path of gather_top_bins is tried first where k allows; else, or where its bins hold
+// too many tokens, the threshold search reads the row once per 8 bits of key.
+template <class Format, class Dropped>
+__device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                   uint32_t k, bool logits, bool gather, Dropped dropped) {
+  using Raw = typename Format::Raw;
+  if (k <= uint32_t(kCandidateCapacity) &&
+      gather_top_bins(s, row, n, k, logits, [&](int64_t i) {
+        if (gather) dropped(i);
+      })) {
+    const auto for_each_candidate = [&](auto&& f) {
+      for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
+        f(rank_key(s.candidate_mass[j], logits), int64_t(s.candidate_index[j]));
+      }
+    };
+    const TopkCutoff cut = top_k_cutoff(s, for_each_candidate, k, n);
+    if (gather) keep_candidates(s, cut, logits, dropped);
+    return cut;
+  }
+  const auto for_each_token = [&](auto&& f) {
+    for_each_element(row, n, [&](int64_t i, Raw raw) {
+      f(rank_key(value_of<Format>(raw), logits), i);
+    });
+  };
+  const TopkCutoff cut = top_k_cutoff(s, for_each_token, k, n);
+  if (gather) gather_candidates(s, row, n, cut, logits, dropped);
+  return cut;
+}
+
+// The row's first token in the top-k order of its logits (argmax, NaN first).
+template <class Format>
+__device__ uint32_t top1_logit(SharedState& s, const InputRow<Format>& row, int64_t n) {
+  unsigned long long best = 0u;
+  for_each_element(row, n, [&](int64_t i, typename Format::Raw raw) {
+    const unsigned long long word =
+        (uint64_t(key_from_f32_bits(Format::widen(raw))) << 32) | (0xffffffffu - uint32_t(i));
+    best = word > best ? word : best;
+  });
+  return 0xffffffffu - uint32_t(block_max_word(s, best));
+}
+
+__device__ __forceinline__ void write_token(const SamplingArgs& a, int64_t row, uint32_t token) {
+  if (threadIdx.x != 0) return;
+  const int64_t at = row * a.output_row_stride;
+  if (a.output_int64) {
+    static_cast<int64_t*>(a.output)[at] = int64_t(token);
+  } else {
+    static_cast<int32_t*>(a.output)[at] = int32_t(token);
+  }
+}
+
+template <class Format>
+__device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRow<Format>& row,
+                            int64_t r) {
+  using Raw = typename Format::Raw;
+  const int64_t k = a.top_k.at(r);
+  const TopkCutoff cut =
+      top_k_filters(k, a.n)
+          ? top_k_of_row(s, row, a.n, uint32_t(k), true, false, [](int64_t) {})
+          : keep_all();
+  Raw* out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
+  const int64_t stride = a.output_stride;
+  for_each_element(row, a.n, [&](int64_t i, Raw raw) {
+    out[i * stride] = cut.keeps(key_from_f32_bits(Format::widen(raw)), i)
+                          ? raw
+                          : Raw(Format::kNegativeInfinity);
+  });
+}
+
+// ---- masses ---------------------------------------------------------------------------------
+
+// The largest non-NaN scaled logit as a word: 1 above its key, or 0 where there is none.
+__device__ __forceinline__ unsigned long long scaled_logit_word(float z) {
+  return is_nan_f32(z) ? 0ull : (1ull << 32) | key_from_f32(z);
+}
+
+// exp(z - M) as the CPU's softmax_masses computes it, M given by its word.
+__device__ __forceinline__ float softmax_mass(float z, unsigned long long most_word) {
+  if ((most_word >> 32) == 0u || is_nan_f32(z)) return 0.0f;
+  const float most = float_from_key(uint32_t(most_word));
+  const uint32_t most_bits = bits_from_float(most);
+  if (most_bits == 0xff800000u) return 0.0f;
+  if (most_bits == kF32Exponent) return bits_from_float(z) == kF32Exponent ? 1.0f : 0.0f;
+  return exp_of_negative_gap(gap_below(most, z));
+}
+
+// The candidates' values become their masses.
+__device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, float reciprocal) {
+  const int count = int(s.candidate_count);
+  if (!logits) {
+    for (int j = threadIdx.x; j < count; j += kThreads) {
+      s.candidate_mass[j] = probability_mass(s.candidate_mass[j]);
+    }
+    __syncthreads();
+    return;
+  }
+  unsigned long long most = 0u;
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    const float z = scaled_logit(s.candidate_mass[j], reciprocal);
+    const unsigned long long word = scaled_logit_word(z);
+    most = word > most ? word : most;
+  }
+  most = block_max_word(s, most);
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    s.candidate_mass[j] = softmax_mass(scaled_logit(s.candidate_mass[j], reciprocal), most);
+  }
+  __syncthreads();
+}
+
+// Every token's mass (0 where `cut` drops it) into the workspace row.
+template <class Format>
+__device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
+                           TopkCutoff cut, bool logits, float reciprocal, float* masses) {
+  using Raw = typename Format::Raw;
+  if (!logits) {
+    for_each_element(row, n, [&](int64_t i, Raw raw) {
+      const uint32_t key = rank_key(value_of<Format>(raw), false);
+      masses[i] = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
+    });
+    __syncthreads();
+    return;
+  }
+  unsigned long long most = 0u;
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    if (!cut.keeps(key_from_f32(value), i)) return;
+    const unsigned long long word = scaled_logit_word(scaled_logit(value, reciprocal));
+    most = word > most ? word : most;
+  });
+  most = block_max_word(s, most);
+  for_each_element(row, n, [&](int64_t i, Raw raw) {
+    const float value = value_of<Format>(raw);
+    masses[i] = cut.keeps(key_from_f32(value), i)
+                    ? softmax_mass(scaled_logit(value, reciprocal), most)
+                    : 0.0f;
+  });
+  __syncthreads();
+}
+
+// ---- the end of a row: filters, then renormalisation or the draw ------------------------------
+
+template <class View>
+__device__ void write_renormalised(SharedState& s, const View& view, float* out,
+                                   int64_t stride) {
+  const float sum = exact_to_f32(view_total(s, view));
+  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
+    const float m = view.mass(j);
+    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_f32(m, sum) : 0.0f;
+  }
+}
+
+template <class Format, class View>
+__device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
+                           const InputRow<Format>& row, View& view, float* renormalised,
+                           bool candidates) {
+  filter_masses(s, view, a.top_p.at(r), a.min_p.at(r), a.n);
+  if (renormalised != nullptr) {
+    write_renormalised(s, view, renormalised, a.output_stride);
+    return;
+  }
+  const ExactSum total = view_total(s, view);
+  if (exact_is_zero(total)) {  // no mass: the first token in the contract's order
+    const bool logits = a.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+    write_token(a, r, logits ? top1_logit(s, row, a.n) : 0u);
+    return;
+  }
+  if (candidates) sort_candidates_by_index(s);
+  const ExactSum threshold = exact_scaled(total, clamped_uniform(a.uniforms.at(r))).floor;
+  write_token(a, r, first_exceeding(s, view, threshold));
+}
+
+// One row of any sampling operation; every thread of the block calls it.
+template <class Format>
+__device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
+  const InputRow<Format> row{
+      static_cast<const typename Format::Raw*>(a.input) + r * a.input_row_stride,
+      a.input_stride};
+  if (a.op == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
+    mask_logits(s, a, row, r);
+    return;
+  }
+  const bool logits = a.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  float reciprocal = 1.0f;
+  if (logits) {
+    const float temperature = a.temperature.at(r);
+    if (!temperature_samples(temperature)) {  // greedy
+      write_token(a, r, top1_logit(s, row, a.n));
+      return;
+    }
+    reciprocal = reciprocal_temperature(temperature);
+  }
+  const int64_t k = a.top_k.at(r);
+  const bool top_k = top_k_filters(k, a.n);
+  const bool candidates = top_k && k <= kCandidateCapacity;
+  float* renormalised = a.op == MTK_SAMPLING_RENORM_PROBS
+                            ? static_cast<float*>(a.output) + r * a.output_row_stride
+                            : nullptr;
+  const int64_t out_stride = a.output_stride;
+  const TopkCutoff cut =
+      top_k ? top_k_of_row(s, row, a.n, uint32_t(k), logits, candidates,
+                           [&](int64_t i) {
+                             if (renormalised != nullptr) renormalised[i * out_stride] = 0.0f;
+                           })
+            : keep_all();
+  if (candidates) {
+    candidate_masses(s, logits, reciprocal);
+    Candidates view{&s};
+    finish_row(s, a, r, row, view, renormalised, true);
+    return;
+  }
+  RowMasses view{a.masses + r * a.masses_row_stride, a.n};
+  row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
+  finish_row(s, a, r, row, view, renormalised, false);
+}
+
+}  // namespace sampling
+}  // namespace cuda
+}  // namespace mtk

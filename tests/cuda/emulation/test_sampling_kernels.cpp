@@ -1,0 +1,288 @@
+// The CUDA sampling kernel's row function (lib/cuda/sampling_rows.cuh) on the host under
+// fiber_cuda.hpp, against the CPU backend through the C ABI, bit for bit, so CI checks its logic
+// without a GPU: every operation and input format, rows of ties, NaN, infinities, zeros and no
+// mass, scalar and per-row parameters at their boundaries, both the shared-memory candidates
+// path (top_k <= 2048) and the workspace path (no top-k, or a larger one).
+//
+// Usage: test_sampling_kernels [--quick]   (`make test` runs --quick: fewer rows and sizes).
+// Exits 0 when every case matches.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fiber_cuda.hpp"
+
+// The 64-bit collectives and atomics the sampling kernel uses, beside fiber_cuda.hpp's.
+inline unsigned long long __shfl_up_sync(unsigned mask, unsigned long long v, int delta) {
+  return emu::wait_in(9, delta, mask, v, [](const emu::Word* in, emu::Word* out, unsigned m,
+                                            int d) {
+    for (int l = 0; l < 32; ++l) {
+      if (m >> l & 1) out[l] = l >= d ? shuffle_source(in, m, l - d) : in[l];
+    }
+  });
+}
+inline unsigned long long __shfl_xor_sync(unsigned mask, unsigned long long v, int lane_mask) {
+  return __shfl_xor_sync(mask, uint64_t(v), lane_mask);
+}
+inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;
+  *address = old + value;
+  return old;
+}
+
+#include "cuda/sampling_rows.cuh"
+#include "metaltopk.h"
+
+namespace {
+
+using namespace mtk::cuda::sampling;
+
+int failures = 0, cases = 0;
+
+#define CHECK_OK(call)                                                                   \
+  do {                                                                                   \
+    const mtk_status s_ = (call);                                                        \
+    if (s_ != MTK_SUCCESS) {                                                             \
+      std::fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
+                   mtk_status_string(s_), mtk_last_error_message());                     \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+SharedState shared_state;  // the block's shared memory, one for all fibers
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// A row value as float32 bits: `kind` picks gaussian values, ties, specials, one constant or no
+// mass; probabilities (`probs`) or logits.
+uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
+                    std::normal_distribution<float>& normal) {
+  const uint64_t raw = rng();
+  const float g = normal(rng);
+  switch (kind) {
+    case 0: return bits_of(probs ? std::exp(2.0f * g) / 4096.0f : 3.0f * g);
+    case 1: return bits_of(probs ? float(raw % 8) / 1024.0f : float(int(raw % 9) - 4));
+    case 2: {
+      if (raw % 6 != 0) return bits_of(probs ? std::exp(g) / 1000.0f : 2.0f * g);
+      const uint32_t logit[] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x80000000u, 0u,
+                                0x00000001u, 0x42f00000u, 0xffc00000u};
+      const uint32_t prob[] = {0x7fc00000u, 0xbf800000u, 0x7f800000u, 0x80000000u, 0u,
+                               0x00000003u, 0x70000000u, 0xff800000u};
+      return (probs ? prob : logit)[(raw >> 8) % 8];
+    }
+    case 3: return bits_of(probs ? 0.25f : -2.0f);
+    default:
+      if (probs) return (raw & 1) ? 0u : 0xc0000000u;
+      return (raw % 16 == 0) ? 0x7fc00000u : 0xff800000u;
+  }
+}
+
+struct Case {
+  mtk_sampling_op op;
+  mtk_dtype dtype;
+  int64_t rows, n;
+  bool per_row;
+  std::vector<int64_t> top_k;  // int64 tensor when per_row, else top_k[0] as the scalar
+  std::vector<float> top_p, min_p, temperature, uniforms;
+};
+
+mtk_tensor vector_tensor(void* data, mtk_dtype dtype, int64_t size) {
+  mtk_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 1;
+  t.sizes[0] = size;
+  t.strides[0] = 1;
+  return t;
+}
+
+bool samples(mtk_sampling_op op) {
+  return op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+}
+
+template <class Format>
+void run_rows(const SamplingArgs& args, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    emu::block_idx.x = unsigned(r);
+    emu::run_block(kThreads, [&] { sampling_row<Format>(shared_state, args, r); });
+  }
+}
+
+void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
+  ++cases;
+  const bool logits = c.op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
+                      c.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  const size_t size = c.dtype == MTK_FLOAT32 ? 4 : 2;
+  std::vector<uint8_t> input(size_t(c.rows * c.n) * size);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const int kind = int((r + int64_t(rng() % 5)) % 5);
+    for (int64_t i = 0; i < c.n; ++i) {
+      const uint32_t b = make_value(kind, !logits, rng, normal);
+      uint8_t* p = input.data() + size_t(r * c.n + i) * size;
+      if (size == 4) {
+        std::memcpy(p, &b, 4);
+      } else {
+        // bf16 by truncation; for f16 any pattern is an input (bits are what is ranked).
+        const uint16_t h = c.dtype == MTK_BFLOAT16 ? uint16_t(b >> 16) : uint16_t(b ^ (b >> 16));
+        std::memcpy(p, &h, 2);
+      }
+    }
+  }
+  const size_t out_bytes = samples(c.op) ? size_t(c.rows) * 8
+                           : size_t(c.rows * c.n) * (c.op == MTK_SAMPLING_RENORM_PROBS ? 4 : size);
+  std::vector<uint8_t> want(out_bytes, 0), got(out_bytes, 0);
+
+  // The CPU backend.
+  mtk_tensor in{};
+  in.data = input.data();
+  in.dtype = c.dtype;
+  in.ndim = 2;
+  in.sizes[0] = c.rows;
+  in.sizes[1] = c.n;
+  in.strides[0] = c.n;
+  in.strides[1] = 1;
+  mtk_sampling_params params = MTK_SAMPLING_PARAMS_INIT;
+  mtk_tensor top_k = vector_tensor(c.top_k.data(), MTK_INT64, c.rows);
+  mtk_tensor top_p = vector_tensor(c.top_p.data(), MTK_FLOAT32, c.rows);
+  mtk_tensor min_p = vector_tensor(c.min_p.data(), MTK_FLOAT32, c.rows);
+  mtk_tensor temperature = vector_tensor(c.temperature.data(), MTK_FLOAT32, c.rows);
+  mtk_tensor uniforms = vector_tensor(c.uniforms.data(), MTK_FLOAT32, c.rows);
+  const bool filters = c.op != MTK_SAMPLING_TOP_K_MASK_LOGITS;
+  const bool tempered = c.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  if (c.per_row) {
+    params.top_k = &top_k;
+    if (filters) params.top_p = &top_p;
+    if (filters) params.min_p = &min_p;
+    if (tempered) params.temperature = &temperature;
+  } else {
+    params.top_k_value = c.top_k[0];
+    if (filters) params.top_p_value = c.top_p[0];
+    if (filters) params.min_p_value = c.min_p[0];
+    if (tempered) params.temperature_value = c.temperature[0];
+  }
+  mtk_tensor out{};
+  if (samples(c.op)) {
+    out = vector_tensor(want.data(), MTK_INT64, c.rows);
+  } else {
+    out = in;
+    out.data = want.data();
+    out.dtype = c.op == MTK_SAMPLING_RENORM_PROBS ? MTK_FLOAT32 : c.dtype;
+  }
+  switch (c.op) {
+    case MTK_SAMPLING_TOP_K_MASK_LOGITS:
+      CHECK_OK(mtk_top_k_mask_logits(cpu, &in, &params, &out, nullptr));
+      break;
+    case MTK_SAMPLING_RENORM_PROBS:
+      CHECK_OK(mtk_renorm_probs(cpu, &in, &params, &out, nullptr));
+      break;
+    case MTK_SAMPLING_SAMPLE:
+      CHECK_OK(mtk_sample(cpu, &in, &params, &uniforms, &out, nullptr));
+      break;
+    case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
+      CHECK_OK(mtk_sample_from_logits(cpu, &in, &params, &uniforms, &out, nullptr));
+      break;
+  }
+
+  // The kernel's row function, one block after another.
+  std::vector<float> masses(size_t(c.rows * c.n));
+  SamplingArgs a{};
+  a.op = c.op;
+  a.n = c.n;
+  a.input = input.data();
+  a.input_row_stride = c.n;
+  a.input_stride = 1;
+  auto row_float = [&](std::vector<float>& v, bool read, float fallback) {
+    RowFloatArg f{nullptr, 0, fallback};
+    if (read && c.per_row) f = {v.data(), 1, 0.0f};
+    if (read && !c.per_row) f.value = v[0];
+    return f;
+  };
+  a.top_k = {c.per_row ? c.top_k.data() : nullptr, 1, c.top_k[0], false};
+  a.top_p = row_float(c.top_p, filters, 1.0f);
+  a.min_p = row_float(c.min_p, filters, 0.0f);
+  a.temperature = row_float(c.temperature, tempered, 1.0f);
+  a.uniforms = {c.uniforms.data(), 1, 0.0f};
+  a.output = got.data();
+  a.output_int64 = true;
+  a.output_row_stride = samples(c.op) ? 1 : c.n;
+  a.output_stride = 1;
+  a.masses = masses.data();
+  a.masses_row_stride = c.n;
+  switch (c.dtype) {
+    case MTK_FLOAT32: run_rows<Float32Input>(a, c.rows); break;
+    case MTK_FLOAT16: run_rows<Float16Input>(a, c.rows); break;
+    default: run_rows<Bfloat16Input>(a, c.rows); break;
+  }
+  if (want != got) {
+    ++failures;
+    const size_t row_bytes = out_bytes / size_t(c.rows);
+    int64_t row = 0;
+    while (row < c.rows && std::memcmp(want.data() + size_t(row) * row_bytes,
+                                       got.data() + size_t(row) * row_bytes, row_bytes) == 0) {
+      ++row;
+    }
+    std::fprintf(stderr,
+                 "FAIL op=%d dtype=%d rows=%lld n=%lld per_row=%d: row %lld differs (top_k %lld "
+                 "top_p %g min_p %g temperature %g uniform %g)\n",
+                 int(c.op), int(c.dtype), (long long)c.rows, (long long)c.n, int(c.per_row),
+                 (long long)row, (long long)c.top_k[c.per_row ? size_t(row) : 0],
+                 c.top_p[c.per_row ? size_t(row) : 0], c.min_p[c.per_row ? size_t(row) : 0],
+                 c.temperature[c.per_row ? size_t(row) : 0], c.uniforms[size_t(row)]);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  mtk_context cpu = nullptr;
+  CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu));
+  emu::fiber_stack_bytes = 256 * 1024;  // the row function inlines deep chains of exact sums
+  std::mt19937_64 rng(33);
+  const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS,
+                                 MTK_SAMPLING_SAMPLE, MTK_SAMPLING_SAMPLE_FROM_LOGITS};
+  // 2500 tokens: the two-read top-k both fits and overflows; 20000 (full runs): rows shaped as
+  // the benchmark's, mostly on the two-read path.
+  const int64_t sizes[] = {1, 2, 7, 300, 2500, 20000};
+  const int rounds = quick ? 2 : 6;
+  for (const int64_t n : sizes) {
+    if (quick && n > 2500) continue;
+    for (mtk_sampling_op op : ops) {
+      const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
+                          op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+      for (int round = 0; round < rounds; ++round) {
+        const mtk_dtype dtypes[] = {MTK_FLOAT32, MTK_BFLOAT16, MTK_FLOAT16};
+        Case c{};
+        c.op = op;
+        c.dtype = logits ? dtypes[round % 3] : MTK_FLOAT32;
+        c.rows = quick ? 3 : 5;
+        c.n = n;
+        c.per_row = round % 2 == 1;
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const int64_t ks[] = {0, 1, 3, n - 1, n, -2, 2048, 2049, 17, 50, 1000};
+          const float ps[] = {1.0f, 0.5f, 0.9f, 0.0f, NAN, 0.99f};
+          const float mins[] = {0.0f, 0.1f, 0.5f, 2.0f, NAN};
+          const float temps[] = {1.0f, 0.5f, 0.0f, INFINITY, 1e-39f, 3.0f};
+          const float us[] = {0.0f, 0.5f, 0.999f, 1.0f, NAN, 0.3f, 0.75f};
+          c.top_k.push_back(ks[rng() % 11]);
+          c.top_p.push_back(ps[rng() % 6]);
+          c.min_p.push_back(mins[rng() % 5]);
+          c.temperature.push_back(temps[rng() % 6]);
+          c.uniforms.push_back(us[rng() % 7]);
+        }
+        check(cpu, c, rng);
+      }
+    }
+  }
+  CHECK_OK(mtk_context_destroy(cpu));
+  std::printf("test_sampling_kernels: %d cases, %d failures\n", cases, failures);
+  return failures == 0 ? 0 : 1;
+}
