@@ -167,24 +167,24 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
           launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts,
                                                 kSplitSampleParts>>(
               unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream, kLaunching, g,
-              input, p.largest, plan.sample_rank, layout, states, ragged);
+              input, p.largest, plan.sample_rank, layout, states);
         } else if (plan.samples_per_thread == kWideSamplesPerThread) {
           launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread>>(
               unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-              plan.sample_rank, layout, states, ragged);
+              plan.sample_rank, layout, states);
         } else {
           launch_overlapped<multi_sample_kernel<T, kNarrowSamplesPerThread>>(
               unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-              plan.sample_rank, layout, states, ragged);
+              plan.sample_rank, layout, states);
         }
         if (plan.large_threshold_stage) {
           launch_overlapped<multi_threshold_kernel<T, kLargeThresholdStageBytes>>(
               grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
-              buffer0, plan.candidate_histogram, ragged);
+              buffer0, plan.candidate_histogram);
         } else {
           launch_overlapped<multi_threshold_kernel<T, kSmallThresholdStageBytes>>(
               grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
-              buffer0, plan.candidate_histogram, ragged);
+              buffer0, plan.candidate_histogram);
         }
       } else {
         // A memset is no kernel to overlap with: the histogram pass follows it in plain order.
