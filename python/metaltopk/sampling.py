@@ -27,6 +27,7 @@ import numpy as np
 
 from ._abi import DTYPE_CODES, as_native_array, check, context, describe, element_strides
 from ._arguments import backend_name, integer, real
+from ._dispatch import type_handler
 from ._ffi import ffi, lib
 
 __all__ = ["top_k_mask_logits", "top_k_renorm_probs", "top_p_renorm_probs",
@@ -96,11 +97,11 @@ def _uniforms_argument(uniforms, generator, function):
 
 
 def _run(function, op, x, backend, **arguments):
-    if _is_torch(x):
-        # Through the torch ops, so that torch.compile and torch.export see them.
-        from .torch import _sampling as torch_sampling
-
-        return torch_sampling.front_door(function, op, x, backend, **arguments)
+    handler = type_handler(x) if _is_torch(x) else None
+    if handler is not None:
+        # metaltopk.torch's: through the torch ops, so that torch.compile and torch.export see
+        # them.
+        return handler.sampling(function, op, x, backend, **arguments)
     return _Call(function, op, x, backend, **arguments).run()
 
 

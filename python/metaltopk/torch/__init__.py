@@ -27,10 +27,19 @@ Importing metaltopk imports this module when torch is importable. Then:
 
 import torch
 
-from . import _ops, _sampling  # noqa: F401  (define the ops)
-from ._tensors import TorchArrays
+from . import _ops, _sampling, _tensors  # noqa: F401  (define the ops)
 from ._aoti import AOTI_LIBRARY_NAME, aoti_config, aoti_library_path, load_aoti_library
 from ._export import replace_topk
+
+
+
+class TorchArrays(_tensors.TorchArrays):
+    """The handler metaltopk/__init__.py registers for torch tensors: top-k, ragged rows and the
+    router (_tensors.py), and metaltopk.sampling's functions (_sampling.py, which imports
+    metaltopk.sampling and so cannot be imported by it)."""
+
+    sampling = staticmethod(_sampling.front_door)
+
 
 # What metaltopk/__init__.py registers TorchArrays for, and the type of traced sizes.
 TENSOR_TYPE = torch.Tensor
