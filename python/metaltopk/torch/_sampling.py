@@ -241,8 +241,10 @@ def _tensor_and_value(value, name, x, function):
 
 
 def _uniforms(value, x, function):
-    """The uniforms as a tensor: a torch.Generator draws them with torch.rand on x's device."""
-    if isinstance(value, torch.Generator):
+    """The uniforms as a tensor: a torch.Generator draws them with torch.rand on x's device.
+    A tensor is told apart first: the newest torch's Dynamo cannot trace isinstance(tensor,
+    torch.Generator) under fullgraph."""
+    if not isinstance(value, torch.Tensor) and isinstance(value, torch.Generator):
         _check_input(x, "logits" if function == "sample_from_logits" else "probs", function)
         return torch.rand(x.shape[0], generator=value, dtype=torch.float32, device=x.device)
     return _as_tensor(value, "uniforms", x, function, torch.float32)
