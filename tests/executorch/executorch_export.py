@@ -157,6 +157,13 @@ def write_outputs(folder: Path, prefix: str, tensors) -> None:
         (folder / f"{prefix}-{i}.bin").write_bytes(tensor.cpu().contiguous().numpy().tobytes())
 
 
+def replaced_eager(model, example, device):
+    """The replaced program run eagerly on `device`. It is exported there: a program exported on
+    the CPU keeps CPU devices in its graph (the fused router's call then refuses CUDA tensors)."""
+    on_device = example.to(device)
+    return replace_topk(torch.export.export(model.to(device), (on_device,))).module()(on_device)
+
+
 def export(out: Path, backend_name: str) -> None:
     device = export_device(backend_name)
     for model_name, (model, example, routes, reference) in models(backend_name).items():
@@ -168,8 +175,7 @@ def export(out: Path, backend_name: str) -> None:
                 program = replace_topk(program, router=backend_name != "metal")
             with torch.no_grad():
                 eager = model.to(device)(example.to(device))
-                expected = (eager if reference == "eager"
-                            else program.module()(example.to(device)))
+                expected = eager if reference == "eager" else replaced_eager(model, example, device)
             lowered = to_edge_transform_and_lower(program, partitioner=[partitioner(backend_name)])
             executorch_program = lowered.to_executorch()
             (folder / "model.pte").write_bytes(executorch_program.buffer)
