@@ -81,8 +81,8 @@ std::string not_inside(const void* ptr, size_t bytes) {
 }
 
 void test_allocations_resolve_at_every_byte_and_no_further() {
-  MetalMemoryMap map;
   FakeBuffer a;
+  MetalMemoryMap map;
   map.add_allocation(at(0), 256, hold(a));
   EXPECT(a.holds == 1);
   EXPECT(resolves(map, at(0), 256, a, 0));    // first byte, whole range
@@ -108,8 +108,8 @@ void test_allocations_resolve_at_every_byte_and_no_further() {
 }
 
 void test_registrations_are_counted() {
-  MetalMemoryMap map;
   FakeBuffer b;
+  MetalMemoryMap map;
   for (int i = 0; i < 3; ++i) map.register_buffer(at(1024), 512, hold(b));
   EXPECT(b.holds == 1);  // the repeated holds were given back at once
   EXPECT(resolves(map, at(1024), 512, b, 0));
@@ -138,8 +138,8 @@ void test_registrations_are_counted() {
 }
 
 void test_overlaps_are_refused() {
+  FakeBuffer a, b, c, d;  // outlive the map, which may hold them until it goes
   MetalMemoryMap map;
-  FakeBuffer a, b, c;
   map.add_allocation(at(0), 256, hold(a));
   map.register_buffer(at(1024), 512, hold(b));
   const auto overlaps_allocation = [&](size_t start, size_t bytes) {
@@ -175,7 +175,6 @@ void test_overlaps_are_refused() {
   // Ranges that touch without sharing a byte are fine, on either side.
   map.register_buffer(at(1024), 512, hold(b));
   map.register_buffer(at(256), 768, hold(c));
-  FakeBuffer d;
   map.register_buffer(at(1536), 64, hold(d));
   EXPECT(resolves(map, at(256), 1, c, 0) && resolves(map, at(1023), 1, c, 767));
   EXPECT(resolves(map, at(1536), 64, d, 0) && resolves(map, at(1535), 1, b, 511));
@@ -187,8 +186,8 @@ void test_overlaps_are_refused() {
 }
 
 void test_unregister_errors() {
-  MetalMemoryMap map;
   FakeBuffer a, b;
+  MetalMemoryMap map;
   map.add_allocation(at(0), 256, hold(a));
   map.register_buffer(at(1024), 512, hold(b));
   const void* start = at(1024);
@@ -220,8 +219,8 @@ void test_unregister_errors() {
 }
 
 void test_register_arguments() {
-  MetalMemoryMap map;
   FakeBuffer b;
+  MetalMemoryMap map;
   const void* handle = &b;
   EXPECT_ERROR(map.register_buffer(nullptr, 64, hold(b)), MTK_ERROR_INVALID_ARGUMENT,
                text("buffer = ", handle, " has no contents address"));
@@ -239,8 +238,8 @@ void test_register_arguments() {
 }
 
 void test_allocation_inside_a_known_range() {
-  MetalMemoryMap map;
   FakeBuffer a, b, fresh;
+  MetalMemoryMap map;
   map.add_allocation(at(0), 256, hold(a));
   map.register_buffer(at(1024), 512, hold(b));
   EXPECT_ERROR(map.add_allocation(at(1280), 64, hold(fresh)), MTK_ERROR_INVALID_ARGUMENT,
@@ -257,8 +256,8 @@ void test_allocation_inside_a_known_range() {
 // Threads nest and end registrations of one buffer while others resolve pointers into it and
 // into an allocation: counts and holds must come out even.
 void test_concurrent_registrations() {
-  MetalMemoryMap map;
   FakeBuffer a, b;
+  MetalMemoryMap map;
   map.add_allocation(at(0), 256, hold(a));
   map.register_buffer(at(1024), 512, hold(b));  // stays open throughout
   std::vector<std::thread> threads;
