@@ -27,6 +27,9 @@ class Error : public std::exception {
 template <class... Parts>
 [[noreturn]] void fail(mtk_status status, const Parts&... parts) {
   std::ostringstream out;
+  // A stream swallows its buffer's bad_alloc and stops writing: the caller would get the status
+  // with a silently cut message. Out of memory is reported as such instead.
+  out.exceptions(std::ios::badbit);
   (out << ... << parts);
   throw Error(status, out.str());
 }

@@ -11,7 +11,8 @@ METAL_KERNEL_SOURCES := lib/metal/mtk_dialect.h lib/core/float_formats.hpp lib/c
                         lib/metal/moe_route.metal lib/core/sampling_math.hpp lib/metal/sampling_params.h \
                         lib/metal/sampling_kernels.h lib/metal/sampling.metal
 METAL_GLUE := lib/metal/metal_device.mm lib/metal/metal_backend.mm lib/metal/mpsgraph_backend.mm
-METAL_GLUE_HEADERS := lib/metal/objc_ref.h lib/metal/metal_device.h lib/metal/metal_device_backend.h
+METAL_GLUE_HEADERS := lib/metal/objc_ref.h lib/metal/metal_device.h lib/metal/metal_device_backend.h \
+                      lib/metal/metal_memory_map.hpp
 METAL_EMBEDDED := $(BUILD)/lib/metal/metal_sources.cpp
 
 $(METAL_EMBEDDED): $(METAL_KERNEL_SOURCES) lib/metal/embed_metal_sources.sh
@@ -32,6 +33,12 @@ METAL_PLAN_HEADERS := $(patsubst %,lib/metal/%.hpp,$(METAL_PLAN_NAMES)) lib/meta
 METAL_PLAN_OBJ := $(patsubst %,$(BUILD)/lib/metal/%.o,$(METAL_PLAN_NAMES))
 BACKEND_OBJ += $(METAL_PLAN_OBJ)
 $(METAL_PLAN_OBJ): $(METAL_PLAN_HEADERS)
+
+# The memory map (which address is which buffer; registrations of other runtimes' buffers):
+# portable C++ as well, compiled into the library everywhere, tested by test-metal-memory-map.
+METAL_MEMORY_MAP_OBJ := $(BUILD)/lib/metal/metal_memory_map.o
+BACKEND_OBJ += $(METAL_MEMORY_MAP_OBJ)
+$(METAL_MEMORY_MAP_OBJ): lib/metal/metal_memory_map.hpp
 
 ifeq ($(UNAME),Darwin)
 BACKEND_OBJ += $(patsubst %.mm,$(BUILD)/%.o,$(METAL_GLUE)) $(BUILD)/lib/metal/metal_sources.o
@@ -60,7 +67,7 @@ METAL_PLAN_SRC := $(patsubst %,lib/metal/%.cpp,$(METAL_PLAN_NAMES)) lib/core/dty
 
 TEST_TARGETS += test-metal
 
-.PHONY: test-metal test-metal-plan test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
+.PHONY: test-metal test-metal-plan test-metal-memory-map test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
         test-metal-pocl-ragged test-metal-pocl-sampling test-metal-objc
 
 $(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS)
@@ -70,14 +77,24 @@ $(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) $(METAL
 test-metal-plan: $(METAL_TEST_DIR)/test_plan
 	$(METAL_TEST_DIR)/test_plan
 
+# Under ASan and UBSan: the test is about who holds a buffer and for how long.
+$(METAL_TEST_DIR)/test_memory_map: tests/metal/test_memory_map.cpp lib/metal/metal_memory_map.cpp \
+                                   lib/metal/metal_memory_map.hpp lib/core/error.hpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror -pthread -fsanitize=address,undefined \
+	  -fno-sanitize-recover=all $(CPPFLAGS) tests/metal/test_memory_map.cpp lib/metal/metal_memory_map.cpp -o $@
+
+test-metal-memory-map: $(METAL_TEST_DIR)/test_memory_map
+	$(METAL_TEST_DIR)/test_memory_map
+
 $(METAL_TEST_DIR)/dump_embedded_source: tests/metal/dump_embedded_source.cpp $(METAL_EMBEDDED)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 $^ -o $@
 
 ifeq ($(UNAME),Darwin)
-test-metal: test-metal-plan
+test-metal: test-metal-plan test-metal-memory-map
 else
-test-metal: test-metal-plan test-metal-kernels test-metal-embedded test-metal-objc test-metal-pocl \
+test-metal: test-metal-plan test-metal-memory-map test-metal-kernels test-metal-embedded test-metal-objc test-metal-pocl \
             test-metal-pocl-ragged test-metal-pocl-router test-metal-pocl-sampling
 
 test-metal-kernels:

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/cache.hpp"
+#include "metal/metal_memory_map.hpp"
 #include "metal/metal_plan_common.hpp"
 #include "metal/objc_ref.h"
 
@@ -30,8 +31,8 @@ struct BufferSlice {
   size_t offset = 0;
 };
 
-// The state of one Metal context. Thread-safe: the memory map, the last command buffer and the
-// library are locked; the pipeline cache locks itself.
+// The state of one Metal context. Thread-safe: the last command buffer and the library are
+// locked; the memory map and the pipeline cache lock themselves.
 class MetalDevice {
  public:
   explicit MetalDevice(int device_index);
@@ -42,8 +43,8 @@ class MetalDevice {
   // Shared-storage buffers whose contents address is the device pointer.
   void* allocate(size_t bytes);
   void deallocate(void* ptr) noexcept;
-  // Another runtime's shared buffer made resolvable (mtk_register_buffer); nested registrations
-  // of one buffer are counted. Both throw MTK_ERROR_INVALID_ARGUMENT with the reason.
+  // Another runtime's shared buffer made resolvable (mtk_register_buffer); the memory map counts
+  // nested registrations. Both throw MTK_ERROR_INVALID_ARGUMENT with the reason.
   void* register_buffer(void* native_buffer);
   void unregister_buffer(void* data);
   // The buffer holding [ptr, ptr + bytes); interior pointers are fine. Throws
@@ -79,16 +80,9 @@ class MetalDevice {
   id<MTLLibrary> library();
   static void wait_and_check(id<MTLCommandBuffer> command_buffer);
 
-  struct Allocation {
-    ObjcRef<id<MTLBuffer>> buffer;
-    size_t bytes;
-    size_t registrations = 0;  // 0: allocated by this context; else another runtime's buffer
-  };
-
   ObjcRef<id<MTLDevice>> device_;
   ObjcRef<id<MTLCommandQueue>> queue_;
-  mutable std::mutex memory_mutex_;
-  std::map<uintptr_t, Allocation> allocations_;  // by contents address
+  MetalMemoryMap memory_;
   std::mutex submit_mutex_;
   ObjcRef<id<MTLCommandBuffer>> last_committed_;
   std::mutex library_mutex_;

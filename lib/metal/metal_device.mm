@@ -33,6 +33,17 @@ ObjcRef<id<MTLDevice>> open_device(int device_index) {
   return ObjcRef<id<MTLDevice>>::retain([devices.get() objectAtIndex:static_cast<NSUInteger>(device_index)]);
 }
 
+// The memory map's hold on a buffer: one retain, released when the map's last copy goes. A
+// release that raises cannot be reported from there; the hold is gone either way.
+MetalMemoryMap::BufferRef hold(id<MTLBuffer> buffer) {
+  return MetalMemoryMap::BufferRef((void*)[buffer retain], [](void* object) {
+    @try {
+      [(id)object release];
+    } @catch (NSException*) {
+    }
+  });
+}
+
 }  // namespace
 
 MetalDevice::MetalDevice(int device_index) {
@@ -65,89 +76,46 @@ void* MetalDevice::allocate(size_t bytes) {
   });
   if (!buffer) fail(MTK_ERROR_OUT_OF_MEMORY, "Metal could not allocate ", bytes, " bytes");
   void* contents = [buffer.get() contents];
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  allocations_.emplace(reinterpret_cast<uintptr_t>(contents), Allocation{buffer, bytes});
+  memory_.add_allocation(contents, bytes, hold(buffer.get()));
   return contents;
 }
 
 void MetalDevice::deallocate(void* ptr) noexcept {
   // Command buffers retain the buffers they use, so in-flight work keeps its memory alive.
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  @try {
-    allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
-  } @catch (NSException*) {
-    // A failing release cannot be reported from a noexcept free; the entry is gone either way.
-  }
+  memory_.remove_allocation(ptr);
 }
 
 void* MetalDevice::register_buffer(void* native_buffer) {
-  ObjcRef<id<MTLBuffer>> buffer;
+  id<MTLBuffer> buffer = nil;  // the caller's reference keeps it alive for this call
   bool same_device = false, shared = false;
   void* contents = nullptr;
   NSUInteger length = 0;
   objc_call("registering a Metal buffer", [&] {
     id object = (id)native_buffer;
     if ([object conformsToProtocol:@protocol(MTLBuffer)]) {
-      buffer = ObjcRef<id<MTLBuffer>>::retain((id<MTLBuffer>)object);
-      same_device = [buffer.get() device] == device_.get();
-      shared = [buffer.get() storageMode] == MTLStorageModeShared;
-      contents = [buffer.get() contents];
-      length = [buffer.get() length];
+      buffer = (id<MTLBuffer>)object;
+      same_device = [buffer device] == device_.get();
+      shared = [buffer storageMode] == MTLStorageModeShared;
+      contents = [buffer contents];
+      length = [buffer length];
     }
   });
-  if (!buffer) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " is not an id<MTLBuffer>");
+  if (buffer == nil) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " is not an id<MTLBuffer>");
   if (!same_device) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " is on another Metal device than the context's");
   if (!shared || contents == nullptr) {
     fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer,
          " does not have shared storage (MTLStorageModeShared): its memory has no CPU address to stand for it");
   }
-  if (length == 0) fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " has length 0");
-  const uintptr_t start = reinterpret_cast<uintptr_t>(contents);
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  auto after = allocations_.upper_bound(start);
-  bool overlaps = after != allocations_.end() && after->first - start < length;
-  if (after != allocations_.begin()) {
-    const auto& [before_start, before] = *std::prev(after);
-    if (before_start == start && before.registrations > 0 && before.buffer.get() == buffer.get()) {
-      ++std::prev(after)->second.registrations;
-      return contents;
-    }
-    overlaps = overlaps || start - before_start < before.bytes;
-  }
-  if (overlaps) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "buffer = ", native_buffer, " (", length, " bytes at ", contents,
-         ") overlaps memory this Metal context already knows");
-  }
-  allocations_.emplace(start, Allocation{buffer, length, 1});
+  memory_.register_buffer(contents, length, hold(buffer));
   return contents;
 }
 
-void MetalDevice::unregister_buffer(void* data) {
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  auto found = allocations_.find(reinterpret_cast<uintptr_t>(data));
-  if (found == allocations_.end() || found->second.registrations == 0) {
-    fail(MTK_ERROR_INVALID_ARGUMENT, "data = ", data, " is not the contents of a buffer registered with this Metal context");
-  }
-  if (--found->second.registrations == 0) {
-    @try {
-      allocations_.erase(found);
-    } @catch (NSException*) {
-      // A failing release cannot be reported; the registration is gone either way.
-    }
-  }
-}
+void MetalDevice::unregister_buffer(void* data) { memory_.unregister_buffer(data); }
 
 BufferSlice MetalDevice::resolve(const void* ptr, size_t bytes, const char* argument) const {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  auto after = allocations_.upper_bound(address);
-  if (after != allocations_.begin()) {
-    const auto& [start, allocation] = *std::prev(after);
-    const size_t offset = address - start;
-    if (offset < allocation.bytes && bytes <= allocation.bytes - offset) return BufferSlice{allocation.buffer, offset};
-  }
-  fail(MTK_ERROR_INVALID_ARGUMENT, argument, " = ", ptr, " (", bytes,
-       " bytes) is not inside memory allocated by this Metal context");
+  // The slice's own reference keeps the buffer alive while it is retained for the caller.
+  const MetalMemoryMap::Slice slice = memory_.resolve(ptr, bytes, argument);
+  return BufferSlice{ObjcRef<id<MTLBuffer>>::retain((id<MTLBuffer>)slice.buffer.get()), slice.offset};
 }
 
 BufferSlice MetalDevice::resolve_tensor(const void* element0, const ByteExtent& extent, const char* argument) const {

@@ -811,6 +811,10 @@ static void test_contexts(void) {
     EXPECT(mtk_memcpy(x, values_data, input_data, 4, MTK_COPY_HOST_TO_DEVICE, NULL),
            MTK_ERROR_INVALID_CONTEXT, m);
     EXPECT(mtk_synchronize(x, NULL), MTK_ERROR_INVALID_CONTEXT, m);
+    void* registered = fake(7);
+    EXPECT(mtk_register_buffer(x, fake(4), &registered), MTK_ERROR_INVALID_CONTEXT, m);
+    EXPECT_TRUE(registered == NULL);
+    EXPECT(mtk_unregister_buffer(x, fake(4)), MTK_ERROR_INVALID_CONTEXT, m);
     fill_sentinels();
     EXPECT(mtk_topk(x, &c.input, K, 1, 1, 1, &c.values, &c.indices, NULL),
            MTK_ERROR_INVALID_CONTEXT, m);
@@ -849,6 +853,29 @@ static void test_contexts(void) {
          MTK_ERROR_INVALID_ARGUMENT, "dst is NULL");
   EXPECT(mtk_memcpy(ctx, values_data, NULL, 4, MTK_COPY_DEVICE_TO_DEVICE, NULL),
          MTK_ERROR_INVALID_ARGUMENT, "src is NULL");
+  /* Buffer registration is Metal's and MPSGraph's: the CPU backend refuses it by name once the
+   * arguments pass, for fabricated handles (never read) and its own memory alike. */
+  {
+    void* registered = fake(7);
+    EXPECT(mtk_register_buffer(ctx, fake(4), &registered), MTK_ERROR_BACKEND_UNAVAILABLE,
+           "the cpu backend registers no foreign buffers");
+    EXPECT_TRUE(registered == NULL);
+    registered = fake(7);
+    EXPECT(mtk_register_buffer(ctx, NULL, &registered), MTK_ERROR_INVALID_ARGUMENT,
+           "buffer is NULL");
+    EXPECT_TRUE(registered == NULL);
+    EXPECT(mtk_register_buffer(ctx, fake(4), NULL), MTK_ERROR_INVALID_ARGUMENT,
+           "data_out is NULL");
+    EXPECT(mtk_register_buffer(ctx, NULL, NULL), MTK_ERROR_INVALID_ARGUMENT, "data_out is NULL");
+    EXPECT(mtk_unregister_buffer(ctx, fake(4)), MTK_ERROR_BACKEND_UNAVAILABLE,
+           "the cpu backend registers no foreign buffers");
+    EXPECT(mtk_unregister_buffer(ctx, NULL), MTK_ERROR_INVALID_ARGUMENT, "data is NULL");
+    void* own = NULL;
+    EXPECT_OK(mtk_malloc(ctx, 64, &own));
+    EXPECT(mtk_register_buffer(ctx, own, &registered), MTK_ERROR_BACKEND_UNAVAILABLE, "cpu");
+    EXPECT(mtk_unregister_buffer(ctx, own), MTK_ERROR_BACKEND_UNAVAILABLE, "cpu");
+    EXPECT_OK(mtk_free(ctx, own)); /* the refusals left the allocation as it was */
+  }
   /* Memory of one context is foreign to another. */
   mtk_context other;
   EXPECT_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &other));

@@ -3,7 +3,8 @@
 // call runs clean. Each injected failure must surface as its documented status and message,
 // leave caller-provided outputs byte-for-byte untouched, leave the allocating variant's outputs
 // NULL, and leak nothing (the library's live-allocation counter, and LeakSanitizer when built
-// with it). The clean run at the end of each sweep must give the correct result.
+// with it). The clean run at the end of each sweep must give the correct result (for a call a
+// backend refuses, its documented refusal).
 //
 // Besides the library's own failure points, a fifth kind fails every host allocation the call
 // makes through operator new (std containers, strings, std::function, anything), by replacing
@@ -635,11 +636,41 @@ Scenario context_create_scenario(mtk_backend backend) {
   };
 }
 
+// ---- buffer registration -----------------------------------------------------------------
+
+// mtk_register_buffer / mtk_unregister_buffer of a host array: the backends without foreign
+// buffers refuse both by name, and a Metal context refuses to unregister what it never
+// registered. Building those refusals allocates, so their failure points are swept like any
+// other call's. Registering on Metal needs an id<MTLBuffer>, which C++ cannot make:
+// tests/metal/test_memory_map.cpp tests those rules.
+bool refuses_registration(mtk_backend backend) {
+  return backend != MTK_BACKEND_METAL && backend != MTK_BACKEND_MPSGRAPH;
+}
+
+Scenario registration_scenario(bool unregister, const char* clean_message_part) {
+  return [unregister, clean_message_part](mtk_context ctx, Injector& injector) {
+    std::vector<unsigned char> host(64, kSentinel);
+    static int not_a_pointer;
+    void* registered = &not_a_pointer;  // must be overwritten with NULL
+    Outcome o{MTK_SUCCESS, "", true, true, false};
+    injector.arm();
+    o.status = unregister ? mtk_unregister_buffer(ctx, host.data())
+                          : mtk_register_buffer(ctx, host.data(), &registered);
+    injector.disarm();
+    o.message = mtk_last_error_message();
+    o.outputs_untouched = all_sentinel(host);
+    o.alloc_outputs_null = unregister || registered == nullptr;
+    o.result_correct = o.message.find(clean_message_part) != std::string::npos;
+    return o;
+  };
+}
+
 // ---- the sweep -----------------------------------------------------------------------------
 
 // Sweeps one scenario over one kind of failure point; returns how many points it made fail.
+// The clean run must end with `clean_status` (MTK_SUCCESS but for calls the backend refuses).
 uint64_t sweep(const std::string& where, mtk_backend backend, const Scenario& scenario,
-               const SiteKind& kind, bool warm) {
+               mtk_status clean_status, const SiteKind& kind, bool warm) {
   const uint64_t kMaxPoints = 10000;  // a runaway guard, far above any real call
   for (uint64_t n = 1; n <= kMaxPoints; ++n) {
     const std::string at = where + (warm ? " warm " : " cold ") + kind.name + " #" +
@@ -657,8 +688,9 @@ uint64_t sweep(const std::string& where, mtk_backend backend, const Scenario& sc
     Injector injector(kind.mask, n);
     const Outcome o = scenario(ctx, injector);
     if (!injector.injected()) {
-      if (o.status != MTK_SUCCESS) {
-        report(at, "the clean run failed: " + o.message);
+      if (o.status != clean_status) {
+        report(at, "the clean run returned status " + std::to_string(o.status) + ", expected " +
+                       std::to_string(clean_status) + ": " + o.message);
       } else if (!o.result_correct) {
         report(at, "the clean run gave a wrong result");
       }
@@ -762,6 +794,7 @@ struct Entry {
   std::string variant;
   Scenario scenario;
   bool warm_too;  // also sweep on a context that already ran the call
+  mtk_status clean_status = MTK_SUCCESS;  // what the call returns when nothing fails
 };
 
 std::vector<Entry> entries(mtk_backend backend) {
@@ -864,6 +897,20 @@ std::vector<Entry> entries(mtk_backend backend) {
                               "]";
     list.push_back({label, route_scenario(r, std::make_shared<RouteResult>()), true});
   }
+  if (refuses_registration(backend)) {
+    list.push_back({"mtk_register_buffer (refused)",
+                    registration_scenario(false, "registers no foreign buffers"), true,
+                    MTK_ERROR_BACKEND_UNAVAILABLE});
+    list.push_back({"mtk_unregister_buffer (refused)",
+                    registration_scenario(true, "registers no foreign buffers"), true,
+                    MTK_ERROR_BACKEND_UNAVAILABLE});
+  } else {
+    std::printf("%-8s mtk_register_buffer needs an id<MTLBuffer>: its sweep skipped\n",
+                mtk_backend_name(backend));
+    list.push_back({"mtk_unregister_buffer (never registered)",
+                    registration_scenario(true, "is not the contents of a buffer registered"),
+                    true, MTK_ERROR_INVALID_ARGUMENT});
+  }
   list.push_back({"mtk_context_create", context_create_scenario(backend), false});
   return list;
 }
@@ -894,7 +941,8 @@ int main() {
           // A GPU runtime's own host allocations also go through operator new, and how it
           // reports their failure is its business: that kind is swept on the CPU backend only.
           if (kind.mask == 0 && backend != MTK_BACKEND_CPU) continue;
-          const uint64_t points = sweep(where, backend, entry.scenario, kind, warm);
+          const uint64_t points =
+              sweep(where, backend, entry.scenario, entry.clean_status, kind, warm);
           counts += std::string(" ") + kind.name + "=" + std::to_string(points);
           entry_total += points;
         }

@@ -13,7 +13,8 @@
 // The one deliberate leniency: an output the library's conservative self-overlap rule rejects
 // although no two elements coincide may fail with that message.
 // Ragged rows (mtk_topk_ragged, _workspace_size, _with_workspace) have an oracle of their own,
-// described at fuzz_ragged.
+// described at fuzz_ragged; mtk_register_buffer and mtk_unregister_buffer, which the CPU backend
+// refuses whatever they are given, one described at fuzz_registration.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -84,11 +85,12 @@ int raw_dtype(const mtk_tensor& t) {
 
 // What the run exercised, printed at exit: a fuzzer that only ever skips proves nothing.
 struct Tally {
-  long checked[5] = {}, rejected[5] = {}, skipped[5] = {};
+  static constexpr int kOps = 6;
+  long checked[kOps] = {}, rejected[kOps] = {}, skipped[kOps] = {};
   ~Tally() {
-    static const char* names[5] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route", "sampling",
-                                   "mtk_topk_ragged"};
-    for (int op = 0; op < 5; ++op) {
+    static const char* names[kOps] = {"mtk_topk", "mtk_topk_alloc", "mtk_moe_route", "sampling",
+                                      "mtk_topk_ragged", "registration"};
+    for (int op = 0; op < kOps; ++op) {
       std::fprintf(stderr, "fuzz_abi: %-15s %ld valid calls checked against the reference, "
                    "%ld invalid calls rejected, %ld skipped (outside the fuzzer's buffers)\n",
                    names[op], checked[op], rejected[op], skipped[op]);
@@ -1294,6 +1296,58 @@ void fuzz_ragged(FuzzedDataProvider& fdp, mtk_context ctx) {
   expect_only_allowed_changes(indices_arena, allowed_indices);
 }
 
+// ---- buffer registration ---------------------------------------------------------------------
+
+// mtk_register_buffer / mtk_unregister_buffer on the CPU backend, which takes no foreign
+// buffers. Whatever the context (live, NULL, foreign), the handle (NULL, the fuzzer's memory,
+// any address: never to be read) and data_out, each call must fail with the status its first
+// bad argument gives (context, then data_out, then the handle, then the backend's refusal), say
+// so, clear data_out, and leave every byte of the fuzzer's memory as it was.
+void fuzz_registration(FuzzedDataProvider& fdp, mtk_context ctx) {
+  int not_a_context = 0;
+  const std::vector<unsigned char> before(input_arena, input_arena + kArenaBytes);
+  for (int call = 0; call < 8 && fdp.remaining_bytes() > 0; ++call) {
+    const int which_context = fdp.ConsumeIntegralInRange<int>(0, 7);  // mostly the live one
+    const mtk_context target = which_context == 0   ? nullptr
+                               : which_context == 1 ? reinterpret_cast<mtk_context>(&not_a_context)
+                                                    : ctx;
+    void* handle = nullptr;
+    switch (fdp.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0: break;
+      case 1: handle = input_arena + fdp.ConsumeIntegralInRange<size_t>(0, kArenaBytes - 1); break;
+      default: handle = reinterpret_cast<void*>(fdp.ConsumeIntegral<uintptr_t>()); break;
+    }
+    const bool unregister = fdp.ConsumeBool();
+    const bool with_data_out = !rare(fdp, 4);
+    void* data = &not_a_context;
+    const mtk_status got = unregister ? mtk_unregister_buffer(target, handle)
+                                      : mtk_register_buffer(target, handle, with_data_out ? &data : nullptr);
+    mtk_status want = MTK_ERROR_BACKEND_UNAVAILABLE;
+    const char* says = "the cpu backend registers no foreign buffers";
+    if (target == nullptr) {
+      want = MTK_ERROR_INVALID_CONTEXT;
+      says = "ctx is NULL";
+    } else if (target != ctx) {
+      want = MTK_ERROR_INVALID_CONTEXT;
+      says = "is not a live context";
+    } else if (!unregister && !with_data_out) {
+      want = MTK_ERROR_INVALID_ARGUMENT;
+      says = "data_out is NULL";
+    } else if (handle == nullptr) {
+      want = MTK_ERROR_INVALID_ARGUMENT;
+      says = unregister ? "data is NULL" : "buffer is NULL";
+    }
+    const char* name = unregister ? "mtk_unregister_buffer" : "mtk_register_buffer";
+    if (got != want || std::strstr(mtk_last_error_message(), says) == nullptr) {
+      crash(std::string(name) + ": status " + std::to_string(got) + " \"" + mtk_last_error_message() +
+            "\", expected status " + std::to_string(want) + " and \"" + says + "\"");
+    }
+    if (!unregister && with_data_out && data != nullptr) crash("mtk_register_buffer: a refusal left data_out set");
+    ++tally.rejected[5];
+  }
+  if (std::memcmp(before.data(), input_arena, kArenaBytes) != 0) crash("registration: the fuzzer's memory changed");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -1304,9 +1358,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   FuzzedDataProvider fdp(data, size);
   // One byte picks the entry point: an eighth of the inputs go to ragged rows, an eighth to
-  // sampling, the rest map as they did before those existed (byte % 3), so the checked-in
-  // regressions replay unchanged.
+  // sampling, 8 of 256 to buffer registration, the rest map as they did before those existed
+  // (byte % 3); no checked-in regression starts with a byte that changed its entry point.
   const int pick = fdp.ConsumeIntegralInRange<int>(0, 255);
+  if (pick >= 184 && pick < 192) {
+    fuzz_registration(fdp, ctx);
+    return 0;
+  }
   if (pick >= 224) {
     fuzz_sampling(fdp, ctx);
     return 0;
