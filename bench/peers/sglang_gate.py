@@ -21,9 +21,10 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import types
+
+from cuda_timing import graph_us, loop_us
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -118,50 +119,6 @@ def load_sglang(torch):
     with open(SOURCE) as f:
         exec(compile(f.read(), SOURCE, "exec"), gate.__dict__)
     return gate.moe_fused_gate
-
-
-# ---- timing -----------------------------------------------------------------------------------
-
-def graph_us(torch, fn, calls, replays):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn(0)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(calls):
-            fn(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph
-    return statistics.median(times)
-
-
-def loop_us(torch, fn, calls, reps):
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for i in range(calls):
-            fn(i)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
 
 
 # ---- checking ---------------------------------------------------------------------------------
