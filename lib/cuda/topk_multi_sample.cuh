@@ -23,6 +23,19 @@ namespace cuda {
 
 constexpr int kSamplePrefetchSegments = 8;   // see prefetch_segment_head
 
+// The sample rank of a ragged row (see choose_sampling in topk_plan.cpp: ceil(m + 4 sqrt(m) +
+// 8) with m = k * samples / length, k's expected share of the sample), or 0 where the window
+// takes the exact passes instead: fewer than k elements (`count` < k), shorter than two
+// samples, or a rank above a quarter of the sample. The rank decides the speed only: any
+// threshold gives the exact result.
+__device__ __forceinline__ uint32_t sampled_rank(int64_t k, int64_t count, int64_t length,
+                                                 int samples) {
+  if (count < k || length < 2 * int64_t(samples)) return 0;
+  const double m = double(k) * double(samples) / double(length);
+  const double rank = ceil(m + 4 * sqrt(m) + 8);
+  return rank > double(samples) / 4 ? 0u : uint32_t(rank);
+}
+
 // Ranks the sample and initialises the row's state (so sampled plans need no memset). The
 // threshold is the lower edge of the narrowest key bucket that holds the sample's
 // `sample_rank`-th largest key: exact when the bucket narrows to one key, and never above it.
@@ -32,11 +45,18 @@ constexpr int kSamplePrefetchSegments = 8;   // see prefetch_segment_head
 // (9.7 us for bf16 2^26). Each part leaves its `sample_rank` largest keys in the row state
 // instead, and the threshold pass's blocks merge them (merge_split_sample): the union of the
 // parts' tops holds the sample's top, so its `sample_rank`-th largest is the sample's, exactly.
+//
+// Ragged rows sample their window, at a rank of their own (the plan's is the full row's, which
+// would leave a shorter window too few candidates): sampled_rank. A window that cannot be
+// sampled usefully (fewer than k elements, shorter than two samples, or k too large a part of
+// it) is flagged for the exact passes at once, which the first filter launch starts, as after
+// a miss. Split samples are for dense rows only (the parts share one rank).
 template <class T, int SamplesPerThread, int Parts = 1>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
                         MultiLayout layout,
-                        RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+                        RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                        RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -58,8 +78,17 @@ __global__ void __launch_bounds__(kSampleThreads)
        w += size_t(Parts) * kSampleThreads) {
     state_words[w] = 0;
   }
-  const RowOffsets o = device_row_offsets(g, row);
+  const RowTarget o = device_row_target(g, ragged, row);
   const T* base = input + o.input;
+  const int64_t length = o.length;
+  if (ragged.is_ragged()) {
+    sample_rank = sampled_rank(g.k, o.count, length, kSamples);
+    if (sample_rank == 0) {
+      __syncthreads();  // the state is cleared
+      if (threadIdx.x == 0) state->fallback = 1;
+      return;
+    }
+  }
   // The sample is kSamples / 32 runs of 32 adjacent elements, one run per warp load, centred
   // in equal strata of the row: spread over the whole row and deterministic, and each load is
   // one contiguous segment rather than 32 scattered ones (scattered loads made this kernel a
@@ -75,8 +104,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   for (int j = 0; j < SamplesPerThread; ++j) {
     const uint64_t run = uint64_t(part) * (SamplesPerThread * kWarps) + uint64_t(j) * kWarps +
                          (threadIdx.x >> 5);
-    const int64_t centre = int64_t((2 * run + 1) * uint64_t(g.n) / (2 * uint64_t(kRuns)));
-    const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
+    const int64_t centre = int64_t((2 * run + 1) * uint64_t(length) / (2 * uint64_t(kRuns)));
+    const int64_t start = min(max(centre - 16, int64_t(0)), length - 32);
     keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
     if (Wide(keys[j]) > largest_key) largest_key = Wide(keys[j]);
   }
@@ -85,7 +114,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (Parts == 1 && layout.blocks_per_row <= kSamplePrefetchSegments &&
       segment < layout.blocks_per_row) {
     int64_t begin, end;
-    segment_bounds(g.n, layout.blocks_per_row, segment, begin, end);
+    segment_bounds(length, layout.blocks_per_row, segment, begin, end);
     prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
 

@@ -169,25 +169,26 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
     launch(g.rows * (c.split_sample ? kSplitSampleParts : 1), kSampleThreads, [&] {
       if (c.split_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>(
-            g, input, largest, c.sample_rank, layout, states.data());
+            g, input, largest, c.sample_rank, layout, states.data(), ragged);
       } else if (c.wide_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                     layout, states.data());
+                                                     layout, states.data(), ragged);
       } else {
         multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                       layout, states.data());
+                                                       layout, states.data(), ragged);
       }
     });
     launch(grid, kMultiThreads, [&] {
       if (c.large_stage) {
         multi_threshold_kernel<T, kLargeThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram, ragged);
       } else {
         multi_threshold_kernel<T, kSmallThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram, ragged);
       }
     });
-    check_sample_thresholds(g, input, largest, c, states);  // a split one's is the pass's
+    // A split one's is the pass's; a ragged row's rank is its own (sampled_rank).
+    if (!ragged.is_ragged()) check_sample_thresholds(g, input, largest, c, states);
   } else {
     launch(grid, kMultiThreads, [&] {
       multi_histogram_kernel<T>(g, input, largest, layout, states.data(), ragged);
@@ -474,6 +475,11 @@ template <class T>
 void run_ragged_cases(const char* name, bool quick) {
   const MultiChoice plain{3, 3000, 0, CandidateHistogram::None, false, false};
   const MultiChoice small_buffer{4, 600, 0, CandidateHistogram::None, false, false};
+  // Sampled: the rank is each window's own, and windows too short or with too few elements
+  // take the exact passes from the first filter launch.
+  const MultiChoice sampled{3, 20000, 1, CandidateHistogram::None, false, false};
+  const MultiChoice sampled_bins{4, 40000, 1, CandidateHistogram::KeyPrefix, false, true};
+  const MultiChoice sampled_wide{3, 70000, 1, CandidateHistogram::TopDigit, true, false};
   const RaggedCase ragged_cases[] = {
       {12, 100, 1, nullptr, false, Transform::None, 1, false, true, true},
       {12, 700, 37, nullptr, true, Transform::None, 1, false, false, true},
@@ -485,6 +491,10 @@ void run_ragged_cases(const char* name, bool quick) {
       {10, 9000, 2048, &small_buffer, true, Transform::PageTable, 64, true, true, false},
       {10, 5000, 4096, &plain, true, Transform::PageTable, 1, true, true, true},
       {10, 9000, 3000, &plain, true, Transform::None, 1, false, false, false},
+      {10, 20000, 50, &sampled, true, Transform::Ragged, 1, false, true, true},
+      {10, 40000, 700, &sampled_bins, true, Transform::PageTable, 64, true, false, true},
+      {10, 40000, 2048, &sampled_bins, false, Transform::None, 1, false, true, false},
+      {6, 70000, 100, &sampled_wide, true, Transform::None, 1, false, true, true},
   };
   for (const RaggedCase& c : ragged_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
