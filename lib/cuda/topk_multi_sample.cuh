@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/key_threshold.hpp"
 #include "cuda/topk_block_select.cuh"
 #include "cuda/topk_key_bins.cuh"
 #include "cuda/topk_multi_pass.cuh"
@@ -39,6 +40,9 @@ __device__ __forceinline__ uint32_t sampled_rank(int64_t k, int64_t count, int64
 // Ranks the sample and initialises the row's state (so sampled plans need no memset). The
 // threshold is the lower edge of the narrowest key bucket that holds the sample's
 // `sample_rank`-th largest key: exact when the bucket narrows to one key, and never above it.
+// The row keeps the lowest key the threshold pass's test of it accepts (lowest_accepted_key:
+// +inf's where only NaN reaches it), which the key-prefix bins measure from: measured from NaN's
+// key, the +inf candidates fell past the last bin and ranked above the NaNs.
 //
 // A split sample (Parts blocks per row, for rows too few to fill the GPU) spreads the same
 // sample over the blocks: one block ranking 16384 keys is bound by its own instruction chains
@@ -148,8 +152,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     __syncthreads();  // also: the state is cleared before thread 0 writes into it
     if (threadIdx.x == 0) {
       for (int w = 0; w < kWarps; ++w) largest_key = max(largest_key, warp_max[w]);
-      state->threshold = Comp(threshold_key) << 32;
-      state->threshold_shift = key_bin_shift(Key(largest_key), threshold_key);
+      const Key lowest = KeyThreshold<T>::lowest_accepted_key(threshold_key, largest);
+      state->threshold = Comp(lowest) << 32;
+      state->threshold_shift = key_bin_shift(Key(largest_key), lowest);
     }
   } else {
     // The part's top: its keys above the bucket's lower edge (fewer than sample_rank when the
@@ -179,17 +184,17 @@ __global__ void __launch_bounds__(kSampleThreads)
 }
 
 // Run by every threshold block of a row whose sample was split: the sample_rank-th largest of the
-// parts' tops (ties counted) is the threshold, the largest sets the key bins' shift. One warp
-// merges the parts' descending lists, a lane's head each, taking the largest head sample_rank
-// times: ranking every key against all the others instead kept every SM's issue slots busy
-// for ~4 us (bf16 2^26's pass 42.0 -> 47.2 us).
+// parts' tops (ties counted) is the threshold, and the largest bounds the key bins' span. One
+// warp merges the parts' descending lists, a lane's head each, taking the largest head
+// sample_rank times: ranking every key against all the others instead kept every SM's issue
+// slots busy for ~4 us (bf16 2^26's pass 42.0 -> 47.2 us).
 template <class Key, class Comp>
 __device__ void merge_split_sample(const RowState<Comp>* state, uint32_t sample_rank,
-                                   Key& threshold_key, int& key_shift) {
+                                   Key& threshold_key, Key& largest_key) {
   static_assert(kSplitSampleParts * kSplitSampleMaxRank <= kMultiThreads, "a key a thread");
   static_assert(kSplitSampleParts <= 32, "a part a lane");
   __shared__ Key tops[kSplitSampleParts * kSplitSampleMaxRank];
-  __shared__ Key ranked, largest_key;
+  __shared__ Key ranked, largest_top;
   const uint32_t count = uint32_t(kSplitSampleParts) * sample_rank;
   if (threadIdx.x < count) tops[threadIdx.x] = Key(state->sample_tops[threadIdx.x]);
   __syncthreads();
@@ -204,13 +209,13 @@ __device__ void merge_split_sample(const RowState<Comp>* state, uint32_t sample_
       taken = warp_max(head);
       const uint32_t from = __ffs(__ballot_sync(0xffffffffu, lists && head == taken)) - 1;
       if (uint32_t(lane) == from) ++position;
-      if (step == 0 && lane == 0) largest_key = Key(taken);
+      if (step == 0 && lane == 0) largest_top = Key(taken);
     }
     if (lane == 0) ranked = Key(taken);
   }
   __syncthreads();
   threshold_key = ranked;
-  key_shift = int(key_bin_shift(largest_key, ranked));
+  largest_key = largest_top;
 }
 
 }  // namespace cuda

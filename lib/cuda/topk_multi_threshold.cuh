@@ -80,13 +80,18 @@ __device__ __forceinline__ uint32_t stage_index(Entry entry) { return uint32_t(e
 
 
 // The row's threshold key and the width of its key bins: merged from the parts of a split
-// sample (and recorded for the kernels after this one), or as the sample kernel left them.
-template <class Key, class Comp>
+// sample (and recorded for the kernels after this one), or as the sample kernel left them. Either
+// way the key is the lowest its test accepts (see multi_sample_kernel).
+template <class T, class Key, class Comp>
 __device__ __forceinline__ void read_row_threshold(RowState<Comp>* state,
                                                    const MultiLayout& layout, int seg,
-                                                   Key& threshold_key, int& key_shift) {
+                                                   bool largest, Key& threshold_key,
+                                                   int& key_shift) {
   if (layout.split_sample_rank > 0) {
-    merge_split_sample(state, layout.split_sample_rank, threshold_key, key_shift);
+    Key ranked, sample_largest;
+    merge_split_sample(state, layout.split_sample_rank, ranked, sample_largest);
+    threshold_key = KeyThreshold<T>::lowest_accepted_key(ranked, largest);
+    key_shift = int(key_bin_shift(sample_largest, threshold_key));
     // Every block of the row holds the same.
     if (seg == 0 && threadIdx.x == 0) {
       state->threshold = Comp(threshold_key) << 32;
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   RowState<Comp>* state = states + row;
   Key threshold_key;
   int key_shift;
-  read_row_threshold(state, layout, seg, threshold_key, key_shift);
+  read_row_threshold<T>(state, layout, seg, largest, threshold_key, key_shift);
   const uint32_t capacity = uint32_t(layout.capacity);
   Comp* row_candidates = candidates + row * layout.capacity;
 
