@@ -70,12 +70,18 @@ MTK_HOST_DEVICE FloatThresholdTest<Wide> float_test(Bits threshold, bool largest
 // fixed at compile time: one instruction per float element, where a runtime flag costs two more
 // (a pass that tests every element of a row runs its loop through this). Integer types compare
 // keys directly (already one xor and one comparison).
+//
+// lowest_accepted_key(threshold, largest) is the t of the set the test accepts: every accepted
+// value's key is at least it, and its own test accepts the same set. Whoever ranks the accepted
+// values by their distance above the threshold (the CUDA key-prefix bins) must measure from it:
+// measured from a NaN-only threshold, +inf lies below it.
 template <class T, class = void>
 struct KeyThreshold {
   using Key = typename KeyTraits<T>::Key;
   Key threshold;
   bool largest;
   static MTK_HOST_DEVICE KeyThreshold make(Key t, bool largest) { return {t, largest}; }
+  static MTK_HOST_DEVICE Key lowest_accepted_key(Key t, bool) { return t; }
   MTK_HOST_DEVICE bool passes(T v) const { return selection_key(v, largest) >= threshold; }
   template <class Visit>
   MTK_HOST_DEVICE void with_fixed_test(Visit&& visit) const {
@@ -92,6 +98,16 @@ struct KeyThreshold<T, decltype(void(FloatFormat<T>::kSign))> {
   static MTK_HOST_DEVICE KeyThreshold make(typename Format::Bits t, bool largest) {
     return {key_threshold_detail::float_test<Wide, typename Format::Bits>(
         t, largest, Format::kSign, Format::kExponent, Format::widen_bits)};
+  }
+  // The two corners: above +inf's key only NaN reaches a largest-threshold, and the test takes
+  // +inf too; where every non-NaN value reaches a smallest-threshold, it takes NaN, whose key
+  // is 0.
+  static MTK_HOST_DEVICE typename Format::Bits lowest_accepted_key(typename Format::Bits t,
+                                                                   bool largest) {
+    using Bits = typename Format::Bits;
+    const Bits infinity_key = Bits(Format::kSign | Format::kExponent);  // +inf's, largest
+    if (largest) return t > infinity_key ? infinity_key : t;
+    return t <= Bits(~infinity_key) ? Bits(0) : t;
   }
   MTK_HOST_DEVICE bool passes(T v) const { return test.passes(Format::widen(v)); }
   template <class Visit>

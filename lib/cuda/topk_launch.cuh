@@ -167,24 +167,24 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
           launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts,
                                                 kSplitSampleParts>>(
               unsigned(g.rows * kSplitSampleParts), kSampleThreads, 0, stream, kLaunching, g,
-              input, p.largest, plan.sample_rank, layout, states);
+              input, p.largest, plan.sample_rank, layout, states, ragged);
         } else if (plan.samples_per_thread == kWideSamplesPerThread) {
           launch_overlapped<multi_sample_kernel<T, kWideSamplesPerThread>>(
               unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-              plan.sample_rank, layout, states);
+              plan.sample_rank, layout, states, ragged);
         } else {
           launch_overlapped<multi_sample_kernel<T, kNarrowSamplesPerThread>>(
               unsigned(g.rows), kSampleThreads, 0, stream, kLaunching, g, input, p.largest,
-              plan.sample_rank, layout, states);
+              plan.sample_rank, layout, states, ragged);
         }
         if (plan.large_threshold_stage) {
           launch_overlapped<multi_threshold_kernel<T, kLargeThresholdStageBytes>>(
               grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
-              buffer0, plan.candidate_histogram);
+              buffer0, plan.candidate_histogram, ragged);
         } else {
           launch_overlapped<multi_threshold_kernel<T, kSmallThresholdStageBytes>>(
               grid, kMultiThreads, 0, stream, kLaunching, g, input, p.largest, layout, states,
-              buffer0, plan.candidate_histogram);
+              buffer0, plan.candidate_histogram, ragged);
         }
       } else {
         // A memset is no kernel to overlap with: the histogram pass follows it in plain order.

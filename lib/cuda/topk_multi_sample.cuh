@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/key_threshold.hpp"
 #include "cuda/topk_block_select.cuh"
 #include "cuda/topk_key_bins.cuh"
 #include "cuda/topk_multi_pass.cuh"
@@ -23,20 +24,43 @@ namespace cuda {
 
 constexpr int kSamplePrefetchSegments = 8;   // see prefetch_segment_head
 
+// The sample rank of a ragged row (see choose_sampling in topk_plan.cpp: ceil(m + 4 sqrt(m) +
+// 8) with m = k * samples / length, k's expected share of the sample), or 0 where the window
+// takes the exact passes instead: fewer than k elements (`count` < k), shorter than two
+// samples, or a rank above a quarter of the sample. The rank decides the speed only: any
+// threshold gives the exact result.
+__device__ __forceinline__ uint32_t sampled_rank(int64_t k, int64_t count, int64_t length,
+                                                 int samples) {
+  if (count < k || length < 2 * int64_t(samples)) return 0;
+  const double m = double(k) * double(samples) / double(length);
+  const double rank = ceil(m + 4 * sqrt(m) + 8);
+  return rank > double(samples) / 4 ? 0u : uint32_t(rank);
+}
+
 // Ranks the sample and initialises the row's state (so sampled plans need no memset). The
 // threshold is the lower edge of the narrowest key bucket that holds the sample's
 // `sample_rank`-th largest key: exact when the bucket narrows to one key, and never above it.
+// The row keeps the lowest key the threshold pass's test of it accepts (lowest_accepted_key:
+// +inf's where only NaN reaches it), which the key-prefix bins measure from: measured from NaN's
+// key, the +inf candidates fell past the last bin and ranked above the NaNs.
 //
 // A split sample (Parts blocks per row, for rows too few to fill the GPU) spreads the same
 // sample over the blocks: one block ranking 16384 keys is bound by its own instruction chains
 // (9.7 us for bf16 2^26). Each part leaves its `sample_rank` largest keys in the row state
 // instead, and the threshold pass's blocks merge them (merge_split_sample): the union of the
 // parts' tops holds the sample's top, so its `sample_rank`-th largest is the sample's, exactly.
+//
+// Ragged rows sample their window, at a rank of their own (the plan's is the full row's, which
+// would leave a shorter window too few candidates): sampled_rank. A window that cannot be
+// sampled usefully (fewer than k elements, shorter than two samples, or k too large a part of
+// it) is flagged for the exact passes at once, which the first filter launch starts, as after
+// a miss. Split samples are for dense rows only (the parts share one rank).
 template <class T, int SamplesPerThread, int Parts = 1>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
                         MultiLayout layout,
-                        RowState<Composite<typename KeyTraits<T>::Key>>* states) {
+                        RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                        RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
@@ -58,8 +82,17 @@ __global__ void __launch_bounds__(kSampleThreads)
        w += size_t(Parts) * kSampleThreads) {
     state_words[w] = 0;
   }
-  const RowOffsets o = device_row_offsets(g, row);
+  const RowTarget o = device_row_target(g, ragged, row);
   const T* base = input + o.input;
+  const int64_t length = o.length;
+  if (ragged.is_ragged()) {
+    sample_rank = sampled_rank(g.k, o.count, length, kSamples);
+    if (sample_rank == 0) {
+      __syncthreads();  // the state is cleared
+      if (threadIdx.x == 0) state->fallback = 1;
+      return;
+    }
+  }
   // The sample is kSamples / 32 runs of 32 adjacent elements, one run per warp load, centred
   // in equal strata of the row: spread over the whole row and deterministic, and each load is
   // one contiguous segment rather than 32 scattered ones (scattered loads made this kernel a
@@ -75,8 +108,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   for (int j = 0; j < SamplesPerThread; ++j) {
     const uint64_t run = uint64_t(part) * (SamplesPerThread * kWarps) + uint64_t(j) * kWarps +
                          (threadIdx.x >> 5);
-    const int64_t centre = int64_t((2 * run + 1) * uint64_t(g.n) / (2 * uint64_t(kRuns)));
-    const int64_t start = min(max(centre - 16, int64_t(0)), g.n - 32);
+    const int64_t centre = int64_t((2 * run + 1) * uint64_t(length) / (2 * uint64_t(kRuns)));
+    const int64_t start = min(max(centre - 16, int64_t(0)), length - 32);
     keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
     if (Wide(keys[j]) > largest_key) largest_key = Wide(keys[j]);
   }
@@ -85,7 +118,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (Parts == 1 && layout.blocks_per_row <= kSamplePrefetchSegments &&
       segment < layout.blocks_per_row) {
     int64_t begin, end;
-    segment_bounds(g.n, layout.blocks_per_row, segment, begin, end);
+    segment_bounds(length, layout.blocks_per_row, segment, begin, end);
     prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
 
@@ -119,8 +152,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     __syncthreads();  // also: the state is cleared before thread 0 writes into it
     if (threadIdx.x == 0) {
       for (int w = 0; w < kWarps; ++w) largest_key = max(largest_key, warp_max[w]);
-      state->threshold = Comp(threshold_key) << 32;
-      state->threshold_shift = key_bin_shift(Key(largest_key), threshold_key);
+      const Key lowest = KeyThreshold<T>::lowest_accepted_key(threshold_key, largest);
+      state->threshold = Comp(lowest) << 32;
+      state->threshold_shift = key_bin_shift(Key(largest_key), lowest);
     }
   } else {
     // The part's top: its keys above the bucket's lower edge (fewer than sample_rank when the
@@ -150,17 +184,17 @@ __global__ void __launch_bounds__(kSampleThreads)
 }
 
 // Run by every threshold block of a row whose sample was split: the sample_rank-th largest of the
-// parts' tops (ties counted) is the threshold, the largest sets the key bins' shift. One warp
-// merges the parts' descending lists, a lane's head each, taking the largest head sample_rank
-// times: ranking every key against all the others instead kept every SM's issue slots busy
-// for ~4 us (bf16 2^26's pass 42.0 -> 47.2 us).
+// parts' tops (ties counted) is the threshold, and the largest bounds the key bins' span. One
+// warp merges the parts' descending lists, a lane's head each, taking the largest head
+// sample_rank times: ranking every key against all the others instead kept every SM's issue
+// slots busy for ~4 us (bf16 2^26's pass 42.0 -> 47.2 us).
 template <class Key, class Comp>
 __device__ void merge_split_sample(const RowState<Comp>* state, uint32_t sample_rank,
-                                   Key& threshold_key, int& key_shift) {
+                                   Key& threshold_key, Key& largest_key) {
   static_assert(kSplitSampleParts * kSplitSampleMaxRank <= kMultiThreads, "a key a thread");
   static_assert(kSplitSampleParts <= 32, "a part a lane");
   __shared__ Key tops[kSplitSampleParts * kSplitSampleMaxRank];
-  __shared__ Key ranked, largest_key;
+  __shared__ Key ranked, largest_top;
   const uint32_t count = uint32_t(kSplitSampleParts) * sample_rank;
   if (threadIdx.x < count) tops[threadIdx.x] = Key(state->sample_tops[threadIdx.x]);
   __syncthreads();
@@ -175,13 +209,13 @@ __device__ void merge_split_sample(const RowState<Comp>* state, uint32_t sample_
       taken = warp_max(head);
       const uint32_t from = __ffs(__ballot_sync(0xffffffffu, lists && head == taken)) - 1;
       if (uint32_t(lane) == from) ++position;
-      if (step == 0 && lane == 0) largest_key = Key(taken);
+      if (step == 0 && lane == 0) largest_top = Key(taken);
     }
     if (lane == 0) ranked = Key(taken);
   }
   __syncthreads();
   threshold_key = ranked;
-  key_shift = int(key_bin_shift(largest_key, ranked));
+  largest_key = largest_top;
 }
 
 }  // namespace cuda

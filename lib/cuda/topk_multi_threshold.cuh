@@ -80,13 +80,18 @@ __device__ __forceinline__ uint32_t stage_index(Entry entry) { return uint32_t(e
 
 
 // The row's threshold key and the width of its key bins: merged from the parts of a split
-// sample (and recorded for the kernels after this one), or as the sample kernel left them.
-template <class Key, class Comp>
+// sample (and recorded for the kernels after this one), or as the sample kernel left them. Either
+// way the key is the lowest its test accepts (see multi_sample_kernel).
+template <class T, class Key, class Comp>
 __device__ __forceinline__ void read_row_threshold(RowState<Comp>* state,
                                                    const MultiLayout& layout, int seg,
-                                                   Key& threshold_key, int& key_shift) {
+                                                   bool largest, Key& threshold_key,
+                                                   int& key_shift) {
   if (layout.split_sample_rank > 0) {
-    merge_split_sample(state, layout.split_sample_rank, threshold_key, key_shift);
+    Key ranked, sample_largest;
+    merge_split_sample(state, layout.split_sample_rank, ranked, sample_largest);
+    threshold_key = KeyThreshold<T>::lowest_accepted_key(ranked, largest);
+    key_shift = int(key_bin_shift(sample_largest, threshold_key));
     // Every block of the row holds the same.
     if (seg == 0 && threadIdx.x == 0) {
       state->threshold = Comp(threshold_key) << 32;
@@ -180,25 +185,36 @@ __device__ __forceinline__ void conclude_threshold_pass(RowState<Comp>* state, i
 // Candidates are staged in shared memory and copied out once per block: a global atomic whose
 // result a warp waits for costs an L2 round trip, and on a single long row every warp would wait
 // on the same counter. Beyond the stage's capacity they go straight to the buffer.
+//
+// A ragged row reads its window; rows the sample kernel flagged for the exact passes skip it.
 template <class T, int StageBytes>
 __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(sizeof(T))))
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
                            RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            Composite<typename KeyTraits<T>::Key>* candidates,
-                           CandidateHistogram histogram) {
+                           CandidateHistogram histogram, RaggedRows ragged) {
   const int64_t row = blockIdx.x / layout.blocks_per_row;
   const int seg = int(blockIdx.x % layout.blocks_per_row);
-  const RowOffsets o = device_row_offsets(g, row);
   int64_t begin, end;
-  segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
-  // The input is not an earlier kernel's output: its prefetch need not wait.
-  if (threadIdx.x == 0) {
-    prefetch_segment_head(input + o.input, g.input_stride, begin, end, layout.l2_prefetch_bytes);
+  // The input is not an earlier kernel's output: its prefetch need not wait. A ragged row's
+  // window is (its lengths and starts may be).
+  if (!ragged.is_ragged()) {
+    segment_bounds(g.n, layout.blocks_per_row, seg, begin, end);
+    if (threadIdx.x == 0) {
+      prefetch_segment_head(input + device_row_offsets(g, row).input, g.input_stride, begin, end,
+                            layout.l2_prefetch_bytes);
+    }
   }
   wait_for_previous_kernel();
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
+  if (states[row].fallback) return;  // set by the sample kernel, the same for every block
+  const RowTarget o = device_row_target(g, ragged, row);
+  segment_bounds(o.length, layout.blocks_per_row, seg, begin, end);
+  if (ragged.is_ragged() && threadIdx.x == 0) {
+    prefetch_segment_head(input + o.input, g.input_stride, begin, end, layout.l2_prefetch_bytes);
+  }
   __shared__ MultiPassShared pass;
   constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>, StageBytes>;
   __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
@@ -207,14 +223,14 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   RowState<Comp>* state = states + row;
   Key threshold_key;
   int key_shift;
-  read_row_threshold(state, layout, seg, threshold_key, key_shift);
+  read_row_threshold<T>(state, layout, seg, largest, threshold_key, key_shift);
   const uint32_t capacity = uint32_t(layout.capacity);
   Comp* row_candidates = candidates + row * layout.capacity;
 
   for (int b = threadIdx.x; b < kMultiBins; b += kMultiThreads) pass.hist[b] = 0;
   __syncthreads();
   int staged_count = 0;  // this thread's slots in use
-  const InputRow<T> source{input + o.input, g.input_stride, g.n, largest};
+  const InputRow<T> source = input_row(g, input, o, largest);
   const bool histogram_candidates = histogram != CandidateHistogram::None;
   const bool key_prefix = histogram == CandidateHistogram::KeyPrefix;
   auto candidate_bin = [&](Comp c) {

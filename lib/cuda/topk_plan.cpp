@@ -49,8 +49,12 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 // margin) where the narrow one would not: 150k-long sampling rows with k = 50 leave ~890
 // candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
 // for ~4 us more sampling.
+//
+// Ragged rows are planned by their full length; the sample kernel ranks each window's sample at
+// a rank of its own and sends windows it cannot sample to the exact passes. Their parts could
+// not share one rank, so they never split the sample.
 void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
-                     int sm_count, int64_t l2_bytes) {
+                     int sm_count, int64_t l2_bytes, bool ragged) {
   // In floating point: rows of a broadcast input (stride 0) may hold more bytes than int64.
   if (double(rows) * double(n) * double(element_bytes) < double(kSampledMinBytes)) return;
   auto counting_fits = [](const SampleChoice& c) {
@@ -76,7 +80,7 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   plan.samples_per_thread = choice.per_thread;
   // A wide sample ranked by one block takes ~9 us on one SM; where the rows leave SMs idle and
   // the parts' tops fit the threshold blocks' merge, its blocks split it.
-  plan.split_sample = choice.per_thread == kWideSamplesPerThread &&
+  plan.split_sample = !ragged && choice.per_thread == kWideSamplesPerThread &&
                       rows * kSplitSampleParts <= int64_t(sm_count) &&
                       plan.sample_rank <= kSplitSampleMaxRank;
   // Key-prefix bins span 512 units of the sample's keys above the threshold and take 2047: they
@@ -199,7 +203,7 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
         sort_bytes <= kRowSortMaxBytes ? WinnerSort::RowBlocks : WinnerSort::Segmented;
   }
   if (plan.winner_sort == WinnerSort::RowBlocks) plan.row_sort_bytes = sort_bytes;
-  if (!key.ragged) choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes);
+  choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes, key.ragged);
   return plan;
 }
 

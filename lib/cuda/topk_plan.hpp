@@ -20,8 +20,10 @@
 //    to sort in shared memory, the sorted winners and the scratch of CUB's segmented sort. Large problems whose k is small next to the row take a sampled
 //    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
 //  - Ragged rows (mtk_topk_ragged) are planned by their dense shape (n the row's full length, k
-//    the requested k, which may exceed n) and take Block or unsampled Multi only: the windows
-//    are read on the device, and only those kernels know them.
+//    the requested k, which may exceed n) and take Block or Multi, sampled or not: the windows
+//    are read on the device, and only those kernels know them. A sampled plan ranks each
+//    window's sample at its own rank (no split sample) and sends windows it cannot sample to
+//    the exact passes.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,9 @@
 // KeyThreshold (lib/core/key_threshold.hpp) against the key order it stands for: for every
 // threshold tried and every value tried, in both directions, the values a test accepts must be
 // exactly {selection_key >= t} for some t <= threshold, with t == threshold outside the two
-// documented corners. 16-bit formats: every value against 2300 thresholds (all 8-bit prefixes,
-// specials, random); 32/64-bit: specials, neighbours of each threshold and random patterns.
+// documented corners, where lowest_accepted_key names that t. 16-bit formats: every value
+// against 2300 thresholds (all 8-bit prefixes, specials, random); 32/64-bit: specials,
+// neighbours of each threshold and random patterns.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -33,9 +34,18 @@ void check(const char* type, Key threshold, bool largest, const std::vector<T>& 
     if (!is_nan(x) && mtk::selection_key(x, largest) < threshold) all_non_nan_reach = false;
   }
   Key lowest_accepted = Key(~Key(0));
+  // lowest_accepted_key: the accepted set is exactly the keys at or above it, and its own test
+  // accepts that set.
+  const Key floor = mtk::KeyThreshold<T>::lowest_accepted_key(threshold, largest);
+  const auto floor_test = mtk::KeyThreshold<T>::make(floor, largest);
   for (const T& x : values) {
     const Key key = mtk::selection_key(x, largest);
     const bool accepted = test.passes(x);
+    if ((accepted != (key >= floor) || floor_test.passes(x) != accepted) && ++failures <= 10) {
+      std::printf("%s largest=%d threshold=%llx key=%llx: lowest accepted key %llx\n", type,
+                  int(largest), (unsigned long long)threshold, (unsigned long long)key,
+                  (unsigned long long)floor);
+    }
     const bool wanted = key >= threshold;
     const bool corner = (largest && is_pos_inf(x)) || (!largest && is_nan(x) && all_non_nan_reach);
     if (accepted != wanted && !(accepted && corner)) {

@@ -1,7 +1,7 @@
 // Unit tests of the CUDA plan (lib/cuda/topk_plan.cpp), host C++ only: the path each shape
 // class takes (warp, block, cluster, multi-block, sampled threshold and its variants), the grid,
 // the scratch layout and its size, carve_scratch on unaligned workspaces, the row-length and
-// grid limits, and ragged rows' plans (block or unsampled multi-block only). Expected values
+// grid limits, and ragged rows' plans (block or multi-block, never a split sample). Expected values
 // are worked out by hand from the rules in topk_plan.hpp for an H200-like device (132 SMs).
 #include <cstdint>
 #include <cstdio>
@@ -349,8 +349,9 @@ void test_limits() {
 }
 
 // Ragged rows take the block kernel where a dense call would take the warp kernels, the
-// multi-block pipeline where it would take the cluster kernel, and never a sampled threshold;
-// k may exceed n. Their plans are cached apart from the dense ones.
+// multi-block pipeline where it would take the cluster kernel, and a sampled threshold where a
+// dense call would, but never split over blocks (each window has a rank of its own); k may
+// exceed n. Their plans are cached apart from the dense ones.
 void test_ragged_plans() {
   for (mtk_dtype dtype : kAllDtypes) {
     const TopkPlan short_rows = ragged_plan(dtype, 4097, 1000, 8);
@@ -369,12 +370,18 @@ void test_ragged_plans() {
   EXPECT(is_scratchless(prefill));
   const TopkPlan few_rows = ragged_plan(MTK_FLOAT32, kClusterRows, 150000, 50);
   EXPECT(few_rows.path == TopkPath::Multi);
-  EXPECT(few_rows.sample_rank == 0);
-  // 256 rows of 151936 bf16, k = 50: sampled when dense (test_sampled_threshold), not ragged.
+  EXPECT(few_rows.sample_rank > 0);
+  // 256 rows of 151936 bf16, k = 50: sampled as the dense call is (test_sampled_threshold).
   const TopkPlan vocab = ragged_plan(MTK_BFLOAT16, 256, 151936, 50);
+  const TopkPlan dense_vocab = plan(MTK_BFLOAT16, 256, 151936, 50);
   EXPECT(vocab.path == TopkPath::Multi);
-  EXPECT(vocab.sample_rank == 0);
-  EXPECT(plan(MTK_BFLOAT16, 256, 151936, 50).sample_rank > 0);
+  EXPECT(vocab.sample_rank > 0 && vocab.sample_rank == dense_vocab.sample_rank);
+  EXPECT(vocab.workspace_bytes == dense_vocab.workspace_bytes);
+  // One bf16 row of 2^26, k = 100: the dense call splits its wide sample, a ragged one does not.
+  const TopkPlan huge = ragged_plan(MTK_BFLOAT16, 1, int64_t(1) << 26, 100);
+  EXPECT(plan(MTK_BFLOAT16, 1, int64_t(1) << 26, 100).split_sample);
+  EXPECT(huge.samples_per_thread == mtk::cuda::kWideSamplesPerThread);
+  EXPECT(huge.sample_rank > 0 && !huge.split_sample);
   // k past the finish's sort, and past n: the winners (k slots a row) are sorted by a block
   // per row.
   const TopkPlan large_k = ragged_plan(MTK_FLOAT32, 64, 3000, 4096);

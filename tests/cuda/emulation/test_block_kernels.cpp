@@ -11,7 +11,10 @@
 //    ranks that hit, that leave too few candidates and that overflow a small candidate buffer
 //    drive every branch between them.
 //  - ragged rows (windows, index transforms, padding, no values) through the block kernel and
-//    the plain multi-block path.
+//    the plain and sampled multi-block paths, and the ragged conformance's graph replays on the
+//    H200's plan: one workspace of garbage, reused call after call;
+//  - sampled thresholds in the corners of the threshold test, whose candidates include keys
+//    below the threshold (+inf under a NaN-only threshold, NaN when the smallest are wanted).
 // Blocks run one after another, which is one of the orders a GPU may choose. Rows of every key
 // width (f32, f64 with 128-bit composites, bf16, int8), ties, NaN and signed zeros, both
 // directions, against a stable sort under selection_key.
@@ -116,9 +119,10 @@ struct MultiChoice {
 // The sample kernel's contract (a split sample's, once the threshold pass has merged it), from
 // the sample it must have drawn (runs of 32 adjacent elements centred in equal strata of the
 // row): its threshold t is at most the sample's rank-th largest key, at least `rank` sample keys
-// reach it, exactly `rank` do unless t is that key itself (ties), and the key bins span the
-// sample's keys above t. A looser threshold or wrong bins would still give exact results,
-// through more candidates or the fallback, so only this check sees them.
+// reach it, exactly `rank` do unless t is that key itself (ties) or the lowest key of a test's
+// corner, t is the lowest key its test accepts (no candidate lies below it, so none falls past
+// the last key bin), and the key bins span the sample's keys above t. A looser threshold would
+// still give exact results, through more candidates, so only this check sees it.
 template <class T, class State>
 void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
                              const MultiChoice& c, const std::vector<State>& states) {
@@ -138,8 +142,13 @@ void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
     const Key t = Key(states[size_t(r)].threshold >> 32);
     const Key ranked = keys[c.sample_rank - 1];
     const int64_t reaching = std::count_if(keys.begin(), keys.end(), [&](Key k) { return k >= t; });
-    if (t > ranked || reaching < int64_t(c.sample_rank) ||
-        (reaching != int64_t(c.sample_rank) && t != ranked)) {
+    // The row keeps the lowest key the pass's test accepts, below the bucket's edge in the
+    // test's corners: +inf's for a NaN-only threshold, 0 where every non-NaN key reaches it.
+    const bool lowest = t == KeyThreshold<T>::lowest_accepted_key(t, largest);
+    const Key lowest_of_ranked = KeyThreshold<T>::lowest_accepted_key(ranked, largest);
+    const bool corner = (t != ranked && t == lowest_of_ranked) || (!largest && t == 0);
+    if (!lowest || t > ranked || reaching < int64_t(c.sample_rank) ||
+        (reaching != int64_t(c.sample_rank) && t != ranked && !corner)) {
       std::fprintf(stderr, "FAIL sample threshold: row %lld rank %u: %lld samples reach it\n",
                    (long long)r, c.sample_rank, (long long)reaching);
       ++failures;
@@ -153,41 +162,61 @@ void check_sample_thresholds(const RowGeometry& g, const T* input, bool largest,
   }
 }
 
+// The multi-block path's scratch: launch_topk's row states, winners and candidate buffers.
+template <class Comp>
+struct MultiScratch {
+  std::vector<RowState<Comp>> states;
+  std::vector<Comp> winners, buffer0, buffer1;
+};
+
+// Runs the path on `scratch` as it stands (a stream's scratch on the GPU keeps whatever the
+// calls before left there), or, without one, on fresh scratch.
 template <class T>
 void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indices,
                bool largest, const MultiChoice& c, const RaggedRows& ragged = RaggedRows{},
-               bool index64 = true) {
+               bool index64 = true,
+               MultiScratch<Composite<typename KeyTraits<T>::Key>>* scratch = nullptr) {
   using Comp = Composite<typename KeyTraits<T>::Key>;
-  std::vector<RowState<Comp>> states(size_t(g.rows));  // zeroed, as the memset of launch_topk
-  // Scratch is not cleared on the GPU: all-ones composites would sort first, so a short row's
-  // winner slots that the finish leaves unset show in the results.
-  std::vector<Comp> winners(size_t(g.rows * g.k), ~Comp(0));
-  std::vector<Comp> buffer0(size_t(g.rows * c.capacity)), buffer1(size_t(g.rows * c.capacity));
+  MultiScratch<Comp> fresh;
+  if (scratch == nullptr) {
+    fresh.states.resize(size_t(g.rows));  // zeroed, as the memset of launch_topk
+    // Scratch is not cleared on the GPU: all-ones composites would sort first, so a short
+    // row's winner slots that the finish leaves unset show in the results.
+    fresh.winners.assign(size_t(g.rows * g.k), ~Comp(0));
+    fresh.buffer0.resize(size_t(g.rows * c.capacity));
+    fresh.buffer1.resize(size_t(g.rows * c.capacity));
+    scratch = &fresh;
+  }
+  std::vector<RowState<Comp>>& states = scratch->states;
+  std::vector<Comp>& winners = scratch->winners;
+  std::vector<Comp>& buffer0 = scratch->buffer0;
+  std::vector<Comp>& buffer1 = scratch->buffer1;
   const MultiLayout layout{c.blocks_per_row, c.capacity, 0, c.split_sample ? c.sample_rank : 0};
   const int64_t grid = g.rows * c.blocks_per_row;
   if (c.sample_rank > 0) {
     launch(g.rows * (c.split_sample ? kSplitSampleParts : 1), kSampleThreads, [&] {
       if (c.split_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread / kSplitSampleParts, kSplitSampleParts>(
-            g, input, largest, c.sample_rank, layout, states.data());
+            g, input, largest, c.sample_rank, layout, states.data(), ragged);
       } else if (c.wide_sample) {
         multi_sample_kernel<T, kWideSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                     layout, states.data());
+                                                     layout, states.data(), ragged);
       } else {
         multi_sample_kernel<T, kNarrowSamplesPerThread>(g, input, largest, c.sample_rank,
-                                                       layout, states.data());
+                                                       layout, states.data(), ragged);
       }
     });
     launch(grid, kMultiThreads, [&] {
       if (c.large_stage) {
         multi_threshold_kernel<T, kLargeThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram, ragged);
       } else {
         multi_threshold_kernel<T, kSmallThresholdStageBytes>(
-            g, input, largest, layout, states.data(), buffer0.data(), c.histogram);
+            g, input, largest, layout, states.data(), buffer0.data(), c.histogram, ragged);
       }
     });
-    check_sample_thresholds(g, input, largest, c, states);  // a split one's is the pass's
+    // A split one's is the pass's; a ragged row's rank is its own (sampled_rank).
+    if (!ragged.is_ragged()) check_sample_thresholds(g, input, largest, c, states);
   } else {
     launch(grid, kMultiThreads, [&] {
       multi_histogram_kernel<T>(g, input, largest, layout, states.data(), ragged);
@@ -474,6 +503,11 @@ template <class T>
 void run_ragged_cases(const char* name, bool quick) {
   const MultiChoice plain{3, 3000, 0, CandidateHistogram::None, false, false};
   const MultiChoice small_buffer{4, 600, 0, CandidateHistogram::None, false, false};
+  // Sampled: the rank is each window's own, and windows too short or with too few elements
+  // take the exact passes from the first filter launch.
+  const MultiChoice sampled{3, 20000, 1, CandidateHistogram::None, false, false};
+  const MultiChoice sampled_bins{4, 40000, 1, CandidateHistogram::KeyPrefix, false, true};
+  const MultiChoice sampled_wide{3, 70000, 1, CandidateHistogram::TopDigit, true, false};
   const RaggedCase ragged_cases[] = {
       {12, 100, 1, nullptr, false, Transform::None, 1, false, true, true},
       {12, 700, 37, nullptr, true, Transform::None, 1, false, false, true},
@@ -485,6 +519,10 @@ void run_ragged_cases(const char* name, bool quick) {
       {10, 9000, 2048, &small_buffer, true, Transform::PageTable, 64, true, true, false},
       {10, 5000, 4096, &plain, true, Transform::PageTable, 1, true, true, true},
       {10, 9000, 3000, &plain, true, Transform::None, 1, false, false, false},
+      {10, 20000, 50, &sampled, true, Transform::Ragged, 1, false, true, true},
+      {10, 40000, 700, &sampled_bins, true, Transform::PageTable, 64, true, false, true},
+      {10, 40000, 2048, &sampled_bins, false, Transform::None, 1, false, true, false},
+      {6, 70000, 100, &sampled_wide, true, Transform::None, 1, false, true, true},
   };
   for (const RaggedCase& c : ragged_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
@@ -499,6 +537,161 @@ void run_ragged_cases(const char* name, bool quick) {
           run_ragged_case<T>(c, data, largest, true, true, name);
           run_ragged_case<T>(c, data, largest, false, true, name);
         }
+      }
+    }
+  }
+}
+
+// Whether row r's k outputs (f32 values, int64 indices) are a stable sort under selection_key
+// of `window`'s `length` elements, then padding; reports the first difference as `what`.
+bool window_results_match(const char* what, int64_t r, const float* window, int64_t length,
+                          int64_t k, bool largest, const uint32_t* values,
+                          const int64_t* indices) {
+  std::vector<int64_t> order(static_cast<size_t>(length));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return selection_key(window[a], largest) > selection_key(window[b], largest);
+  });
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t expected = j < length ? order[size_t(j)] : -1;
+    uint32_t expected_bits = 0;
+    if (j < length) std::memcpy(&expected_bits, &window[expected], 4);
+    const size_t at = size_t(r * k + j);
+    if (indices[at] != expected || values[at] != expected_bits) {
+      std::fprintf(stderr,
+                   "FAIL %s: row %lld (length %lld) rank %lld: index %lld value %08x, expected "
+                   "%lld %08x\n",
+                   what, (long long)r, (long long)length, (long long)j, (long long)indices[at],
+                   values[at], (long long)expected, expected_bits);
+      ++failures;
+      return false;
+    }
+  }
+  return true;
+}
+
+RowGeometry dense_geometry(int64_t rows, int64_t n, int64_t k) {
+  RowGeometry g;
+  g.n = n;
+  g.k = k;
+  g.rows = rows;
+  g.batch_ndim = 1;
+  g.batch_sizes[0] = rows;
+  g.input_batch_strides[0] = n;
+  g.values_batch_strides[0] = g.indices_batch_strides[0] = k;
+  return g;
+}
+
+// The ragged conformance's CUDA-graph case (tests/cuda/cuda_ragged_conformance.cpp) on the plan
+// the H200 takes for it (64 rows of 100000 f32, k = 2048: sampled, rank 76, eight blocks a
+// row, key-prefix bins, 16384 candidate slots): one workspace, filled with zeros, all ones or
+// random bytes once, then a call with every length 0 and calls with random windows, nothing
+// cleared in between, as a stream's scratch is between a graph's replays. The rows are the
+// conformance's: an eighth special (NaN of both signs, infinities, signed zeros), so a window's
+// sample often ranks NaN at its rank, and the window holds fewer +inf than k.
+void run_ragged_replays(bool quick) {
+  using Comp = Composite<uint32_t>;
+  const int64_t rows = 64, n = 100000, k = 2048;
+  const MultiChoice plan{8, 16384, 76, CandidateHistogram::KeyPrefix, false, false};
+  std::vector<float> input(size_t(rows * n));
+  const uint32_t specials[] = {0x7fc00000u, 0xffc00000u, 0x7f800000u, 0xff800000u, 0x80000000u,
+                               0u};
+  for (float& x : input) {
+    const uint64_t raw = rng();
+    x = float(int(raw % 2001) - 1000) / 8;
+    if ((raw >> 20) % 8 == 0) std::memcpy(&x, &specials[(raw >> 24) % 6], 4);
+  }
+  const RowGeometry g = dense_geometry(rows, n, k);
+  for (int fill = 0; fill < (quick ? 1 : 3); ++fill) {
+    MultiScratch<Comp> scratch;
+    scratch.states.resize(size_t(rows));
+    scratch.winners.resize(size_t(rows * k));
+    scratch.buffer0.resize(size_t(rows * plan.capacity));
+    scratch.buffer1.resize(size_t(rows * plan.capacity));
+    auto garbage = [&](auto& v) {
+      auto* bytes = reinterpret_cast<unsigned char*>(v.data());
+      for (size_t i = 0; i < v.size() * sizeof(v[0]); ++i) {
+        bytes[i] = fill == 0 ? 0xFF : fill == 1 ? 0 : (unsigned char)(rng());
+      }
+    };
+    garbage(scratch.states);
+    garbage(scratch.winners);
+    garbage(scratch.buffer0);
+    garbage(scratch.buffer1);
+    for (int call = 0; call < (quick ? 2 : 4); ++call) {
+      std::vector<int32_t> lengths(size_t(rows), 0);
+      std::vector<int64_t> starts(size_t(rows), 0);
+      if (call > 0) {
+        for (int64_t r = 0; r < rows; ++r) {
+          lengths[size_t(r)] = int32_t(int64_t(rng() % uint64_t(n + 100)) - 50);
+          starts[size_t(r)] = int64_t(rng() % uint64_t(n / 2));
+        }
+      }
+      RaggedRows ragged;
+      ragged.lengths = RowVector{lengths.data(), MTK_INT32, 1};
+      ragged.starts = RowVector{starts.data(), MTK_INT64, 1};
+      std::vector<uint32_t> values(size_t(rows * k), 0xA5A5A5A5u);
+      std::vector<int64_t> indices(size_t(rows * k), 77);
+      run_multi<float>(g, input.data(), values.data(), indices.data(), true, plan, ragged, true,
+                       &scratch);
+      ++cases;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t start = std::min(std::max(starts[size_t(r)], int64_t(0)), n);
+        const int64_t length =
+            std::min(std::max(int64_t(lengths[size_t(r)]), int64_t(0)), n - start);
+        if (!window_results_match("ragged replay", r, input.data() + r * n + start, length, k,
+                                  true, values.data(), indices.data())) {
+          std::fprintf(stderr, "  fill %d call %d start %lld\n", fill, call, (long long)start);
+          break;
+        }
+      }
+    }
+  }
+}
+
+// Dense rows whose sampled threshold falls in a corner of the threshold test (key_threshold.hpp),
+// where the test also takes keys below the threshold: largest, NaN in a tenth of the row and
+// +inf in a hundredth (the sample ranks NaN at its rank, the row holds fewer +inf than k); and
+// smallest, +inf almost everywhere (every non-NaN key reaches the threshold, so the test takes
+// NaN too, and the whole row fits the buffer). Measured from the threshold, those keys fell past
+// the last key-prefix bin and ranked above the row's best.
+void run_threshold_corner_rows() {
+  struct Corner {
+    int64_t rows, n, k;
+    MultiChoice plan;
+    bool largest;
+    double nan_share, infinity_share;
+    float finite_scale;  // the other values: multiples of it in [-125, 125], or [1, 3] if huge
+  };
+  const Corner corners[] = {
+      {4, 100000, 2048, {8, 16384, 76, CandidateHistogram::KeyPrefix, false, false}, true, 0.1,
+       0.01, 1.0f},
+      // Finite values near the top of the range keep the bins narrow enough that NaN's key
+      // (0) lies a whole bin below the threshold.
+      {4, 16000, 500, {4, 16384, 104, CandidateHistogram::KeyPrefix, false, false}, false, 0.01,
+       0.97, 1e38f},
+  };
+  std::uniform_real_distribution<double> share(0.0, 1.0);
+  for (const Corner& c : corners) {
+    std::vector<float> input(size_t(c.rows * c.n));
+    for (float& x : input) {
+      const double u = share(rng);
+      const float finite = c.finite_scale > 1 ? c.finite_scale * float(1 + share(rng) * 2)
+                                              : float(int(rng() % 2001) - 1000) / 8;
+      x = u < c.nan_share ? (rng() % 2 ? NAN : -NAN)
+          : u < c.nan_share + c.infinity_share ? INFINITY : finite;
+    }
+    std::vector<uint32_t> values(size_t(c.rows * c.k), 0xA5A5A5A5u);
+    std::vector<int64_t> indices(size_t(c.rows * c.k), 77);
+    run_multi<float>(dense_geometry(c.rows, c.n, c.k), input.data(), values.data(),
+                     indices.data(), c.largest, c.plan);
+    ++cases;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      if (!window_results_match(c.largest ? "threshold corner, largest"
+                                           : "threshold corner, smallest",
+                                r, input.data() + r * c.n, c.n, c.k, c.largest, values.data(),
+                                indices.data())) {
+        break;
       }
     }
   }
@@ -603,6 +796,8 @@ void run_type(const char* name, bool quick) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  run_threshold_corner_rows();
+  run_ragged_replays(quick);
   run_type<float>("f32", quick);
   run_type<double>("f64", quick);
   run_type<bf16_bits>("bf16", quick);
