@@ -7,9 +7,7 @@ Every result is compared exactly with the independent numpy model (tests/ragged_
 """
 
 import os
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +17,12 @@ torch = pytest.importorskip("torch", reason="torch is not installed (make test-d
 import metaltopk  # noqa: E402
 from metaltopk import _dispatch  # noqa: E402
 from metaltopk._abi import DeviceTensor  # noqa: E402
-from metaltopk.torch import _tensors, aoti_config, aoti_library_path  # noqa: E402
+from metaltopk.torch import _tensors, aoti_library_path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ragged_reference as rr  # noqa: E402
 import reference as ref  # noqa: E402
+from aoti_packages import assert_calls_shims, compile_package, run_from_cpp  # noqa: E402
 
 ragged_op = torch.ops.metaltopk.mtk_topk_ragged.default
 ragged_transform_op = torch.ops.metaltopk.mtk_topk_ragged_transform.default
@@ -493,19 +492,13 @@ def aoti_package(request, tmp_path_factory):
     inputs = attention_inputs(device=device)
     ep = torch.export.export(SparseAttention(), inputs)
     folder = tmp_path_factory.mktemp(f"aoti-ragged-{device}")
-    package = torch._inductor.aoti_compile_and_package(
-        ep, package_path=str(folder / "sparse_attention.pt2"), inductor_configs=aoti_config())
+    package = compile_package(ep, folder, "sparse_attention")
     return package, inputs, device
 
 
 def test_aoti_package_runs_the_shims_exactly(aoti_package):
     package, inputs, device = aoti_package
-    with zipfile.ZipFile(package) as archive:
-        sources = "".join(archive.read(n).decode() for n in archive.namelist()
-                          if n.endswith(".cpp"))
-    assert "proxy_executor_call_function" not in sources
-    for shim in SHIMS:
-        assert f"aoti_torch_{device}_{shim}(" in sources
+    assert_calls_shims(package, device, SHIMS)
     runner = torch._inductor.aoti_load_package(package)
     assert_same(runner(*inputs), sparse_attention(*inputs))
     fresh = attention_inputs(seed=13, device=device)
@@ -513,13 +506,6 @@ def test_aoti_package_runs_the_shims_exactly(aoti_package):
 
 
 def test_aoti_package_runs_from_cpp(aoti_package, tmp_path):
-    runner = os.environ.get("METALTOPK_AOTI_RUNNER")
-    if not runner:
-        pytest.skip("METALTOPK_AOTI_RUNNER is not set (make test builds tests/aoti/aoti_runner)")
     package, inputs, device = aoti_package
-    torch.save(list(inputs), tmp_path / "in.pt")
-    result = subprocess.run([runner, package, tmp_path / "in.pt", tmp_path / "out.pt"],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    outputs = torch.load(tmp_path / "out.pt", map_location=device)
-    assert_same(outputs, sparse_attention(*inputs))
+    assert_same(run_from_cpp(package, inputs, tmp_path, device), sparse_attention(*inputs))
+

@@ -11,9 +11,7 @@ for a few rows, with the model.
 """
 
 import os
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +21,11 @@ torch = pytest.importorskip("torch", reason="torch is not installed (make test-d
 import metaltopk  # noqa: E402
 from metaltopk import sampling  # noqa: E402
 from metaltopk.torch import _sampling as torch_sampling  # noqa: E402
-from metaltopk.torch import aoti_config, aoti_library_path  # noqa: E402
+from metaltopk.torch import aoti_library_path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sampling_reference as model  # noqa: E402
+from aoti_packages import assert_calls_shims, compile_package, run_from_cpp  # noqa: E402
 
 mask_op = torch.ops.metaltopk.mtk_top_k_mask_logits.default
 renorm_op = torch.ops.metaltopk.mtk_renorm_probs.default
@@ -456,19 +455,13 @@ def aoti_package(request, tmp_path_factory):
     inputs = decode_inputs(device=device)
     ep = torch.export.export(DecodeStep(), inputs)
     folder = tmp_path_factory.mktemp(f"aoti-sampling-{device}")
-    package = torch._inductor.aoti_compile_and_package(
-        ep, package_path=str(folder / "decode_step.pt2"), inductor_configs=aoti_config())
+    package = compile_package(ep, folder, "decode_step")
     return package, inputs, device
 
 
 def test_aoti_package_runs_the_shims_exactly(aoti_package):
     package, inputs, device = aoti_package
-    with zipfile.ZipFile(package) as archive:
-        sources = "".join(archive.read(n).decode() for n in archive.namelist()
-                          if n.endswith(".cpp"))
-    assert "proxy_executor_call_function" not in sources
-    for shim in SHIMS:
-        assert f"aoti_torch_{device}_{shim}(" in sources
+    assert_calls_shims(package, device, SHIMS)
     runner = torch._inductor.aoti_load_package(package)
     assert_same(runner(*inputs), decode_step(*inputs))
     fresh = decode_inputs(seed=33, device=device)
@@ -476,13 +469,6 @@ def test_aoti_package_runs_the_shims_exactly(aoti_package):
 
 
 def test_aoti_package_runs_from_cpp(aoti_package, tmp_path):
-    runner = os.environ.get("METALTOPK_AOTI_RUNNER")
-    if not runner:
-        pytest.skip("METALTOPK_AOTI_RUNNER is not set (make test builds tests/aoti/aoti_runner)")
     package, inputs, device = aoti_package
-    torch.save(list(inputs), tmp_path / "in.pt")
-    result = subprocess.run([runner, package, tmp_path / "in.pt", tmp_path / "out.pt"],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    outputs = torch.load(tmp_path / "out.pt", map_location=device)
-    assert_same(outputs, decode_step(*inputs))
+    assert_same(run_from_cpp(package, inputs, tmp_path, device), decode_step(*inputs))
+
