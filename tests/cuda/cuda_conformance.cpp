@@ -744,6 +744,9 @@ int report(Contexts& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a file: a run its caller's time limit cuts short still shows
+  // how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool sampled_only = argc > 1 && std::strcmp(argv[1], "--sampled") == 0;
   const bool cluster_only = argc > 1 && std::strcmp(argv[1], "--cluster") == 0;

@@ -461,6 +461,9 @@ void check_graph_replay(mtk_context cuda, mtk_context cpu, std::mt19937_64& rng)
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a file: a run its caller's time limit cuts short still shows
+  // how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   int compiled = 0, available = 0;
   CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
