@@ -57,7 +57,8 @@ test-deps:
 TEST_ABI := $(BUILD)/tests/test_abi
 TEST_CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Wpedantic -Werror
 
-$(TEST_ABI): tests/c/test_abi.c include/metaltopk.h include/metaltopk_testing.h $(LIBRARY)
+$(TEST_ABI): tests/c/test_abi.c tests/c/abi_test_support.h include/metaltopk.h \
+    include/metaltopk_testing.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinclude $< -o $@ -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))

@@ -6,7 +6,8 @@
 RAGGED_C_TEST := $(BUILD)/tests/ragged/test_ragged
 RAGGED_REFUSAL_TEST := $(BUILD)/tests/ragged/test_ragged_refusal
 
-$(RAGGED_C_TEST): tests/ragged/test_ragged.c include/metaltopk.h $(LIBRARY)
+$(RAGGED_C_TEST): tests/ragged/test_ragged.c tests/c/abi_test_support.h include/metaltopk.h \
+    $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinclude $< -o $@ -lm -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))

@@ -9,58 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../c/abi_test_support.h"
 #include "metaltopk.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      ++failures;                                                            \
-    }                                                                        \
-  } while (0)
-
-#define EXPECT_STATUS(call, want, needle) expect_status((call), (want), (needle), #call, __LINE__)
-
-static void expect_status(mtk_status got, mtk_status want, const char* needle, const char* call,
-                          int line) {
-  const char* message = mtk_last_error_message();
-  if (got != want) {
-    fprintf(stderr, "%s:%d: %s returned %d (%s), want %d; message: %s\n", __FILE__, line, call,
-            (int)got, mtk_status_string(got), (int)want, message);
-    ++failures;
-    return;
-  }
-  if (want != MTK_SUCCESS && needle != NULL && strstr(message, needle) == NULL) {
-    fprintf(stderr, "%s:%d: %s: message '%s' does not contain '%s'\n", __FILE__, line, call,
-            message, needle);
-    ++failures;
-  }
-}
-
-static mtk_tensor vec(void* data, mtk_dtype dtype, int64_t n) {
-  mtk_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
-
-static mtk_tensor mat(void* data, mtk_dtype dtype, int64_t rows, int64_t cols, int64_t row_stride,
-                      int64_t col_stride) {
-  mtk_tensor t = vec(data, dtype, rows);
-  t.ndim = 2;
-  t.sizes[1] = cols;
-  t.strides[0] = row_stride;
-  t.strides[1] = col_stride;
-  return t;
-}
 
 static mtk_context ctx;
 
@@ -85,9 +35,9 @@ static void fill_outputs(void) {
 /* Runs rows [2, 5] of `scores` (or `input` when given) with int64 indices and float values. */
 static mtk_status run(const mtk_tensor* input, int64_t k, int largest, int sorted,
                       const mtk_ragged_params* params) {
-  const mtk_tensor scores_t = mat(scores, MTK_FLOAT32, 2, 5, 5, 1);
-  const mtk_tensor values = mat(out_values, MTK_FLOAT32, 2, k, K_MAX, 1);
-  const mtk_tensor indices = mat(out_indices, MTK_INT64, 2, k, K_MAX, 1);
+  const mtk_tensor scores_t = tensor2d(scores, MTK_FLOAT32, 2, 5, 5, 1);
+  const mtk_tensor values = tensor2d(out_values, MTK_FLOAT32, 2, k, K_MAX, 1);
+  const mtk_tensor indices = tensor2d(out_indices, MTK_INT64, 2, k, K_MAX, 1);
   fill_outputs();
   return mtk_topk_ragged(ctx, input != NULL ? input : &scores_t, k, largest, sorted, params,
                          &values, &indices, NULL);
@@ -190,7 +140,7 @@ static void test_nan_strides_and_values_null(void) {
   mtk_tensor lengths_t = vec(lengths, MTK_INT64, 2);
   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
   params.lengths = &lengths_t;
-  const mtk_tensor input = mat(columns, MTK_FLOAT32, 2, 5, 1, 2);
+  const mtk_tensor input = tensor2d(columns, MTK_FLOAT32, 2, 5, 1, 2);
   EXPECT_STATUS(run(&input, 3, 1, 1, &params), MTK_SUCCESS, NULL);
   CHECK(out_indices[0][0] == 1 && out_indices[0][1] == 3 && out_indices[0][2] == 4,
         "NaN ranks above everything, ties to the lower index: got %lld %lld %lld",
@@ -202,7 +152,7 @@ static void test_nan_strides_and_values_null(void) {
         "smallest with NaN");
 
   /* Indices only, int32, with a window. */
-  const mtk_tensor indices32 = mat(out_indices32, MTK_INT32, 2, 2, K_MAX, 1);
+  const mtk_tensor indices32 = tensor2d(out_indices32, MTK_INT32, 2, 2, K_MAX, 1);
   lengths[0] = 1;
   fill_outputs();
   EXPECT_STATUS(mtk_topk_ragged(ctx, &input, 2, 1, 1, &params, NULL, &indices32, NULL),
@@ -213,8 +163,8 @@ static void test_nan_strides_and_values_null(void) {
         out_indices32[1][0], out_indices32[1][1]);
 
   /* Indices only in mtk_topk. */
-  const mtk_tensor dense = mat(scores, MTK_FLOAT32, 2, 5, 5, 1);
-  const mtk_tensor indices = mat(out_indices, MTK_INT64, 2, 2, K_MAX, 1);
+  const mtk_tensor dense = tensor2d(scores, MTK_FLOAT32, 2, 5, 5, 1);
+  const mtk_tensor indices = tensor2d(out_indices, MTK_INT64, 2, 2, K_MAX, 1);
   fill_outputs();
   EXPECT_STATUS(mtk_topk(ctx, &dense, 2, 1, 1, 1, NULL, &indices, NULL), MTK_SUCCESS, NULL);
   CHECK(out_indices[0][0] == 4 && out_indices[0][1] == 2 && out_indices[1][0] == 0 &&
@@ -240,8 +190,8 @@ static void test_transforms(void) {
   offsets[1] = 0x100000005LL;
   EXPECT_STATUS(run(NULL, 1, 1, 1, &params), MTK_SUCCESS, NULL);
   CHECK(out_indices[0][0] == INT64_MIN + 3, "wrap: %lld", (long long)out_indices[0][0]);
-  const mtk_tensor input = mat(scores, MTK_FLOAT32, 2, 5, 5, 1);
-  const mtk_tensor indices32 = mat(out_indices32, MTK_INT32, 2, 1, K_MAX, 1);
+  const mtk_tensor input = tensor2d(scores, MTK_FLOAT32, 2, 5, 5, 1);
+  const mtk_tensor indices32 = tensor2d(out_indices32, MTK_INT32, 2, 1, K_MAX, 1);
   EXPECT_STATUS(mtk_topk_ragged(ctx, &input, 1, 1, 1, &params, NULL, &indices32, NULL),
                 MTK_SUCCESS, NULL);
   CHECK(out_indices32[0][0] == 3 && out_indices32[1][0] == 5, "int32 low bits: %d %d",
@@ -249,7 +199,7 @@ static void test_transforms(void) {
 
   /* Page table, pages of 2: window index i -> table[b, i / 2] * 2 + i % 2. */
   int32_t table[2][3] = {{7, 3, 5}, {1, 8, 4}};
-  mtk_tensor table_t = mat(table, MTK_INT32, 2, 3, 3, 1);
+  mtk_tensor table_t = tensor2d(table, MTK_INT32, 2, 3, 3, 1);
   params.transform = MTK_INDEX_TRANSFORM_PAGE_TABLE;
   params.offsets = NULL;
   params.page_table = &table_t;
@@ -267,7 +217,7 @@ static void test_transforms(void) {
   expect_row(1, 3, (const float[]){0, 0, 0}, (const int64_t[]){-1, -1, -1}, __LINE__);
   /* Pages of 1 and a strided table (its transpose): index i -> tableT[b, i]. */
   int64_t wide_table[5][2] = {{10, 20}, {11, 21}, {12, 22}, {13, 23}, {14, 24}};
-  mtk_tensor wide_t = mat(wide_table, MTK_INT64, 2, 5, 1, 2);
+  mtk_tensor wide_t = tensor2d(wide_table, MTK_INT64, 2, 5, 1, 2);
   params.page_table = &wide_t;
   params.page_size = 1;
   row_to_batch[0] = 1;
@@ -282,9 +232,9 @@ static void test_workspace(void) {
   mtk_tensor lengths_t = vec(lengths, MTK_INT32, 2);
   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
   params.lengths = &lengths_t;
-  const mtk_tensor input = mat(scores, MTK_FLOAT32, 2, 5, 5, 1);
-  const mtk_tensor values = mat(out_values, MTK_FLOAT32, 2, 2, K_MAX, 1);
-  const mtk_tensor indices = mat(out_indices, MTK_INT64, 2, 2, K_MAX, 1);
+  const mtk_tensor input = tensor2d(scores, MTK_FLOAT32, 2, 5, 5, 1);
+  const mtk_tensor values = tensor2d(out_values, MTK_FLOAT32, 2, 2, K_MAX, 1);
+  const mtk_tensor indices = tensor2d(out_indices, MTK_INT64, 2, 2, K_MAX, 1);
   size_t bytes = 0;
   EXPECT_STATUS(mtk_topk_ragged_workspace_size(ctx, &input, 2, 1, 1, &params, MTK_INT64, &bytes),
                 MTK_SUCCESS, NULL);
@@ -311,14 +261,14 @@ static void test_errors(void) {
   mtk_tensor lengths_float = vec(lengths_f, MTK_FLOAT32, 2);
   mtk_tensor lengths_short = vec(lengths, MTK_INT32, 1);
   mtk_tensor offsets_t = vec(offsets, MTK_INT64, 2);
-  mtk_tensor table_t = mat(table, MTK_INT32, 1, 3, 3, 1);
+  mtk_tensor table_t = tensor2d(table, MTK_INT32, 1, 3, 3, 1);
   mtk_tensor input_1d = vec(scores, MTK_FLOAT32, 5);
-  const mtk_tensor input = mat(scores, MTK_FLOAT32, 2, 5, 5, 1);
-  const mtk_tensor values = mat(out_values, MTK_FLOAT32, 2, 2, K_MAX, 1);
-  const mtk_tensor values_i8 = mat(out_values, MTK_INT8, 2, 2, K_MAX, 1);
-  const mtk_tensor indices = mat(out_indices, MTK_INT64, 2, 2, K_MAX, 1);
-  const mtk_tensor indices_f = mat(out_indices, MTK_FLOAT32, 2, 2, K_MAX, 1);
-  const mtk_tensor indices_on_lengths = mat(lengths, MTK_INT32, 1, 2, 2, 1);
+  const mtk_tensor input = tensor2d(scores, MTK_FLOAT32, 2, 5, 5, 1);
+  const mtk_tensor values = tensor2d(out_values, MTK_FLOAT32, 2, 2, K_MAX, 1);
+  const mtk_tensor values_i8 = tensor2d(out_values, MTK_INT8, 2, 2, K_MAX, 1);
+  const mtk_tensor indices = tensor2d(out_indices, MTK_INT64, 2, 2, K_MAX, 1);
+  const mtk_tensor indices_f = tensor2d(out_indices, MTK_FLOAT32, 2, 2, K_MAX, 1);
+  const mtk_tensor indices_on_lengths = tensor2d(lengths, MTK_INT32, 1, 2, 2, 1);
   mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
   params.lengths = &lengths_t;
 
@@ -358,7 +308,7 @@ static void test_errors(void) {
   {
     int32_t both[2][2] = {{5, 5}, {0, 0}};
     mtk_tensor lengths_in_place = vec(both, MTK_INT32, 2);
-    mtk_tensor indices_over = mat(both, MTK_INT32, 2, 2, 2, 1);
+    mtk_tensor indices_over = tensor2d(both, MTK_INT32, 2, 2, 2, 1);
     mtk_ragged_params overlapping = params;
     overlapping.lengths = &lengths_in_place;
     EXPECT_RAGGED(2, &overlapping, NULL, &indices_over, MTK_ERROR_INVALID_ARGUMENT,

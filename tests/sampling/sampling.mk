@@ -10,7 +10,8 @@ SAMPLING_C_TEST := $(BUILD)/tests/sampling/test_sampling
 SAMPLING_REFUSAL_TEST := $(BUILD)/tests/sampling/test_sampling_refusal
 SAMPLING_MATH_TEST := $(BUILD)/tests/sampling/test_sampling_math
 
-$(SAMPLING_C_TEST): tests/sampling/test_sampling.c include/metaltopk.h $(LIBRARY)
+$(SAMPLING_C_TEST): tests/sampling/test_sampling.c tests/c/abi_test_support.h include/metaltopk.h \
+    $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinclude $< -o $@ -lm -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))

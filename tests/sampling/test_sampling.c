@@ -9,56 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../c/abi_test_support.h"
 #include "metaltopk.h"
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      ++failures;                                                            \
-    }                                                                        \
-  } while (0)
-
-#define EXPECT_STATUS(call, want, needle) expect_status((call), (want), (needle), #call, __LINE__)
-
-static void expect_status(mtk_status got, mtk_status want, const char* needle, const char* call,
-                          int line) {
-  const char* message = mtk_last_error_message();
-  if (got != want) {
-    fprintf(stderr, "%s:%d: %s returned %d (%s), want %d; message: %s\n", __FILE__, line, call,
-            (int)got, mtk_status_string(got), (int)want, message);
-    ++failures;
-    return;
-  }
-  if (want != MTK_SUCCESS && needle != NULL && strstr(message, needle) == NULL) {
-    fprintf(stderr, "%s:%d: %s: message '%s' does not contain '%s'\n", __FILE__, line, call,
-            message, needle);
-    ++failures;
-  }
-}
-
-static mtk_tensor vec(void* data, mtk_dtype dtype, int64_t n) {
-  mtk_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
-
+/* Every matrix here is dense and row-major. */
 static mtk_tensor mat(void* data, mtk_dtype dtype, int64_t rows, int64_t cols) {
-  mtk_tensor t = vec(data, dtype, rows);
-  t.ndim = 2;
-  t.sizes[1] = cols;
-  t.strides[0] = cols;
-  t.strides[1] = 1;
-  return t;
+  return tensor2d(data, dtype, rows, cols, cols, 1);
 }
 
 static mtk_context ctx;
