@@ -12,7 +12,8 @@ $(RAGGED_C_TEST): tests/ragged/test_ragged.c tests/c/abi_test_support.h include/
 	$(CC) $(TEST_CFLAGS) -Iinclude $< -o $@ -lm -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))
 
-$(RAGGED_REFUSAL_TEST): tests/ragged/test_ragged_refusal.cpp $(HOST_OBJ)
+$(RAGGED_REFUSAL_TEST): tests/ragged/test_ragged_refusal.cpp tests/core/stand_in_backends.hpp \
+    $(HOST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $< $(HOST_OBJ) -o $@ $(LDFLAGS)
 

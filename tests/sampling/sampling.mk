@@ -16,7 +16,8 @@ $(SAMPLING_C_TEST): tests/sampling/test_sampling.c tests/c/abi_test_support.h in
 	$(CC) $(TEST_CFLAGS) -Iinclude $< -o $@ -lm -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))
 
-$(SAMPLING_REFUSAL_TEST): tests/sampling/test_sampling_refusal.cpp $(HOST_OBJ)
+$(SAMPLING_REFUSAL_TEST): tests/sampling/test_sampling_refusal.cpp \
+    tests/core/stand_in_backends.hpp $(HOST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $< $(HOST_OBJ) -o $@ $(LDFLAGS)
 
