@@ -4,7 +4,8 @@
 CUDA_CONFORMANCE := $(BUILD)/tests/cuda_conformance
 CUDA_CONFORMANCE_ARGS ?=
 
-$(CUDA_CONFORMANCE): tests/cuda/cuda_conformance.cpp include/metaltopk.h $(LIBRARY)
+$(CUDA_CONFORMANCE): tests/cuda/cuda_conformance.cpp tests/cuda/conformance_support.hpp \
+    include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude $< -o $@ -L$(BUILD) -lmetaltopk \
 	  -Wl,-rpath,$(abspath $(BUILD))
@@ -22,7 +23,8 @@ TEST_TARGETS += test-cuda
 ifneq ($(wildcard $(NVCC)),)
 CUDA_RAGGED_CONFORMANCE := $(BUILD)/tests/cuda_ragged_conformance
 
-$(CUDA_RAGGED_CONFORMANCE): tests/cuda/cuda_ragged_conformance.cpp include/metaltopk.h $(LIBRARY)
+$(CUDA_RAGGED_CONFORMANCE): tests/cuda/cuda_ragged_conformance.cpp \
+    tests/cuda/conformance_support.hpp include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude -I$(CUDA_HOME)/include $< -o $@ \
 	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) \
@@ -41,8 +43,8 @@ TEST_TARGETS += test-cuda-ragged
 # (no device) counts as skipped, as above.
 CUDA_SAMPLING_CONFORMANCE := $(BUILD)/tests/cuda_sampling_conformance
 
-$(CUDA_SAMPLING_CONFORMANCE): tests/cuda/cuda_sampling_conformance.cpp include/metaltopk.h \
-    $(LIBRARY)
+$(CUDA_SAMPLING_CONFORMANCE): tests/cuda/cuda_sampling_conformance.cpp \
+    tests/cuda/conformance_support.hpp include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Iinclude -I$(CUDA_HOME)/include $< -o $@ \
 	  -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) \

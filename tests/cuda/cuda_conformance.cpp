@@ -23,39 +23,18 @@
 #include <thread>
 #include <vector>
 
+#include "conformance_support.hpp"
 #include "metaltopk.h"
 
 namespace {
+
+using namespace conformance;
 
 int failures = 0;
 int cases = 0;
 // Device runs of each case: the second checks that the result repeats bit for bit. The
 // sanitizer sets run each case once, since a sanitizer multiplies every launch's time.
 int device_runs = 2;
-
-#define CHECK_OK(call)                                                                   \
-  do {                                                                                   \
-    mtk_status s_ = (call);                                                              \
-    if (s_ != MTK_SUCCESS) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
-                   mtk_status_string(s_), mtk_last_error_message());                     \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
-
-size_t dtype_size(mtk_dtype d) {
-  switch (d) {
-    case MTK_INT8: case MTK_UINT8: return 1;
-    case MTK_FLOAT16: case MTK_BFLOAT16: case MTK_INT16: return 2;
-    case MTK_FLOAT32: case MTK_INT32: return 4;
-    default: return 8;
-  }
-}
-
-const char* dtype_label(mtk_dtype d) {
-  static const char* names[] = {"f32", "f16", "bf16", "f64", "i8", "u8", "i16", "i32", "i64"};
-  return names[d];
-}
 
 // ---- the reference's own view of values: (is_nan, numeric value) ----------------------------
 
@@ -232,10 +211,6 @@ struct Case {
   Data data;
   Layout layout;
   bool largest, sorted, index32;
-};
-
-struct Contexts {
-  mtk_context cuda, cpu;
 };
 
 // Runs `c` on ctx; returns values (as raw bytes per [row][rank]) and indices.
@@ -744,22 +719,12 @@ int report(Contexts& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Line-buffered even into a file: a run its caller's time limit cuts short still shows
-  // how far it got.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (!cuda_backend_runs()) return 2;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool sampled_only = argc > 1 && std::strcmp(argv[1], "--sampled") == 0;
   const bool cluster_only = argc > 1 && std::strcmp(argv[1], "--cluster") == 0;
   const bool cluster_sanitize = argc > 1 && std::strcmp(argv[1], "--cluster-sanitize") == 0;
-  int compiled = 0, available = 0;
-  CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
-  if (!compiled || !available) {
-    std::printf("CUDA backend compiled=%d available=%d: nothing to test here\n", compiled, available);
-    return 2;
-  }
-  Contexts ctx{};
-  CHECK_OK(mtk_context_create(MTK_BACKEND_CUDA, 0, &ctx.cuda));
-  CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &ctx.cpu));
+  Contexts ctx = create_contexts();
   std::mt19937_64 rng(20261130);
 
   const mtk_dtype dtypes[] = {MTK_FLOAT32, MTK_FLOAT16, MTK_BFLOAT16, MTK_FLOAT64, MTK_INT8,

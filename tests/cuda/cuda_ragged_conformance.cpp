@@ -21,46 +21,15 @@
 #include <utility>
 #include <vector>
 
+#include "conformance_support.hpp"
 #include "metaltopk.h"
 
 namespace {
 
+using namespace conformance;
+
 int failures = 0;
 int cases = 0;
-
-#define CHECK_OK(call)                                                                   \
-  do {                                                                                   \
-    const mtk_status s_ = (call);                                                        \
-    if (s_ != MTK_SUCCESS) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
-                   mtk_status_string(s_), mtk_last_error_message());                     \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
-
-#define CHECK_CUDA(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
-                   cudaGetErrorString(e_));                                              \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
-
-size_t dtype_size(mtk_dtype d) {
-  switch (d) {
-    case MTK_INT8: case MTK_UINT8: return 1;
-    case MTK_FLOAT16: case MTK_BFLOAT16: case MTK_INT16: return 2;
-    case MTK_FLOAT32: case MTK_INT32: return 4;
-    default: return 8;
-  }
-}
-
-const char* dtype_label(mtk_dtype d) {
-  static const char* names[] = {"f32", "f16", "bf16", "f64", "i8", "u8", "i16", "i32", "i64"};
-  return names[d];
-}
 
 // Random bits with many ties and special values: small integers in the float formats (exact in
 // each), an eighth of them NaN, infinities or signed zeros.
@@ -461,20 +430,9 @@ void check_graph_replay(mtk_context cuda, mtk_context cpu, std::mt19937_64& rng)
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Line-buffered even into a file: a run its caller's time limit cuts short still shows
-  // how far it got.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (!cuda_backend_runs()) return 2;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  int compiled = 0, available = 0;
-  CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
-  if (!compiled || !available) {
-    std::printf("CUDA backend compiled=%d available=%d: nothing to test here\n", compiled,
-                available);
-    return 2;
-  }
-  mtk_context cuda = nullptr, cpu = nullptr;
-  CHECK_OK(mtk_context_create(MTK_BACKEND_CUDA, 0, &cuda));
-  CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu));
+  const auto [cuda, cpu] = create_contexts();
   std::mt19937_64 rng(20261203);
 
   // (rows, n, k): the block kernel (many rows, or short ones), the multi-block pipeline (few

@@ -24,41 +24,20 @@
 #include <string>
 #include <vector>
 
+#include "conformance_support.hpp"
 #include "metaltopk.h"
 
 namespace {
 
+using namespace conformance;
+
 int failures = 0;
 int cases = 0;
-
-#define CHECK_OK(call)                                                                   \
-  do {                                                                                   \
-    const mtk_status s_ = (call);                                                        \
-    if (s_ != MTK_SUCCESS) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
-                   mtk_status_string(s_), mtk_last_error_message());                     \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
-
-#define CHECK_CUDA(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
-                   cudaGetErrorString(e_));                                              \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 const char* op_label(mtk_sampling_op op) {
   static const char* names[] = {"top_k_mask_logits", "renorm_probs", "sample",
                                 "sample_from_logits"};
   return names[op];
-}
-
-const char* dtype_label(mtk_dtype d) {
-  return d == MTK_FLOAT32 ? "f32" : d == MTK_FLOAT16 ? "f16" : "bf16";
 }
 
 bool from_logits(mtk_sampling_op op) {
@@ -619,20 +598,9 @@ void check_graph_replay(mtk_context cuda, mtk_context cpu, std::mt19937_64& rng)
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Line-buffered even into a file: a run its caller's time limit cuts short still shows
-  // how far it got.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (!cuda_backend_runs()) return 2;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  int compiled = 0, available = 0;
-  CHECK_OK(mtk_backend_query(MTK_BACKEND_CUDA, &compiled, &available));
-  if (!compiled || !available) {
-    std::printf("CUDA backend compiled=%d available=%d: nothing to test here\n", compiled,
-                available);
-    return 2;
-  }
-  mtk_context cuda = nullptr, cpu = nullptr;
-  CHECK_OK(mtk_context_create(MTK_BACKEND_CUDA, 0, &cuda));
-  CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu));
+  const auto [cuda, cpu] = create_contexts();
   std::mt19937_64 rng(20261204);
   Generator gen{rng};
   const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS,
