@@ -1,6 +1,7 @@
 // What the CUDA conformance programs (cuda_conformance.cpp, cuda_ragged_conformance.cpp,
 // cuda_sampling_conformance.cpp) share: a check that ends the run at a failed call, dtype sizes
-// and names, and the start of main.
+// and names, and the start of main. The sampling kernel's emulation
+// (emulation/test_sampling_kernels.cpp) reaches the CPU backend with the same check.
 #pragma once
 
 #include <cstddef>

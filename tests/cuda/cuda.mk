@@ -87,7 +87,8 @@ $(BLOCK_EMULATION): tests/cuda/emulation/test_block_kernels.cpp $(EMULATION_HEAD
 SAMPLING_EMULATION := $(BUILD)/tests/cuda_sampling_emulation
 
 $(SAMPLING_EMULATION): tests/cuda/emulation/test_sampling_kernels.cpp \
-    tests/cuda/emulation/fiber_cuda.hpp lib/cuda/sampling_rows.cuh lib/cuda/sampling_block.cuh \
+    tests/cuda/emulation/fiber_cuda.hpp tests/cuda/conformance_support.hpp \
+    lib/cuda/sampling_rows.cuh lib/cuda/sampling_block.cuh \
     lib/core/sampling_math.hpp lib/core/float_formats.hpp include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMULATION_FLAGS) $< -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD))

@@ -33,6 +33,7 @@ inline unsigned long long atomicAdd(unsigned long long* address, unsigned long l
   return old;
 }
 
+#include "../conformance_support.hpp"
 #include "cuda/sampling_rows.cuh"
 #include "metaltopk.h"
 
@@ -41,16 +42,6 @@ namespace {
 using namespace mtk::cuda::sampling;
 
 int failures = 0, cases = 0;
-
-#define CHECK_OK(call)                                                                   \
-  do {                                                                                   \
-    const mtk_status s_ = (call);                                                        \
-    if (s_ != MTK_SUCCESS) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,           \
-                   mtk_status_string(s_), mtk_last_error_message());                     \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 SharedState shared_state;  // the block's shared memory, one for all fibers
 
