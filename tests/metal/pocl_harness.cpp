@@ -198,12 +198,7 @@ struct Outputs {
 
 class Harness {
  public:
-  Harness(const std::string& spir) : pocl_(spir) {
-    check_mtk(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu_), "mtk_context_create(cpu)");
-  }
-  ~Harness() { mtk_context_destroy(cpu_); }
-  Harness(const Harness&) = delete;
-  Harness& operator=(const Harness&) = delete;
+  Harness(const std::string& spir) : pocl_(spir) {}
 
   // Runs one case; returns false (after printing why) on any mismatch.
   bool run(const Case& c, mtk_dtype dtype, uint32_t seed) {
@@ -326,7 +321,7 @@ class Harness {
     const mtk_tensor ti = descriptor(in, dtype, input.data());
     const mtk_tensor tv = descriptor(vals, dtype, out.values.data());
     const mtk_tensor tx = descriptor(idxs, c.index_dtype, out.indices.data());
-    check_mtk(mtk_topk(cpu_, &ti, c.k, c.dim, c.largest, c.sorted, &tv, &tx, nullptr), "mtk_topk(cpu)");
+    check_mtk(mtk_topk(cpu_.get(), &ti, c.k, c.dim, c.largest, c.sorted, &tv, &tx, nullptr), "mtk_topk(cpu)");
     return out;
   }
 
@@ -405,7 +400,7 @@ class Harness {
   }
 
   PoclRuntime pocl_;
-  mtk_context cpu_ = nullptr;
+  CpuContext cpu_ = create_cpu_context();
   std::map<std::string, int> kernel_runs_;
   std::map<std::string, int> class_runs_;
 };
@@ -462,12 +457,8 @@ std::vector<Case> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <kernels.bc>\n", argv[0]);
-    return 2;
-  }
-  try {
-    Harness harness(argv[1]);
+  return harness_main(argc, argv, [](const char* spir) {
+    Harness harness(spir);
     int failures = 0, ran = 0;
     uint32_t seed = 1;
     for (const Case& c : cases()) {
@@ -500,8 +491,5 @@ int main(int argc, char** argv) {
     }
     if (missing > 0) std::printf("FAIL: %d kernel/dtype or class/dtype combinations never ran and matched\n", missing);
     return failures == 0 && missing == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+  });
 }

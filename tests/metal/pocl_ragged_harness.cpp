@@ -202,12 +202,7 @@ int64_t expected_winners(const Case& c, const CallTensors& t, int64_t r) {
 
 class Harness {
  public:
-  explicit Harness(const std::string& spir) : pocl_(spir) {
-    check_mtk(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu_), "mtk_context_create(cpu)");
-  }
-  ~Harness() { mtk_context_destroy(cpu_); }
-  Harness(const Harness&) = delete;
-  Harness& operator=(const Harness&) = delete;
+  explicit Harness(const std::string& spir) : pocl_(spir) {}
 
   bool run(const Case& c, mtk_dtype dtype, uint32_t seed) {
     CallTensors t = make_tensors(c, dtype, seed);
@@ -336,7 +331,7 @@ class Harness {
     const mtk_tensor indices = bound(t.indices);
     const mtk_tensor* values_arg = c.with_values ? &values : nullptr;
     if (!c.ragged) {
-      check_mtk(mtk_topk(cpu_, &input, c.k, 1, c.largest, c.sorted, values_arg, &indices, nullptr), "mtk_topk(cpu)");
+      check_mtk(mtk_topk(cpu_.get(), &input, c.k, 1, c.largest, c.sorted, values_arg, &indices, nullptr), "mtk_topk(cpu)");
     } else {
       const mtk_tensor lengths = bound(t.lengths), starts = bound(t.starts), offsets = bound(t.offsets),
                        table = bound(t.page_table), row_to_batch = bound(t.row_to_batch);
@@ -348,7 +343,7 @@ class Harness {
       params.page_table = t.has_table ? &table : nullptr;
       params.page_size = t.has_table ? c.page_size : 1;
       params.row_to_batch = t.has_row_to_batch ? &row_to_batch : nullptr;
-      check_mtk(mtk_topk_ragged(cpu_, &input, c.k, c.largest, c.sorted, &params, values_arg, &indices, nullptr),
+      check_mtk(mtk_topk_ragged(cpu_.get(), &input, c.k, c.largest, c.sorted, &params, values_arg, &indices, nullptr),
                 "mtk_topk_ragged(cpu)");
     }
     return Outputs{t.values.bytes, t.indices.bytes, {}};
@@ -398,7 +393,7 @@ class Harness {
   }
 
   PoclRuntime pocl_;
-  mtk_context cpu_ = nullptr;
+  CpuContext cpu_ = create_cpu_context();
   std::map<std::string, int> kernel_runs_;
 };
 
@@ -446,12 +441,8 @@ std::vector<Case> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <kernels.bc>\n", argv[0]);
-    return 2;
-  }
-  try {
-    Harness harness(argv[1]);
+  return harness_main(argc, argv, [](const char* spir) {
+    Harness harness(spir);
     int failures = 0, ran = 0;
     uint32_t seed = 1000;
     for (const Case& c : cases()) {
@@ -477,8 +468,5 @@ int main(int argc, char** argv) {
     }
     if (missing > 0) std::printf("FAIL: %d kernel/dtype combinations never ran and matched\n", missing);
     return failures == 0 && missing == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+  });
 }

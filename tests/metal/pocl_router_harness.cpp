@@ -188,12 +188,7 @@ struct Outputs {
 
 class RouterHarness {
  public:
-  explicit RouterHarness(const std::string& spir) : pocl_(spir) {
-    check_mtk(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu_), "mtk_context_create(cpu)");
-  }
-  ~RouterHarness() { mtk_context_destroy(cpu_); }
-  RouterHarness(const RouterHarness&) = delete;
-  RouterHarness& operator=(const RouterHarness&) = delete;
+  explicit RouterHarness(const std::string& spir) : pocl_(spir) {}
 
   double worst_relative_error() const { return worst_relative_error_; }
 
@@ -237,7 +232,7 @@ class RouterHarness {
     const mtk_tensor tl = logits.descriptor(c.dtype);
     const mtk_tensor tw = cpu_weights.descriptor(MTK_FLOAT32);
     const mtk_tensor ti = cpu_ids.descriptor(c.index_dtype);
-    check_mtk(mtk_moe_route(cpu_, &tl, &params, &tw, &ti, nullptr), "mtk_moe_route(cpu)");
+    check_mtk(mtk_moe_route(cpu_.get(), &tl, &params, &tw, &ti, nullptr), "mtk_moe_route(cpu)");
     const Outputs cpu{cpu_weights.bytes, cpu_ids.bytes};
 
     mtk::RouterProblem problem{};
@@ -360,7 +355,7 @@ class RouterHarness {
   }
 
   PoclRuntime pocl_;
-  mtk_context cpu_ = nullptr;
+  CpuContext cpu_ = create_cpu_context();
   double worst_relative_error_ = 0.0;
   std::map<uint32_t, int> threads_seen_;
 };
@@ -427,12 +422,8 @@ std::vector<Case> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <kernels.bc>\n", argv[0]);
-    return 2;
-  }
-  try {
-    RouterHarness harness(argv[1]);
+  return harness_main(argc, argv, [](const char* spir) {
+    RouterHarness harness(spir);
     int failures = 0, ran = 0;
     uint64_t seed = 1;
     for (const Case& c : cases()) {
@@ -446,8 +437,5 @@ int main(int argc, char** argv) {
     for (const auto& [threads, count] : harness.threads_seen()) std::printf(" %u:%d", threads, count);
     std::printf("\n");
     return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+  });
 }

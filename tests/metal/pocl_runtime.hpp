@@ -1,17 +1,22 @@
-// The OpenCL side of the PoCL harnesses (tests/metal/pocl_harness.cpp for top-k,
-// tests/metal/pocl_router_harness.cpp for the MoE router): owned OpenCL handles, the PoCL
-// device, and the offline-compiled SPIR program of the Metal kernels with its kernels by name.
+// The OpenCL side of the PoCL harnesses (tests/metal/pocl_*harness.cpp): owned OpenCL handles,
+// the PoCL device, and the offline-compiled SPIR program of the Metal kernels with its kernels
+// by name; and what every harness's main shares: the CPU backend's context it compares the
+// kernels with, and the start and failure handling of main.
 #pragma once
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "metaltopk.h"
@@ -113,5 +118,29 @@ class PoclRuntime {
   ClProgram program_;
   std::map<std::string, ClKernel> kernels_;
 };
+
+// The CPU backend's context: every kernel result is compared with the CPU backend's.
+using CpuContext = std::unique_ptr<std::remove_pointer_t<mtk_context>, decltype(&mtk_context_destroy)>;
+
+inline CpuContext create_cpu_context() {
+  mtk_context ctx = nullptr;
+  check_mtk(mtk_context_create(MTK_BACKEND_CPU, 0, &ctx), "mtk_context_create(cpu)");
+  return CpuContext(ctx, mtk_context_destroy);
+}
+
+// A harness's main: `run(spir_path)` gives the exit status; a throw anywhere is a failure.
+template <class Run>
+int harness_main(int argc, char** argv, Run run) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <kernels.bc>\n", argv[0]);
+    return 2;
+  }
+  try {
+    return run(argv[1]);
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+}
 
 }  // namespace mtk_pocl

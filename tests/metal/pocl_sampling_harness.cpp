@@ -330,12 +330,7 @@ Call single_row(const Call& batch, int64_t r) {
 
 class Harness {
  public:
-  explicit Harness(const std::string& spir) : pocl_(spir) {
-    check_mtk(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu_), "mtk_context_create(cpu)");
-  }
-  ~Harness() { mtk_context_destroy(cpu_); }
-  Harness(const Harness&) = delete;
-  Harness& operator=(const Harness&) = delete;
+  explicit Harness(const std::string& spir) : pocl_(spir) {}
 
   // The whole output buffer after the Metal kernel ran on PoCL.
   std::vector<unsigned char> run_metal(Call& call) {
@@ -391,16 +386,16 @@ class Harness {
     const mtk_tensor uniforms = call.uniforms_tensor.bound();
     switch (call.c.op) {
       case MTK_SAMPLING_TOP_K_MASK_LOGITS:
-        check_mtk(mtk_top_k_mask_logits(cpu_, &input, &params, &output, nullptr), "mtk_top_k_mask_logits(cpu)");
+        check_mtk(mtk_top_k_mask_logits(cpu_.get(), &input, &params, &output, nullptr), "mtk_top_k_mask_logits(cpu)");
         break;
       case MTK_SAMPLING_RENORM_PROBS:
-        check_mtk(mtk_renorm_probs(cpu_, &input, &params, &output, nullptr), "mtk_renorm_probs(cpu)");
+        check_mtk(mtk_renorm_probs(cpu_.get(), &input, &params, &output, nullptr), "mtk_renorm_probs(cpu)");
         break;
       case MTK_SAMPLING_SAMPLE:
-        check_mtk(mtk_sample(cpu_, &input, &params, &uniforms, &output, nullptr), "mtk_sample(cpu)");
+        check_mtk(mtk_sample(cpu_.get(), &input, &params, &uniforms, &output, nullptr), "mtk_sample(cpu)");
         break;
       case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
-        check_mtk(mtk_sample_from_logits(cpu_, &input, &params, &uniforms, &output, nullptr),
+        check_mtk(mtk_sample_from_logits(cpu_.get(), &input, &params, &uniforms, &output, nullptr),
                   "mtk_sample_from_logits(cpu)");
         break;
     }
@@ -459,7 +454,7 @@ class Harness {
   }
 
   PoclRuntime pocl_;
-  mtk_context cpu_ = nullptr;
+  CpuContext cpu_ = create_cpu_context();
 };
 
 std::vector<Case> cases() {
@@ -597,14 +592,10 @@ int check_plan() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <kernels.bc>\n", argv[0]);
-    return 2;
-  }
-  try {
+  return harness_main(argc, argv, [](const char* spir) {
     const int plan_failures = check_plan();
     std::printf("Metal sampling plan: %s\n", plan_failures == 0 ? "every check passed" : "checks failed");
-    Harness harness(argv[1]);
+    Harness harness(spir);
     int failures = 0, ran = 0;
     uint64_t seed = 5000;
     const std::vector<Case> all = cases();
@@ -616,8 +607,5 @@ int main(int argc, char** argv) {
     std::printf("PoCL sampling: %d cases ran (each also with 3 of its rows alone), %d matched the CPU backend bit for bit\n",
                 ran, ran - failures);
     return failures == 0 && plan_failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+  });
 }
