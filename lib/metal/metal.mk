@@ -116,7 +116,8 @@ $(METAL_TEST_DIR)/kernels.bc: tests/metal/pocl_kernels.clcpp $(METAL_KERNEL_SOUR
 	  -finclude-default-header -Itests/metal/compat -Ilib/metal -Wno-unknown-attributes -O2 $< -o $@
 
 $(METAL_TEST_DIR)/pocl_harness: tests/metal/pocl_harness.cpp tests/metal/pocl_runtime.hpp tests/metal/pocl_test_data.hpp \
-                                $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) lib/core/ordered_key.hpp $(LIBRARY)
+                                tests/metal/pocl_topk_support.hpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) \
+                                lib/core/ordered_key.hpp $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_harness.cpp $(METAL_PLAN_SRC) \
 	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL
@@ -126,7 +127,8 @@ test-metal-pocl: $(METAL_TEST_DIR)/pocl_harness $(METAL_TEST_DIR)/kernels.bc
 
 # Ragged rows and indices only (mtk_topk_ragged; values = NULL in both calls) against the CPU backend.
 $(METAL_TEST_DIR)/pocl_ragged_harness: tests/metal/pocl_ragged_harness.cpp tests/metal/pocl_runtime.hpp \
-                                       tests/metal/pocl_test_data.hpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)
+                                       tests/metal/pocl_test_data.hpp tests/metal/pocl_topk_support.hpp \
+                                       $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_ragged_harness.cpp $(METAL_PLAN_SRC) \
 	  -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD)) -lOpenCL

@@ -25,6 +25,7 @@
 #include "metaltopk.h"
 #include "pocl_runtime.hpp"
 #include "pocl_test_data.hpp"
+#include "pocl_topk_support.hpp"
 
 namespace {
 
@@ -279,31 +280,10 @@ class Harness {
     ClBuffer values = pocl_.buffer(values_bytes, canary_values.data());
     ClBuffer indices = pocl_.buffer(indices_bytes, canary_indices.data());
     ClBuffer params = pocl_.buffer(sizeof plan.params, &plan.params);
-    ClBuffer workspace;
-    if (plan.workspace_bytes > 0) {
-      // Garbage in the workspace must not matter: the plan never reads what it did not write.
-      std::vector<unsigned char> garbage(plan.workspace_bytes, 0x5a);
-      workspace = pocl_.buffer(plan.workspace_bytes, garbage.data());
-    }
-    std::vector<ClBuffer> passes;
-    for (const MetalDispatch& d : plan.dispatches) {
-      cl_kernel kernel = pocl_.kernel(d.function);
-      passes.push_back(pocl_.buffer(sizeof d.pass, &d.pass));
-      const cl_mem buffers[6] = {in.get(), values.get(), indices.get(), params.get(), passes.back().get(), workspace.get()};
-      for (cl_uint a = 0; a < 6; ++a) check_cl(clSetKernelArg(kernel, a, sizeof(cl_mem), &buffers[a]), "clSetKernelArg");
-      for (cl_uint t = 0; t < mtk::kMetalThreadgroupBuffers; ++t) {
-        check_cl(clSetKernelArg(kernel, 6 + t, d.threadgroup_bytes[t], nullptr), "clSetKernelArg(local)");
-      }
-      // A dense call binds the input in the ragged tensors' slots (never read).
-      for (cl_uint r = 0; r < mtk::kMetalRaggedBuffers; ++r) {
-        check_cl(clSetKernelArg(kernel, 6 + mtk::kMetalThreadgroupBuffers + r, sizeof(cl_mem), &buffers[0]),
-                 "clSetKernelArg(ragged)");
-      }
-      const size_t global[2] = {size_t(d.threadgroups_x) * d.threads, d.threadgroups_y};
-      const size_t local[2] = {d.threads, 1};
-      check_cl(clEnqueueNDRangeKernel(pocl_.queue(), kernel, 2, nullptr, global, local, 0, nullptr, nullptr),
-               ("clEnqueueNDRangeKernel " + d.function).c_str());
-    }
+    // A dense call binds the input in the ragged tensors' slots (never read).
+    cl_mem ragged_slots[mtk::kMetalRaggedBuffers];
+    for (cl_mem& slot : ragged_slots) slot = in.get();
+    run_dispatches(pocl_, plan, in.get(), values.get(), indices.get(), params.get(), ragged_slots);
     Outputs out;
     out.values.resize(values_bytes);
     out.indices.resize(indices_bytes);
@@ -405,18 +385,6 @@ class Harness {
   std::map<std::string, int> class_runs_;
 };
 
-// Limits small enough to reach the multi-pass and device-memory-sort paths with small inputs.
-MetalLimits small_limits() {
-  MetalLimits l;
-  l.max_threads = 256;
-  l.huge_row_min_n = 2000;
-  l.huge_row_max_rows = 4;
-  l.huge_block_min_elems = 256;
-  l.huge_max_blocks = 16;
-  l.sort_tile_max = 64;
-  return l;
-}
-
 std::vector<Case> cases() {
   const MetalLimits apple;
   const MetalLimits small = small_limits();
@@ -459,31 +427,12 @@ std::vector<Case> cases() {
 int main(int argc, char** argv) {
   return harness_main(argc, argv, [](const char* spir) {
     Harness harness(spir);
-    int failures = 0, ran = 0;
-    uint32_t seed = 1;
-    for (const Case& c : cases()) {
-      for (mtk_dtype dtype : kDtypes) {
-        ++ran;
-        if (!harness.run(c, dtype, seed++)) ++failures;
-      }
-    }
+    const auto [ran, failures] = run_in_every_dtype(harness, cases(), 1);
     std::printf("PoCL: %d kernel cases ran, %d matched the CPU backend and the reference bit for bit\n", ran, ran - failures);
     std::printf("per shape class and dtype (cases):\n");
     for (const auto& [name, count] : harness.class_runs()) std::printf("  %-12s %d\n", name.c_str(), count);
-    std::printf("per kernel and dtype (dispatches in matching cases):\n");
-    int missing = 0;
     // The dense kernels; mtk_ragged_finish is pocl_ragged_harness's.
-    for (int kernel = 0; kernel <= int(mtk::MetalKernel::SortStore); ++kernel) {
-      std::printf("  %-20s", mtk::metal_kernel_name(mtk::MetalKernel(kernel)));
-      for (mtk_dtype dtype : kDtypes) {
-        const std::string name = std::string(mtk::metal_kernel_name(mtk::MetalKernel(kernel))) + "_" + mtk::metal_dtype_suffix(dtype);
-        const auto found = harness.kernel_runs().find(name);
-        const int count = found == harness.kernel_runs().end() ? 0 : found->second;
-        std::printf(" %s:%d", mtk::metal_dtype_suffix(dtype), count);
-        if (count == 0) ++missing;
-      }
-      std::printf("\n");
-    }
+    int missing = report_kernel_runs(harness.kernel_runs(), mtk::MetalKernel::SortStore);
     for (const char* cls : {"short", "long", "huge"}) {
       for (mtk_dtype dtype : kDtypes) {
         if (!harness.class_runs().count(std::string(cls) + " " + mtk::metal_dtype_suffix(dtype))) ++missing;

@@ -25,6 +25,7 @@
 #include "metaltopk.h"
 #include "pocl_runtime.hpp"
 #include "pocl_test_data.hpp"
+#include "pocl_topk_support.hpp"
 
 namespace {
 
@@ -52,18 +53,6 @@ struct Case {
   MetalLimits limits;
   bool ragged = true;  // false: a dense mtk_topk call without values
 };
-
-// Limits small enough to reach the multi-pass and device-memory-sort paths with small inputs.
-MetalLimits small_limits() {
-  MetalLimits l;
-  l.max_threads = 256;
-  l.huge_row_min_n = 2000;
-  l.huge_row_max_rows = 4;
-  l.huge_block_min_elems = 256;
-  l.huge_max_blocks = 16;
-  l.sort_tile_max = 64;
-  return l;
-}
 
 // A host tensor and where its bytes go on the device.
 struct HostTensor {
@@ -290,30 +279,8 @@ class Harness {
       ragged.push_back(pocl_.buffer(sources[r]->bytes.size(), sources[r]->bytes.data()));
       ragged_slots[r] = ragged.back().get();
     }
-    ClBuffer workspace;
-    if (plan.workspace_bytes > 0) {
-      const std::vector<unsigned char> garbage(plan.workspace_bytes, 0x5a);
-      workspace = pocl_.buffer(plan.workspace_bytes, garbage.data());
-    }
-    std::vector<ClBuffer> passes;
-    for (const MetalDispatch& d : plan.dispatches) {
-      cl_kernel kernel = pocl_.kernel(d.function);
-      passes.push_back(pocl_.buffer(sizeof d.pass, &d.pass));
-      const cl_mem buffers[6] = {in.get(), c.with_values ? values.get() : in.get(), indices.get(), params.get(),
-                                 passes.back().get(), workspace.get()};
-      for (cl_uint a = 0; a < 6; ++a) check_cl(clSetKernelArg(kernel, a, sizeof(cl_mem), &buffers[a]), "clSetKernelArg");
-      for (cl_uint b = 0; b < mtk::kMetalThreadgroupBuffers; ++b) {
-        check_cl(clSetKernelArg(kernel, 6 + b, d.threadgroup_bytes[b], nullptr), "clSetKernelArg(local)");
-      }
-      for (cl_uint r = 0; r < mtk::kMetalRaggedBuffers; ++r) {
-        check_cl(clSetKernelArg(kernel, 6 + mtk::kMetalThreadgroupBuffers + r, sizeof(cl_mem), &ragged_slots[r]),
-                 "clSetKernelArg(ragged)");
-      }
-      const size_t global[2] = {size_t(d.threadgroups_x) * d.threads, d.threadgroups_y};
-      const size_t local[2] = {d.threads, 1};
-      check_cl(clEnqueueNDRangeKernel(pocl_.queue(), kernel, 2, nullptr, global, local, 0, nullptr, nullptr),
-               ("clEnqueueNDRangeKernel " + d.function).c_str());
-    }
+    run_dispatches(pocl_, plan, in.get(), c.with_values ? values.get() : in.get(), indices.get(), params.get(),
+                   ragged_slots);
     Outputs out;
     out.values.resize(t.values.bytes.size());
     out.indices.resize(t.indices.bytes.size());
@@ -443,29 +410,10 @@ std::vector<Case> cases() {
 int main(int argc, char** argv) {
   return harness_main(argc, argv, [](const char* spir) {
     Harness harness(spir);
-    int failures = 0, ran = 0;
-    uint32_t seed = 1000;
-    for (const Case& c : cases()) {
-      for (mtk_dtype dtype : kDtypes) {
-        ++ran;
-        if (!harness.run(c, dtype, seed++)) ++failures;
-      }
-    }
+    const auto [ran, failures] = run_in_every_dtype(harness, cases(), 1000);
     std::printf("PoCL ragged and indices-only: %d cases ran, %d matched the CPU backend bit for bit\n", ran,
                 ran - failures);
-    std::printf("per kernel and dtype (dispatches in matching cases):\n");
-    int missing = 0;
-    for (int kernel = 0; kernel <= int(mtk::MetalKernel::Last); ++kernel) {
-      std::printf("  %-20s", mtk::metal_kernel_name(mtk::MetalKernel(kernel)));
-      for (mtk_dtype dtype : kDtypes) {
-        const std::string name = std::string(mtk::metal_kernel_name(mtk::MetalKernel(kernel))) + "_" + mtk::metal_dtype_suffix(dtype);
-        const auto found = harness.kernel_runs().find(name);
-        const int count = found == harness.kernel_runs().end() ? 0 : found->second;
-        std::printf(" %s:%d", mtk::metal_dtype_suffix(dtype), count);
-        if (count == 0) ++missing;
-      }
-      std::printf("\n");
-    }
+    const int missing = report_kernel_runs(harness.kernel_runs(), mtk::MetalKernel::Last);
     if (missing > 0) std::printf("FAIL: %d kernel/dtype combinations never ran and matched\n", missing);
     return failures == 0 && missing == 0 ? 0 : 1;
   });
