@@ -148,6 +148,7 @@ test-metal-pocl-router: $(METAL_TEST_DIR)/pocl_router_harness $(METAL_TEST_DIR)/
 # The sampling filters and samplers (mtk_top_k_mask_logits, mtk_renorm_probs, mtk_sample,
 # mtk_sample_from_logits) against the CPU backend.
 $(METAL_TEST_DIR)/pocl_sampling_harness: tests/metal/pocl_sampling_harness.cpp tests/metal/pocl_runtime.hpp \
+                                         tests/metal/pocl_test_data.hpp \
                                          $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS) $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/pocl_sampling_harness.cpp $(METAL_PLAN_SRC) \

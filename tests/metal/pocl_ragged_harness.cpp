@@ -54,26 +54,15 @@ struct Case {
   bool ragged = true;  // false: a dense mtk_topk call without values
 };
 
-// A host tensor and where its bytes go on the device.
-struct HostTensor {
-  std::vector<unsigned char> bytes;
-  mtk_tensor descriptor{};
-};
-
 void put(std::vector<unsigned char>& bytes, mtk_dtype dtype, int64_t at, int64_t value) {
   std::memcpy(&bytes[size_t(at) * dtype_size(dtype)], &value, dtype_size(dtype));  // little-endian
 }
 
 // A [size] vector of int32 or int64 entries `stride` elements apart.
 HostTensor row_vector(mtk_dtype dtype, int64_t stride, const std::vector<int64_t>& values) {
-  HostTensor t;
   const int64_t size = int64_t(values.size());
-  t.bytes.assign(size_t(std::max<int64_t>((size - 1) * stride + 1, 1)) * dtype_size(dtype), 0);
+  HostTensor t = host_vector(dtype, size, stride, 0);
   for (int64_t i = 0; i < size; ++i) put(t.bytes, dtype, i * stride, values[size_t(i)]);
-  t.descriptor.dtype = dtype;
-  t.descriptor.ndim = 1;
-  t.descriptor.sizes[0] = size;
-  t.descriptor.strides[0] = stride;
   return t;
 }
 
@@ -87,12 +76,6 @@ HostTensor matrix(mtk_dtype dtype, int64_t rows, int64_t cols, int64_t row_strid
   t.descriptor.strides[0] = row_stride;
   t.descriptor.strides[1] = 1;
   return t;
-}
-
-mtk_tensor bound(HostTensor& t) {
-  mtk_tensor d = t.descriptor;
-  d.data = t.bytes.data();
-  return d;
 }
 
 mtk::RowVector plan_vector(const HostTensor* t) {
@@ -293,15 +276,15 @@ class Harness {
 
   // Copies, since mtk_tensor carries non-const data pointers.
   Outputs run_cpu(const Case& c, CallTensors t) {
-    const mtk_tensor input = bound(t.input);
-    const mtk_tensor values = bound(t.values);
-    const mtk_tensor indices = bound(t.indices);
+    const mtk_tensor input = t.input.bound();
+    const mtk_tensor values = t.values.bound();
+    const mtk_tensor indices = t.indices.bound();
     const mtk_tensor* values_arg = c.with_values ? &values : nullptr;
     if (!c.ragged) {
       check_mtk(mtk_topk(cpu_.get(), &input, c.k, 1, c.largest, c.sorted, values_arg, &indices, nullptr), "mtk_topk(cpu)");
     } else {
-      const mtk_tensor lengths = bound(t.lengths), starts = bound(t.starts), offsets = bound(t.offsets),
-                       table = bound(t.page_table), row_to_batch = bound(t.row_to_batch);
+      const mtk_tensor lengths = t.lengths.bound(), starts = t.starts.bound(), offsets = t.offsets.bound(),
+                       table = t.page_table.bound(), row_to_batch = t.row_to_batch.bound();
       mtk_ragged_params params = MTK_RAGGED_PARAMS_INIT;
       params.lengths = &lengths;
       params.starts = t.has_starts ? &starts : nullptr;

@@ -30,6 +30,7 @@
 #include "metal/metal_sampling_plan.hpp"
 #include "metaltopk.h"
 #include "pocl_runtime.hpp"
+#include "pocl_test_data.hpp"
 
 namespace {
 
@@ -155,22 +156,9 @@ const char* op_name(mtk_sampling_op op) {
 
 const char* param_name(Param p) { return p == Param::Unset ? "-" : p == Param::Scalar ? "scalar" : "per-row"; }
 
-// A host tensor: its bytes and its descriptor (data bound when called).
-struct HostTensor {
-  std::vector<unsigned char> bytes;
-  mtk_tensor descriptor{};
-
-  mtk_tensor bound() {
-    mtk_tensor d = descriptor;
-    d.data = bytes.data();
-    return d;
-  }
-};
-
 HostTensor vector_tensor(mtk_dtype dtype, int64_t stride, const std::vector<double>& values) {
-  HostTensor t;
   const int64_t size = int64_t(values.size());
-  t.bytes.assign(size_t((size - 1) * stride + 1) * element_size(dtype), 0xcd);
+  HostTensor t = host_vector(dtype, size, stride, 0xcd);
   for (int64_t r = 0; r < size; ++r) {
     unsigned char* at = &t.bytes[size_t(r * stride) * element_size(dtype)];
     if (dtype == MTK_FLOAT32) {
@@ -184,10 +172,6 @@ HostTensor vector_tensor(mtk_dtype dtype, int64_t stride, const std::vector<doub
       std::memcpy(at, &v, 8);
     }
   }
-  t.descriptor.dtype = dtype;
-  t.descriptor.ndim = 1;
-  t.descriptor.sizes[0] = size;
-  t.descriptor.strides[0] = stride;
   return t;
 }
 
@@ -445,12 +429,6 @@ class Harness {
       break;
     }
     return false;
-  }
-
-  static uint64_t load_bits(const unsigned char* p, size_t size) {
-    uint64_t v = 0;
-    std::memcpy(&v, p, size);
-    return v;
   }
 
   PoclRuntime pocl_;

@@ -1,7 +1,8 @@
-// What the PoCL harnesses share about test data: element sizes, raw bits, and the bit patterns
-// that stress the contract (NaNs, infinities, both zeros, ties).
+// What the PoCL harnesses share about test data: element sizes, raw bits, the bit patterns that
+// stress the contract (NaNs, infinities, both zeros, ties), and tensors in host memory.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -43,5 +44,29 @@ inline std::vector<uint64_t> special_bits(mtk_dtype d) {
 
 inline const mtk_dtype kDtypes[] = {MTK_FLOAT32, MTK_FLOAT16, MTK_BFLOAT16, MTK_INT8,
                                     MTK_UINT8,   MTK_INT16,   MTK_INT32,    MTK_INT64};
+
+// A tensor in host memory: its bytes, and its descriptor with the data bound at the call (until
+// then the bytes may still move).
+struct HostTensor {
+  std::vector<unsigned char> bytes;
+  mtk_tensor descriptor{};
+
+  mtk_tensor bound() {
+    mtk_tensor d = descriptor;
+    d.data = bytes.data();
+    return d;
+  }
+};
+
+// A vector of `size` elements `stride` apart, every byte `fill` until the caller writes them.
+inline HostTensor host_vector(mtk_dtype dtype, int64_t size, int64_t stride, unsigned char fill) {
+  HostTensor t;
+  t.bytes.assign(size_t(std::max<int64_t>((size - 1) * stride + 1, 1)) * dtype_size(dtype), fill);
+  t.descriptor.dtype = dtype;
+  t.descriptor.ndim = 1;
+  t.descriptor.sizes[0] = size;
+  t.descriptor.strides[0] = stride;
+  return t;
+}
 
 }  // namespace mtk_pocl
