@@ -288,16 +288,8 @@ class RouterHarness {
     ClBuffer weights = pocl_.buffer(weights_canary.size(), weights_canary.data());
     ClBuffer ids = pocl_.buffer(ids_canary.size(), ids_canary.data());
     ClBuffer params = pocl_.buffer(sizeof plan.params, &plan.params);
-    cl_kernel kernel = pocl_.kernel(plan.function);
     const cl_mem buffers[5] = {in.get(), bias_buffer.get(), weights.get(), ids.get(), params.get()};
-    for (cl_uint a = 0; a < 5; ++a) check_cl(clSetKernelArg(kernel, a, sizeof(cl_mem), &buffers[a]), "clSetKernelArg");
-    for (cl_uint t = 0; t < mtk::kRouterThreadgroupBuffers; ++t) {
-      check_cl(clSetKernelArg(kernel, 5 + t, plan.threadgroup_bytes[t], nullptr), "clSetKernelArg(local)");
-    }
-    const size_t global[2] = {plan.threads, plan.threadgroups_y};
-    const size_t local[2] = {plan.threads, 1};
-    check_cl(clEnqueueNDRangeKernel(pocl_.queue(), kernel, 2, nullptr, global, local, 0, nullptr, nullptr),
-             ("clEnqueueNDRangeKernel " + plan.function).c_str());
+    pocl_.run_kernel(plan.function, buffers, plan.threadgroup_bytes, plan.threads, plan.threadgroups_y);
     Outputs out{std::vector<unsigned char>(weights_canary.size()), std::vector<unsigned char>(ids_canary.size())};
     pocl_.read(weights, out.weights.data(), out.weights.size());
     pocl_.read(ids, out.ids.data(), out.ids.size());

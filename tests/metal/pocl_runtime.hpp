@@ -8,6 +8,8 @@
 #include <CL/cl.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -107,6 +109,22 @@ class PoclRuntime {
 
   void read(const ClBuffer& b, void* out, size_t bytes) {
     check_cl(clEnqueueReadBuffer(queue_.get(), b.get(), CL_TRUE, 0, bytes, out, 0, nullptr, nullptr), "clEnqueueReadBuffer");
+  }
+
+  // Runs `function` once on a column of `threadgroups_y` threadgroups of `threads` threads, bound
+  // as the router and sampling kernels are: `buffers`, then threadgroup memory of each size.
+  template <size_t Buffers, size_t ThreadgroupBuffers>
+  void run_kernel(const std::string& function, const cl_mem (&buffers)[Buffers],
+                  const uint32_t (&threadgroup_bytes)[ThreadgroupBuffers], uint32_t threads, uint32_t threadgroups_y) {
+    cl_kernel k = kernel(function);
+    for (cl_uint a = 0; a < Buffers; ++a) check_cl(clSetKernelArg(k, a, sizeof(cl_mem), &buffers[a]), "clSetKernelArg");
+    for (cl_uint t = 0; t < ThreadgroupBuffers; ++t) {
+      check_cl(clSetKernelArg(k, Buffers + t, threadgroup_bytes[t], nullptr), "clSetKernelArg(local)");
+    }
+    const size_t global[2] = {threads, threadgroups_y};
+    const size_t local[2] = {threads, 1};
+    check_cl(clEnqueueNDRangeKernel(queue_.get(), k, 2, nullptr, global, local, 0, nullptr, nullptr),
+             ("clEnqueueNDRangeKernel " + function).c_str());
   }
 
   cl_command_queue queue() const { return queue_.get(); }

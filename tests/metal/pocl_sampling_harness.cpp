@@ -345,15 +345,7 @@ class Harness {
       }
       bindings[mtk::kMetalSamplingBinding[slot]] = bound;
     }
-    cl_kernel kernel = pocl_.kernel(plan.function);
-    for (cl_uint a = 0; a < 9; ++a) check_cl(clSetKernelArg(kernel, a, sizeof(cl_mem), &bindings[a]), "clSetKernelArg");
-    for (cl_uint t = 0; t < mtk::kMetalSamplingThreadgroupBuffers; ++t) {
-      check_cl(clSetKernelArg(kernel, 9 + t, plan.threadgroup_bytes[t], nullptr), "clSetKernelArg(local)");
-    }
-    const size_t global[2] = {plan.threads, plan.threadgroups_y};
-    const size_t local[2] = {plan.threads, 1};
-    check_cl(clEnqueueNDRangeKernel(pocl_.queue(), kernel, 2, nullptr, global, local, 0, nullptr, nullptr),
-             ("clEnqueueNDRangeKernel " + plan.function).c_str());
+    pocl_.run_kernel(plan.function, bindings, plan.threadgroup_bytes, plan.threads, plan.threadgroups_y);
     std::vector<unsigned char> result(call.output.bytes.size()), input_after(call.input.bytes.size());
     pocl_.read(output, result.data(), result.size());
     pocl_.read(input, input_after.data(), input_after.size());
