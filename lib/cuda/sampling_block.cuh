@@ -28,11 +28,20 @@ constexpr int kWideBits = 12;
 constexpr int kWideBins = 1 << kWideBits;
 // Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
 constexpr int kCandidateCapacity = 2048;
+// Exact sums of masses go through 64-bit sums of significands, one bin per exponent field
+// (masses are at most 2^64: fields 0 to 191). Each bin is replicated so that the lanes of a warp,
+// whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
+// conflict serialises them); the odd stride puts a bin's replicas in different banks.
+constexpr int kExponentBins = 192;
+constexpr int kSumReplicas = 8;
+constexpr int kExponentStride = kExponentBins + 1;
 
 struct SharedState {
-  // The top-k filter's first histogram, and later the candidates' sort: never live at once.
+  // The top-k filter's first histogram, the exponent bins of the filters and totals after it,
+  // and the candidates' sort: never live at once.
   union {
     uint32_t wide_counts[kWideBins];
+    unsigned long long exponent_sums[kSumReplicas][kExponentStride];
     unsigned long long sort_words[kCandidateCapacity];
   };
   uint32_t counts[kBins];
@@ -51,41 +60,6 @@ struct SharedState {
   uint32_t candidate_index[kCandidateCapacity];
   float candidate_mass[kCandidateCapacity];
 };
-
-// ---- exact sums beyond sampling_math.hpp ---------------------------------------------------
-
-// s + value * 2^position units (value < 2^64; the product below 2^256 unless value is 0,
-// which any position leaves s).
-__device__ __forceinline__ ExactSum exact_add_shifted(ExactSum s, uint64_t value, int position) {
-  if (value == 0u) return s;
-  ExactSum addend = exact_zero();
-  const int limb = position >> 6, offset = position & 63;
-  addend.limb[limb] = value << offset;
-  if (offset != 0 && limb + 1 < 4) addend.limb[limb + 1] = value >> (64 - offset);
-  return exact_add(s, addend);
-}
-
-// a - b for a >= b.
-__device__ __forceinline__ ExactSum exact_subtract(ExactSum a, ExactSum b) {
-  uint64_t borrow = 0u;
-  for (int i = 0; i < 4; ++i) {
-    const uint64_t partial = a.limb[i] - b.limb[i];
-    const uint64_t borrow_out = uint64_t(a.limb[i] < b.limb[i]);
-    a.limb[i] = partial - borrow;
-    borrow = borrow_out + uint64_t(partial < borrow);
-  }
-  return a;
-}
-
-// ceil(s / 2^shift) for a quotient below 2^64.
-__device__ __forceinline__ uint64_t exact_ceil_shifted(ExactSum s, int shift) {
-  const int limb = shift >> 6, offset = shift & 63;
-  uint64_t quotient = s.limb[limb] >> offset;
-  if (offset != 0 && limb + 1 < 4) quotient |= s.limb[limb + 1] << (64 - offset);
-  bool remainder = offset != 0 && (s.limb[limb] << (64 - offset)) != 0u;
-  for (int i = 0; i < limb; ++i) remainder = remainder || s.limb[i] != 0u;
-  return quotient + uint64_t(remainder);
-}
 
 // ---- warp and block collectives ------------------------------------------------------------
 
@@ -266,66 +240,84 @@ __device__ __forceinline__ int index_bits(int64_t n) {
   return bits;
 }
 
+// ---- exponent-binned exact sums ----------------------------------------------------------------
+
+__device__ __forceinline__ void clear_exponent_bins(SharedState& s) {
+  unsigned long long* words = &s.exponent_sums[0][0];
+  for (int b = threadIdx.x; b < kSumReplicas * kExponentStride; b += kThreads) words[b] = 0u;
+  __syncthreads();
+}
+
+__device__ __forceinline__ void add_to_exponent_bin(SharedState& s, uint32_t bits) {
+  if (bits == 0u) return;
+  atomicAdd(&s.exponent_sums[threadIdx.x % kSumReplicas][bits >> 23],
+            (unsigned long long)mass_significand(bits));
+}
+
+// Folds the replicas into the first (exponent_sums[0][e]: the significand sum of field e) and
+// returns the exact total, in every thread.
+__device__ ExactSum merge_exponent_bins(SharedState& s) {
+  __syncthreads();
+  ExactSum own = exact_zero();
+  for (int e = threadIdx.x; e < kExponentBins; e += kThreads) {
+    unsigned long long sum = 0u;
+    for (int r = 0; r < kSumReplicas; ++r) sum += s.exponent_sums[r][e];
+    s.exponent_sums[0][e] = sum;
+    own = exact_add(own, exact_of_exponent_sum(sum, uint32_t(e)));
+  }
+  return block_exact_sum(s, own);
+}
+
+// The exact total of the view's masses; its exponent bins stay in exponent_sums[0].
+template <class View>
+__device__ ExactSum view_total(SharedState& s, const View& view) {
+  clear_exponent_bins(s);
+  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
+    add_to_exponent_bin(s, bits_from_float(view.mass(j)));
+  }
+  return merge_exponent_bins(s);
+}
+
 // ---- top-p over a set of masses ---------------------------------------------------------------
 
-// A mass's float bits split for exact sums: its significand m and the power of two of its unit,
-// mass = m * 2^position units of 2^-149 (exact_add_mass's decomposition).
-__device__ __forceinline__ uint64_t mass_significand(uint32_t bits) {
-  const uint32_t biased = bits >> 23;
-  return (bits & 0x7fffffu) | (biased != 0u ? 0x800000u : 0u);
-}
-__device__ __forceinline__ int mass_position(uint32_t biased) {
-  return biased != 0u ? int(biased) - 1 : 0;
-}
-// The first pass bins masses by their top 8 bits, two exponents a bin; a bin's sum counts in
-// units of its lower exponent, and a mass of the upper one counts twice its significand.
-__device__ __forceinline__ int bin_position(uint32_t bin) { return mass_position(bin << 1); }
-__device__ __forceinline__ uint64_t units_in_bin(uint32_t bits) {
-  const uint32_t biased = bits >> 23;
-  return mass_significand(bits) << (mass_position(biased) - bin_position(bits >> 24));
-}
-
 // Keeps, of the view's masses, the shortest prefix in the contract's order (descending mass,
-// ties to the lower index) whose exact sum reaches `target` (at least one token), and drops the
-// rest. The cut is found by a threshold search over the masses' bits with exact per-bin sums:
-// the first pass (top 8 bits) compares 256-bit sums, the later ones, within two adjacent
-// exponents, compare 64-bit counts of one unit. Ties at the cut are broken by index.
+// ties to the lower index) whose exact sum reaches `target` (at least one token), drops the rest
+// and returns the exact sum kept. The exponent bins of view_total (exponent_sums[0]) give exact
+// prefix sums by exponent: the scan finds the exponent of the cut. Within one exponent masses
+// are significands of one unit, so the passes that refine the cut over the significand's bits
+// (8, 8 and 7 of them) compare 64-bit sums. Ties at the cut are broken by index.
 template <class View>
-__device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t n) {
+__device__ ExactSum keep_top_p(SharedState& s, View& view, ExactSum target, int64_t n) {
   ExactSum one = exact_zero();
   one.limb[0] = 1u;
   if (exact_is_zero(target)) target = one;  // "reaches 0" keeps the first token alone
-  const int64_t count = view.count();
-  clear_bins(s);
-  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
-    const uint32_t bits = bits_from_float(view.mass(j));
-    if (bits != 0u) atomicAdd(&s.sums[bits >> 24], (unsigned long long)units_in_bin(bits));
-  }
-  __syncthreads();
   if (threadIdx.x < 32) {
-    scan_bins(s, true, exact_zero(),
-              [&](int bin) {
-                return exact_add_shifted(exact_zero(), s.sums[bin], bin_position(uint32_t(bin)));
-              },
-              [&](ExactSum total) { return exact_compare(total, target) >= 0; });
+    scan_bins<kExponentBins>(
+        s, true, exact_zero(),
+        [&](int e) { return exact_of_exponent_sum(s.exponent_sums[0][e], uint32_t(e)); },
+        [&](ExactSum total) { return exact_compare(total, target) >= 0; });
   }
   __syncthreads();
-  const uint32_t top_bin = s.selected_bin;
-  uint32_t prefix = top_bin << 24;
-  unsigned long long needed =
-      exact_ceil_shifted(exact_subtract(target, s.selected_exact_before), bin_position(top_bin));
+  const uint32_t exponent = s.selected_bin;
+  const int position = mass_position(exponent);
+  const ExactSum above = s.selected_exact_before;  // the masses of higher exponents
+  unsigned long long needed = exact_ceil_shifted(exact_subtract(target, above), position);
+  unsigned long long units_before = 0u;
+  uint32_t prefix = exponent << 23;
   uint32_t equal = 0u;
+  const int64_t count = view.count();
   __syncthreads();
-  for (int shift = 16; shift >= 0; shift -= kDigitBits) {
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 15 : (pass == 1 ? 7 : 0);
+    const int width = pass == 2 ? 7 : kDigitBits;
+    const int decided = shift + width;  // the bits above are the prefix's
     clear_bins(s);
     for (int64_t j = threadIdx.x; j < count; j += kThreads) {
       const uint32_t bits = bits_from_float(view.mass(j));
-      if (bits == 0u || (bits >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) {
-        continue;
-      }
-      const uint32_t bin = (bits >> shift) & (kBins - 1);
+      if (bits == 0u || (bits >> decided) != (prefix >> decided)) continue;
+      const uint32_t bin = (bits >> shift) & ((1u << width) - 1u);
       atomicAdd(&s.counts[bin], 1u);
-      atomicAdd(&s.sums[bin], (unsigned long long)units_in_bin(bits));
+      atomicAdd(&s.sums[bin], (unsigned long long)mass_significand(bits));
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -335,12 +327,13 @@ __device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t 
     __syncthreads();
     const uint32_t bin = s.selected_bin;
     needed -= s.selected_units_before;
+    units_before += s.selected_units_before;
     equal = s.counts[bin];
     prefix |= bin << shift;
     __syncthreads();
   }
   // prefix is now the mass at the cut; `needed` units more must come from its ties.
-  const uint64_t units = units_in_bin(prefix);
+  const uint64_t units = mass_significand(prefix);
   const uint32_t ties_kept = uint32_t((needed + units - 1) / units);
   uint32_t last_index = 0xffffffffu;
   if (ties_kept < equal) {
@@ -357,20 +350,13 @@ __device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t 
     if (bits != 0u && !kept) view.drop(j);
   }
   __syncthreads();
+  return exact_add_shifted(above, units_before + uint64_t(ties_kept) * units, position);
 }
 
+// min-p: drops the masses below min_p times the largest, compared exactly (as float bits against
+// the least mass that reaches the bound), and returns the exact sum kept.
 template <class View>
-__device__ ExactSum view_total(SharedState& s, const View& view) {
-  ExactSum own = exact_zero();
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    own = exact_add_mass(own, view.mass(j));
-  }
-  return block_exact_sum(s, own);
-}
-
-// min-p: drops the masses below min_p times the largest, compared exactly.
-template <class View>
-__device__ void keep_min_p(SharedState& s, View& view, float fraction) {
+__device__ ExactSum keep_min_p(SharedState& s, View& view, float fraction) {
   unsigned long long most = 0u;
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
     const unsigned long long bits = bits_from_float(view.mass(j));
@@ -378,24 +364,32 @@ __device__ void keep_min_p(SharedState& s, View& view, float fraction) {
   }
   most = block_max_word(s, most);
   const ExactSum largest = exact_of_mass(float_from_bits(uint32_t(most)));
-  const ExactSum least = exact_ceil_scaled(largest, fraction);
+  const uint32_t least = least_mass_bits_reaching(exact_ceil_scaled(largest, fraction));
+  clear_exponent_bins(s);
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    const float m = view.mass(j);
-    if (bits_from_float(m) != 0u && exact_compare(exact_of_mass(m), least) < 0) view.drop(j);
-  }
-  __syncthreads();
-}
-
-// top-p (on what top-k kept), then min-p (on what top-p kept).
-template <class View>
-__device__ void filter_masses(SharedState& s, View& view, float top_p, float min_p, int64_t n) {
-  if (top_p_filters(top_p)) {
-    const ExactSum total = view_total(s, view);
-    if (!exact_is_zero(total)) {
-      keep_top_p(s, view, exact_ceil_scaled(total, top_p_fraction(top_p)), n);
+    const uint32_t bits = bits_from_float(view.mass(j));
+    if (bits < least) {
+      if (bits != 0u) view.drop(j);
+    } else {
+      add_to_exponent_bin(s, bits);
     }
   }
-  if (min_p_filters(min_p)) keep_min_p(s, view, min_p_fraction(min_p));
+  return merge_exponent_bins(s);
+}
+
+// top-p (on what top-k kept), then min-p (on what top-p kept); returns the exact sum of what
+// the view keeps.
+template <class View>
+__device__ ExactSum filter_masses(SharedState& s, View& view, float top_p, float min_p,
+                                  int64_t n) {
+  const bool by_top_p = top_p_filters(top_p), by_min_p = min_p_filters(min_p);
+  ExactSum total = exact_zero();
+  if (by_top_p || !by_min_p) total = view_total(s, view);
+  if (by_top_p && !exact_is_zero(total)) {
+    total = keep_top_p(s, view, exact_ceil_scaled(total, top_p_fraction(top_p)), n);
+  }
+  if (by_min_p) total = keep_min_p(s, view, min_p_fraction(min_p));
+  return total;
 }
 
 // The index of the first mass, in the view's order (which must be index order), whose exact

@@ -391,13 +391,15 @@ __device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t 
 
 // ---- the end of a row: filters, then renormalisation or the draw ------------------------------
 
+// Every kept mass divided by the view's total rounded to float32 (divide_f32's rounding, by a
+// reciprocal computed once).
 template <class View>
-__device__ void write_renormalised(SharedState& s, const View& view, float* out,
-                                   int64_t stride) {
-  const float sum = exact_to_f32(view_total(s, view));
+__device__ void write_renormalised(const View& view, ExactSum total, float* out, int64_t stride) {
+  const float sum = exact_to_f32(total);
+  const MassDivisor divisor = mass_divisor(bits_from_float(sum) != 0u ? sum : 1.0f);
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
     const float m = view.mass(j);
-    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_f32(m, sum) : 0.0f;
+    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_by(m, divisor) : 0.0f;
   }
 }
 
@@ -405,12 +407,11 @@ template <class Format, class View>
 __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
                            const InputRow<Format>& row, View& view, float* renormalised,
                            bool candidates) {
-  filter_masses(s, view, a.top_p.at(r), a.min_p.at(r), a.n);
+  const ExactSum total = filter_masses(s, view, a.top_p.at(r), a.min_p.at(r), a.n);
   if (renormalised != nullptr) {
-    write_renormalised(s, view, renormalised, a.output_stride);
+    write_renormalised(view, total, renormalised, a.output_stride);
     return;
   }
-  const ExactSum total = view_total(s, view);
   if (exact_is_zero(total)) {  // no mass: the first token in the contract's order
     const bool logits = a.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
     write_token(a, r, logits ? top1_logit(s, row, a.n) : 0u);
