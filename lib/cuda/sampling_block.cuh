@@ -268,26 +268,44 @@ __device__ ExactSum merge_exponent_bins(SharedState& s) {
   return block_exact_sum(s, own);
 }
 
-// The exact total of the view's masses; its exponent bins stay in exponent_sums[0].
-template <class View>
-__device__ ExactSum view_total(SharedState& s, const View& view) {
-  clear_exponent_bins(s);
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    add_to_exponent_bin(s, bits_from_float(view.mass(j)));
-  }
-  return merge_exponent_bins(s);
+// What the pass that computes a row's masses also finds: their exact total (its exponent bins
+// left in exponent_sums[0] for top-p) and the largest mass's bits (for min-p).
+struct MassTotals {
+  ExactSum total;
+  uint32_t most;
+};
+
+// Ends a pass in which every thread called add_to_exponent_bin for its masses and kept the
+// largest of their bits in `most`.
+__device__ MassTotals finish_mass_totals(SharedState& s, uint32_t most) {
+  MassTotals t;
+  t.most = uint32_t(block_max_word(s, most));
+  t.total = merge_exponent_bins(s);
+  return t;
 }
 
 // ---- top-p over a set of masses ---------------------------------------------------------------
 
-// Keeps, of the view's masses, the shortest prefix in the contract's order (descending mass,
-// ties to the lower index) whose exact sum reaches `target` (at least one token), drops the rest
-// and returns the exact sum kept. The exponent bins of view_total (exponent_sums[0]) give exact
-// prefix sums by exponent: the scan finds the exponent of the cut. Within one exponent masses
-// are significands of one unit, so the passes that refine the cut over the significand's bits
-// (8, 8 and 7 of them) compare 64-bit sums. Ties at the cut are broken by index.
+// What top-p keeps: masses above `bits`, and of those equal to it the ones at indices up to
+// last_index; and the exact sum of what it keeps.
+struct MassCut {
+  uint32_t bits;
+  uint32_t last_index;
+  ExactSum kept;
+  __device__ bool keeps(uint32_t mass_bits, uint32_t index) const {
+    return mass_bits > bits || (mass_bits == bits && index <= last_index);
+  }
+};
+
+// The cut of the shortest prefix of the view's masses in the contract's order (descending mass,
+// ties to the lower index) whose exact sum reaches `target` (at least one token). The exponent
+// bins of the masses' total (exponent_sums[0], finish_mass_totals) give exact prefix sums by
+// exponent: the scan finds the exponent of the cut. Within one exponent masses are significands
+// of one unit, so the passes that refine the cut over the significand's bits (8, 8 and 7 of
+// them) compare 64-bit sums. Ties at the cut are broken by index. Nothing is dropped: the cut
+// is applied by whoever reads the masses next (CutMasses).
 template <class View>
-__device__ ExactSum keep_top_p(SharedState& s, View& view, ExactSum target, int64_t n) {
+__device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, int64_t n) {
   ExactSum one = exact_zero();
   one.limb[0] = 1u;
   if (exact_is_zero(target)) target = one;  // "reaches 0" keeps the first token alone
@@ -344,26 +362,19 @@ __device__ ExactSum keep_top_p(SharedState& s, View& view, ExactSum target, int6
     };
     last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false).value;
   }
-  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
-    const uint32_t bits = bits_from_float(view.mass(j));
-    const bool kept = bits > prefix || (bits == prefix && view.index(j) <= last_index);
-    if (bits != 0u && !kept) view.drop(j);
-  }
-  __syncthreads();
-  return exact_add_shifted(above, units_before + uint64_t(ties_kept) * units, position);
+  MassCut cut;
+  cut.bits = prefix;
+  cut.last_index = last_index;
+  cut.kept = exact_add_shifted(above, units_before + uint64_t(ties_kept) * units, position);
+  return cut;
 }
 
-// min-p: drops the masses below min_p times the largest, compared exactly (as float bits against
-// the least mass that reaches the bound), and returns the exact sum kept.
+// min-p: drops the masses below min_p times the largest (`most`, the bits of the view's largest
+// mass), compared exactly (as float bits against the least mass that reaches the bound), and
+// returns the exact sum kept.
 template <class View>
-__device__ ExactSum keep_min_p(SharedState& s, View& view, float fraction) {
-  unsigned long long most = 0u;
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    const unsigned long long bits = bits_from_float(view.mass(j));
-    most = bits > most ? bits : most;
-  }
-  most = block_max_word(s, most);
-  const ExactSum largest = exact_of_mass(float_from_bits(uint32_t(most)));
+__device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float fraction) {
+  const ExactSum largest = exact_of_mass(float_from_bits(most));
   const uint32_t least = least_mass_bits_reaching(exact_ceil_scaled(largest, fraction));
   clear_exponent_bins(s);
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
@@ -375,21 +386,6 @@ __device__ ExactSum keep_min_p(SharedState& s, View& view, float fraction) {
     }
   }
   return merge_exponent_bins(s);
-}
-
-// top-p (on what top-k kept), then min-p (on what top-p kept); returns the exact sum of what
-// the view keeps.
-template <class View>
-__device__ ExactSum filter_masses(SharedState& s, View& view, float top_p, float min_p,
-                                  int64_t n) {
-  const bool by_top_p = top_p_filters(top_p), by_min_p = min_p_filters(min_p);
-  ExactSum total = exact_zero();
-  if (by_top_p || !by_min_p) total = view_total(s, view);
-  if (by_top_p && !exact_is_zero(total)) {
-    total = keep_top_p(s, view, exact_ceil_scaled(total, top_p_fraction(top_p)), n);
-  }
-  if (by_min_p) total = keep_min_p(s, view, min_p_fraction(min_p));
-  return total;
 }
 
 // The index of the first mass, in the view's order (which must be index order), whose exact
@@ -436,6 +432,21 @@ struct RowMasses {
   __device__ float mass(int64_t j) const { return masses[j]; }
   __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
   __device__ void drop(int64_t j) const { masses[j] = 0.0f; }
+};
+
+// A view with a top-p cut applied: the masses it does not keep read as 0. Every top-p token keeps
+// the view's largest mass (the first in the order), so min-p after it sees the same largest.
+template <class View>
+struct CutMasses {
+  View* base;
+  MassCut cut;
+  __device__ int64_t count() const { return base->count(); }
+  __device__ float mass(int64_t j) const {
+    const float m = base->mass(j);
+    return cut.keeps(bits_from_float(m), base->index(j)) ? m : 0.0f;
+  }
+  __device__ uint32_t index(int64_t j) const { return base->index(j); }
+  __device__ void drop(int64_t j) const { base->drop(j); }
 };
 
 // The tokens a top-k filter kept, in shared memory (in index order once sorted).

@@ -336,15 +336,26 @@ __device__ __forceinline__ float softmax_mass(float z, unsigned long long most_w
   return exp_of_negative_gap(gap_below(most, z));
 }
 
-// The candidates' values become their masses.
-__device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, float reciprocal) {
+// Records one computed mass in the totals of its pass (finish_mass_totals).
+__device__ __forceinline__ void count_mass(SharedState& s, float mass, uint32_t& most) {
+  const uint32_t bits = bits_from_float(mass);
+  add_to_exponent_bin(s, bits);
+  most = bits > most ? bits : most;
+}
+
+// The candidates' values become their masses; returns their totals.
+__device__ __forceinline__ MassTotals candidate_masses(SharedState& s, bool logits,
+                                                       float reciprocal) {
   const int count = int(s.candidate_count);
+  clear_exponent_bins(s);
+  uint32_t most_mass = 0u;
   if (!logits) {
     for (int j = threadIdx.x; j < count; j += kThreads) {
-      s.candidate_mass[j] = probability_mass(s.candidate_mass[j]);
+      const float mass = probability_mass(s.candidate_mass[j]);
+      s.candidate_mass[j] = mass;
+      count_mass(s, mass, most_mass);
     }
-    __syncthreads();
-    return;
+    return finish_mass_totals(s, most_mass);
   }
   unsigned long long most = 0u;
   for (int j = threadIdx.x; j < count; j += kThreads) {
@@ -354,23 +365,28 @@ __device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, fl
   }
   most = block_max_word(s, most);
   for (int j = threadIdx.x; j < count; j += kThreads) {
-    s.candidate_mass[j] = softmax_mass(scaled_logit(s.candidate_mass[j], reciprocal), most);
+    const float mass = softmax_mass(scaled_logit(s.candidate_mass[j], reciprocal), most);
+    s.candidate_mass[j] = mass;
+    count_mass(s, mass, most_mass);
   }
-  __syncthreads();
+  return finish_mass_totals(s, most_mass);
 }
 
-// Every token's mass (0 where `cut` drops it) into the workspace row.
+// Every token's mass (0 where `cut` drops it) into the workspace row; returns their totals.
 template <class Format>
-__device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
-                           TopkCutoff cut, bool logits, float reciprocal, float* masses) {
+__device__ MassTotals row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                 TopkCutoff cut, bool logits, float reciprocal, float* masses) {
   using Raw = typename Format::Raw;
+  clear_exponent_bins(s);
+  uint32_t most_mass = 0u;
   if (!logits) {
     for_each_element(row, n, [&](int64_t i, Raw raw) {
       const uint32_t key = rank_key(value_of<Format>(raw), false);
-      masses[i] = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
+      const float mass = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
+      masses[i] = mass;
+      count_mass(s, mass, most_mass);
     });
-    __syncthreads();
-    return;
+    return finish_mass_totals(s, most_mass);
   }
   unsigned long long most = 0u;
   for_each_element(row, n, [&](int64_t i, Raw raw) {
@@ -382,11 +398,13 @@ __device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t 
   most = block_max_word(s, most);
   for_each_element(row, n, [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
-    masses[i] = cut.keeps(key_from_f32(value), i)
-                    ? softmax_mass(scaled_logit(value, reciprocal), most)
-                    : 0.0f;
+    const float mass = cut.keeps(key_from_f32(value), i)
+                           ? softmax_mass(scaled_logit(value, reciprocal), most)
+                           : 0.0f;
+    masses[i] = mass;
+    count_mass(s, mass, most_mass);
   });
-  __syncthreads();
+  return finish_mass_totals(s, most_mass);
 }
 
 // ---- the end of a row: filters, then renormalisation or the draw ------------------------------
@@ -403,11 +421,14 @@ __device__ void write_renormalised(const View& view, ExactSum total, float* out,
   }
 }
 
+// min-p, then the renormalised row or the draw, on masses that top-p (if any) has cut.
 template <class Format, class View>
-__device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
-                           const InputRow<Format>& row, View& view, float* renormalised,
-                           bool candidates) {
-  const ExactSum total = filter_masses(s, view, a.top_p.at(r), a.min_p.at(r), a.n);
+__device__ void end_row(SharedState& s, const SamplingArgs& a, int64_t r,
+                        const InputRow<Format>& row, View& view, MassTotals totals,
+                        float* renormalised, bool candidates) {
+  ExactSum total = totals.total;
+  const float min_p = a.min_p.at(r);
+  if (min_p_filters(min_p)) total = keep_min_p(s, view, totals.most, min_p_fraction(min_p));
   if (renormalised != nullptr) {
     write_renormalised(view, total, renormalised, a.output_stride);
     return;
@@ -420,6 +441,23 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
   if (candidates) sort_candidates_by_index(s);
   const ExactSum threshold = exact_scaled(total, clamped_uniform(a.uniforms.at(r))).floor;
   write_token(a, r, first_exceeding(s, view, threshold));
+}
+
+// The filters after top-k (top-p on what top-k kept, then min-p on what top-p kept), then the
+// renormalised row or the draw.
+template <class Format, class View>
+__device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
+                           const InputRow<Format>& row, View& view, MassTotals totals,
+                           float* renormalised, bool candidates) {
+  const float top_p = a.top_p.at(r);
+  if (top_p_filters(top_p) && !exact_is_zero(totals.total)) {
+    const ExactSum target = exact_ceil_scaled(totals.total, top_p_fraction(top_p));
+    CutMasses<View> kept{&view, top_p_cut(s, view, target, a.n)};
+    totals.total = kept.cut.kept;
+    end_row(s, a, r, row, kept, totals, renormalised, candidates);
+    return;
+  }
+  end_row(s, a, r, row, view, totals, renormalised, candidates);
 }
 
 // One row of any sampling operation; every thread of the block calls it.
@@ -456,14 +494,14 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
                            })
             : keep_all();
   if (candidates) {
-    candidate_masses(s, logits, reciprocal);
+    const MassTotals totals = candidate_masses(s, logits, reciprocal);
     Candidates view{&s};
-    finish_row(s, a, r, row, view, renormalised, true);
+    finish_row(s, a, r, row, view, totals, renormalised, true);
     return;
   }
   RowMasses view{a.masses + r * a.masses_row_stride, a.n};
-  row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
-  finish_row(s, a, r, row, view, renormalised, false);
+  const MassTotals totals = row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
+  finish_row(s, a, r, row, view, totals, renormalised, false);
 }
 
 }  // namespace sampling
