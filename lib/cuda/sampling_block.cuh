@@ -54,6 +54,8 @@ struct SharedState {
   unsigned long long selected_units_before;
   ExactSum selected_exact_before;
   uint32_t token;
+  // The chunk of the row where a draw's cumulative sum crosses its threshold.
+  int64_t crossing_begin, crossing_end;
   // The candidates of a row whose top-k filter keeps few tokens: index, then input value or
   // mass. Compacting and sorting them by index goes through sort_words.
   uint32_t candidate_count, kept_count;
@@ -388,30 +390,65 @@ __device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float 
   return merge_exponent_bins(s);
 }
 
+// The first mass at or after `begin`, within [begin, end), at which `cumulative` plus the masses
+// from `begin` exceeds `threshold`, or none.
+template <class View>
+__device__ __forceinline__ bool walk_to_exceeding(const View& view, int64_t begin, int64_t end,
+                                                  ExactSum cumulative, ExactSum threshold,
+                                                  uint32_t& token) {
+  for (int64_t j = begin; j < end; ++j) {
+    const float m = view.mass(j);
+    if (bits_from_float(m) == 0u) continue;
+    cumulative = exact_add_mass(cumulative, m);
+    if (exact_compare(cumulative, threshold) > 0) {
+      token = view.index(j);
+      return true;
+    }
+  }
+  return false;
+}
+
 // The index of the first mass, in the view's order (which must be index order), whose exact
 // cumulative sum exceeds `threshold` (< the view's total): each thread sums a contiguous chunk,
-// an exclusive scan of the chunk sums finds the one chunk where the sum crosses, and its thread
-// walks it.
+// an exclusive scan of the chunk sums finds the one chunk where the sum crosses, and warp 0
+// splits that chunk the same way among its lanes, so that one lane walks a 32nd of it.
 template <class View>
 __device__ uint32_t first_exceeding(SharedState& s, const View& view, ExactSum threshold) {
-  if (threadIdx.x == 0) s.token = 0u;
+  if (threadIdx.x == 0) {
+    s.token = 0u;
+    s.crossing_begin = s.crossing_end = 0;
+  }
   const int64_t count = view.count();
   const int64_t chunk = (count + kThreads - 1) / kThreads;
   const int64_t begin = int64_t(threadIdx.x) * chunk < count ? int64_t(threadIdx.x) * chunk : count;
   const int64_t end = begin + chunk < count ? begin + chunk : count;
   ExactSum own = exact_zero();
   for (int64_t j = begin; j < end; ++j) own = exact_add_mass(own, view.mass(j));
-  ExactSum cumulative = block_exclusive_exact(s, own);
+  const ExactSum cumulative = block_exclusive_exact(s, own);
   if (exact_compare(cumulative, threshold) <= 0 &&
       exact_compare(exact_add(cumulative, own), threshold) > 0) {
-    for (int64_t j = begin; j < end; ++j) {
-      const float m = view.mass(j);
-      if (bits_from_float(m) == 0u) continue;
-      cumulative = exact_add_mass(cumulative, m);
-      if (exact_compare(cumulative, threshold) > 0) {
-        s.token = view.index(j);
-        break;
-      }
+    s.crossing_begin = begin;
+    s.crossing_end = end;
+    s.selected_exact_before = cumulative;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    const int64_t first = s.crossing_begin, last = s.crossing_end;
+    const int64_t part = (last - first + 31) / 32;
+    const int64_t lane_begin = first + lane * part < last ? first + lane * part : last;
+    const int64_t lane_end = lane_begin + part < last ? lane_begin + part : last;
+    ExactSum lane_own = exact_zero();
+    for (int64_t j = lane_begin; j < lane_end; ++j) lane_own = exact_add_mass(lane_own, view.mass(j));
+    const ExactSum inclusive = warp_inclusive_exact(lane_own);
+    ExactSum lane_before = shuffle_exact_up(inclusive, 1);
+    if (lane == 0) lane_before = exact_zero();
+    lane_before = exact_add(s.selected_exact_before, lane_before);
+    uint32_t token = 0u;
+    if (exact_compare(lane_before, threshold) <= 0 &&
+        exact_compare(exact_add(lane_before, lane_own), threshold) > 0 &&
+        walk_to_exceeding(view, lane_begin, lane_end, lane_before, threshold, token)) {
+      s.token = token;
     }
   }
   __syncthreads();
