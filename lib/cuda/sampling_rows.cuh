@@ -9,8 +9,17 @@
 // the draw) runs on the kept tokens alone: two reads of the row. Where that bin holds too many
 // tokens, the search reads the row once per 8 bits of key (ties at the threshold broken by a
 // search over their indices). Without a top-k filter, or a larger one, the row's masses go to
-// the workspace and the same steps run over all of them. top-p is a threshold search over the
-// masses' bits with exact per-bin sums; the draw scans exact chunk sums in vocabulary order.
+// the workspace and the same steps run over all of them.
+//
+// No step adds 256-bit sums element by element: the pass that computes the masses also sums
+// them exactly by exponent (64-bit significand sums in shared memory, converted once per
+// exponent) and finds the largest. Those bins give the total and top-p's cut to the exponent;
+// three passes over the significand's bits within that exponent (64-bit sums again) and, for a
+// run of ties, a search over indices finish the cut, which returns the exact sum it keeps and is
+// applied by the next reader. min-p is one pass (a comparison of float bits, binned sums of what
+// it keeps). The renormalisation divides by a reciprocal of the sum computed once; the draw
+// scans exact chunk sums in vocabulary order. Without top-k, top_p_renorm_probs reads the input
+// once and the workspace four times; min-p sampling reads the input once, the workspace twice.
 #pragma once
 
 #include <cstdint>
