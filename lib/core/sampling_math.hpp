@@ -139,6 +139,37 @@ MTK_HOST_DEVICE float divide_f32(float a, float b) {
   return round_to_f32(quotient, x.e - y.e - 40, sticky);
 }
 
+// Division by one divisor many times (the renormalisation divides a row by its sum): the
+// divisor's reciprocal once, then per quotient a high-half multiply and at most three
+// corrections instead of a 64-bit division. divide_by(a, mass_divisor(b)) == divide_f32(a, b).
+struct MassDivisor {
+  uint64_t m;           // b's 24-bit significand
+  uint64_t reciprocal;  // floor((2^64 - 1) / m)
+  int e;
+};
+
+MTK_HOST_DEVICE MassDivisor mass_divisor(float b) {
+  const Significand y = significand_of(bits_from_float(b));
+  MassDivisor d;
+  d.m = y.m;
+  d.reciprocal = ~0ull / y.m;
+  d.e = y.e;
+  return d;
+}
+
+MTK_HOST_DEVICE float divide_by(float a, MassDivisor d) {
+  const Significand x = significand_of(bits_from_float(a));
+  const uint64_t numerator = x.m << 40;
+  // numerator * reciprocal / 2^64 is at most the true quotient and less than 3 below it.
+  uint64_t quotient = multiply_u64(numerator, d.reciprocal).hi;
+  uint64_t remainder = numerator - quotient * d.m;
+  while (remainder >= d.m) {
+    ++quotient;
+    remainder -= d.m;
+  }
+  return round_to_f32(quotient, x.e - d.e - 40, remainder != 0u);
+}
+
 // ---- float32 values that count as zero --------------------------------------------------------
 
 // Subnormal floats count as zero wherever the sampler computes with floats (the scaled logits
@@ -232,18 +263,15 @@ MTK_HOST_DEVICE ExactSum exact_add(ExactSum s, ExactSum t) {
   return s;
 }
 
-// A mass (a non-negative finite float32 of at most 2^64) added exactly.
-MTK_HOST_DEVICE ExactSum exact_add_mass(ExactSum s, float mass) {
-  const uint32_t bits = bits_from_float(mass);
-  const uint32_t biased = bits >> 23;
-  if (bits == 0u) return s;
-  const uint64_t m = (bits & 0x7fffffu) | (biased != 0u ? 0x800000u : 0u);
-  const int position = biased != 0u ? int(biased) - 1 : 0;  // m * 2^position units
+// s + value * 2^position units, for a sum below 2^256. The loop has a constant trip count and
+// constant limb indices, so that a compiler keeps the limbs in registers (a GPU would otherwise
+// put them in local memory, which made every per-element sum slow).
+MTK_HOST_DEVICE ExactSum exact_add_shifted(ExactSum s, uint64_t value, int position) {
   const int limb = position >> 6, offset = position & 63;
-  const uint64_t low = m << offset;
-  const uint64_t high = offset != 0 ? m >> (64 - offset) : 0u;
+  const uint64_t low = value << offset;
+  const uint64_t high = offset != 0 ? value >> (64 - offset) : 0u;
   uint64_t carry = 0u;
-  for (int i = limb; i < 4; ++i) {
+  for (int i = 0; i < 4; ++i) {
     const uint64_t addend = i == limb ? low : (i == limb + 1 ? high : 0u);
     const uint64_t partial = s.limb[i] + addend;
     const uint64_t carry_out = uint64_t(partial < addend);
@@ -251,6 +279,27 @@ MTK_HOST_DEVICE ExactSum exact_add_mass(ExactSum s, float mass) {
     carry = carry_out + uint64_t(s.limb[i] < partial);
   }
   return s;
+}
+
+// A mass's float bits split for exact sums: mass = significand * 2^position units of 2^-149.
+// Masses of one exponent field share the position, so their significands add as integers: a
+// 64-bit sum of fewer than 2^40 of them is exact (exponent-binned sums).
+MTK_HOST_DEVICE uint64_t mass_significand(uint32_t bits) {
+  const uint32_t biased = bits >> 23;
+  return (bits & 0x7fffffu) | (biased != 0u ? 0x800000u : 0u);
+}
+
+MTK_HOST_DEVICE int mass_position(uint32_t biased) { return biased != 0u ? int(biased) - 1 : 0; }
+
+// A mass (a non-negative finite float32 of at most 2^64) added exactly.
+MTK_HOST_DEVICE ExactSum exact_add_mass(ExactSum s, float mass) {
+  const uint32_t bits = bits_from_float(mass);
+  return exact_add_shifted(s, mass_significand(bits), mass_position(bits >> 23));
+}
+
+// The exact value of a 64-bit sum of significands of masses with exponent field `biased`.
+MTK_HOST_DEVICE ExactSum exact_of_exponent_sum(uint64_t significands, uint32_t biased) {
+  return exact_add_shifted(exact_zero(), significands, mass_position(biased));
 }
 
 MTK_HOST_DEVICE ExactSum exact_of_mass(float mass) { return exact_add_mass(exact_zero(), mass); }
@@ -334,6 +383,38 @@ MTK_HOST_DEVICE ExactSum exact_ceil_scaled(ExactSum s, float f) {
   ExactSum one = exact_zero();
   one.limb[0] = 1u;
   return exact_add(scaled.floor, one);
+}
+
+// a - b for a >= b.
+MTK_HOST_DEVICE ExactSum exact_subtract(ExactSum a, ExactSum b) {
+  uint64_t borrow = 0u;
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t partial = a.limb[i] - b.limb[i];
+    const uint64_t borrow_out = uint64_t(a.limb[i] < b.limb[i]);
+    a.limb[i] = partial - borrow;
+    borrow = borrow_out + uint64_t(partial < borrow);
+  }
+  return a;
+}
+
+// ceil(s / 2^shift), for a quotient below 2^64: how many units of one exponent bin a sum needs.
+MTK_HOST_DEVICE uint64_t exact_ceil_shifted(ExactSum s, int shift) {
+  const int limb = shift >> 6, offset = shift & 63;
+  uint64_t quotient = s.limb[limb] >> offset;
+  if (offset != 0 && limb + 1 < 4) quotient |= s.limb[limb + 1] << (64 - offset);
+  bool remainder = offset != 0 && (s.limb[limb] << (64 - offset)) != 0u;
+  for (int i = 0; i < limb; ++i) remainder = remainder || s.limb[i] != 0u;
+  return quotient + uint64_t(remainder);
+}
+
+// The float bits of the smallest mass whose exact value is at least `least` (itself at most
+// 2^64). Float bits of non-negative floats order as their values, so the exact test
+// "mass >= least" (min-p's) is then an integer comparison of bits, element by element.
+MTK_HOST_DEVICE uint32_t least_mass_bits_reaching(ExactSum least) {
+  uint32_t b = bits_from_float(exact_to_f32(least));  // within one step of the answer
+  while (b > 0u && exact_compare(exact_of_mass(float_from_bits(b - 1u)), least) >= 0) --b;
+  while (exact_compare(exact_of_mass(float_from_bits(b)), least) < 0) ++b;
+  return b;
 }
 
 // ---- the sampler's per-row values, as the contract reads them ---------------------------------

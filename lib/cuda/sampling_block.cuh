@@ -28,11 +28,20 @@ constexpr int kWideBits = 12;
 constexpr int kWideBins = 1 << kWideBits;
 // Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
 constexpr int kCandidateCapacity = 2048;
+// Exact sums of masses go through 64-bit sums of significands, one bin per exponent field
+// (masses are at most 2^64: fields 0 to 191). Each bin is replicated so that the lanes of a warp,
+// whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
+// conflict serialises them); the odd stride puts a bin's replicas in different banks.
+constexpr int kExponentBins = 192;
+constexpr int kSumReplicas = 8;
+constexpr int kExponentStride = kExponentBins + 1;
 
 struct SharedState {
-  // The top-k filter's first histogram, and later the candidates' sort: never live at once.
+  // The top-k filter's first histogram, the exponent bins of the filters and totals after it,
+  // and the candidates' sort: never live at once.
   union {
     uint32_t wide_counts[kWideBins];
+    unsigned long long exponent_sums[kSumReplicas][kExponentStride];
     unsigned long long sort_words[kCandidateCapacity];
   };
   uint32_t counts[kBins];
@@ -45,47 +54,14 @@ struct SharedState {
   unsigned long long selected_units_before;
   ExactSum selected_exact_before;
   uint32_t token;
+  // The chunk of the row where a draw's cumulative sum crosses its threshold.
+  int64_t crossing_begin, crossing_end;
   // The candidates of a row whose top-k filter keeps few tokens: index, then input value or
   // mass. Compacting and sorting them by index goes through sort_words.
   uint32_t candidate_count, kept_count;
   uint32_t candidate_index[kCandidateCapacity];
   float candidate_mass[kCandidateCapacity];
 };
-
-// ---- exact sums beyond sampling_math.hpp ---------------------------------------------------
-
-// s + value * 2^position units (value < 2^64; the product below 2^256 unless value is 0,
-// which any position leaves s).
-__device__ __forceinline__ ExactSum exact_add_shifted(ExactSum s, uint64_t value, int position) {
-  if (value == 0u) return s;
-  ExactSum addend = exact_zero();
-  const int limb = position >> 6, offset = position & 63;
-  addend.limb[limb] = value << offset;
-  if (offset != 0 && limb + 1 < 4) addend.limb[limb + 1] = value >> (64 - offset);
-  return exact_add(s, addend);
-}
-
-// a - b for a >= b.
-__device__ __forceinline__ ExactSum exact_subtract(ExactSum a, ExactSum b) {
-  uint64_t borrow = 0u;
-  for (int i = 0; i < 4; ++i) {
-    const uint64_t partial = a.limb[i] - b.limb[i];
-    const uint64_t borrow_out = uint64_t(a.limb[i] < b.limb[i]);
-    a.limb[i] = partial - borrow;
-    borrow = borrow_out + uint64_t(partial < borrow);
-  }
-  return a;
-}
-
-// ceil(s / 2^shift) for a quotient below 2^64.
-__device__ __forceinline__ uint64_t exact_ceil_shifted(ExactSum s, int shift) {
-  const int limb = shift >> 6, offset = shift & 63;
-  uint64_t quotient = s.limb[limb] >> offset;
-  if (offset != 0 && limb + 1 < 4) quotient |= s.limb[limb + 1] << (64 - offset);
-  bool remainder = offset != 0 && (s.limb[limb] << (64 - offset)) != 0u;
-  for (int i = 0; i < limb; ++i) remainder = remainder || s.limb[i] != 0u;
-  return quotient + uint64_t(remainder);
-}
 
 // ---- warp and block collectives ------------------------------------------------------------
 
@@ -266,66 +242,102 @@ __device__ __forceinline__ int index_bits(int64_t n) {
   return bits;
 }
 
+// ---- exponent-binned exact sums ----------------------------------------------------------------
+
+__device__ __forceinline__ void clear_exponent_bins(SharedState& s) {
+  unsigned long long* words = &s.exponent_sums[0][0];
+  for (int b = threadIdx.x; b < kSumReplicas * kExponentStride; b += kThreads) words[b] = 0u;
+  __syncthreads();
+}
+
+__device__ __forceinline__ void add_to_exponent_bin(SharedState& s, uint32_t bits) {
+  if (bits == 0u) return;
+  atomicAdd(&s.exponent_sums[threadIdx.x % kSumReplicas][bits >> 23],
+            (unsigned long long)mass_significand(bits));
+}
+
+// Folds the replicas into the first (exponent_sums[0][e]: the significand sum of field e) and
+// returns the exact total, in every thread.
+__device__ ExactSum merge_exponent_bins(SharedState& s) {
+  __syncthreads();
+  ExactSum own = exact_zero();
+  for (int e = threadIdx.x; e < kExponentBins; e += kThreads) {
+    unsigned long long sum = 0u;
+    for (int r = 0; r < kSumReplicas; ++r) sum += s.exponent_sums[r][e];
+    s.exponent_sums[0][e] = sum;
+    own = exact_add(own, exact_of_exponent_sum(sum, uint32_t(e)));
+  }
+  return block_exact_sum(s, own);
+}
+
+// What the pass that computes a row's masses also finds: their exact total (its exponent bins
+// left in exponent_sums[0] for top-p) and the largest mass's bits (for min-p).
+struct MassTotals {
+  ExactSum total;
+  uint32_t most;
+};
+
+// Ends a pass in which every thread called add_to_exponent_bin for its masses and kept the
+// largest of their bits in `most`.
+__device__ MassTotals finish_mass_totals(SharedState& s, uint32_t most) {
+  MassTotals t;
+  t.most = uint32_t(block_max_word(s, most));
+  t.total = merge_exponent_bins(s);
+  return t;
+}
+
 // ---- top-p over a set of masses ---------------------------------------------------------------
 
-// A mass's float bits split for exact sums: its significand m and the power of two of its unit,
-// mass = m * 2^position units of 2^-149 (exact_add_mass's decomposition).
-__device__ __forceinline__ uint64_t mass_significand(uint32_t bits) {
-  const uint32_t biased = bits >> 23;
-  return (bits & 0x7fffffu) | (biased != 0u ? 0x800000u : 0u);
-}
-__device__ __forceinline__ int mass_position(uint32_t biased) {
-  return biased != 0u ? int(biased) - 1 : 0;
-}
-// The first pass bins masses by their top 8 bits, two exponents a bin; a bin's sum counts in
-// units of its lower exponent, and a mass of the upper one counts twice its significand.
-__device__ __forceinline__ int bin_position(uint32_t bin) { return mass_position(bin << 1); }
-__device__ __forceinline__ uint64_t units_in_bin(uint32_t bits) {
-  const uint32_t biased = bits >> 23;
-  return mass_significand(bits) << (mass_position(biased) - bin_position(bits >> 24));
-}
+// What top-p keeps: masses above `bits`, and of those equal to it the ones at indices up to
+// last_index; and the exact sum of what it keeps.
+struct MassCut {
+  uint32_t bits;
+  uint32_t last_index;
+  ExactSum kept;
+  __device__ bool keeps(uint32_t mass_bits, uint32_t index) const {
+    return mass_bits > bits || (mass_bits == bits && index <= last_index);
+  }
+};
 
-// Keeps, of the view's masses, the shortest prefix in the contract's order (descending mass,
-// ties to the lower index) whose exact sum reaches `target` (at least one token), and drops the
-// rest. The cut is found by a threshold search over the masses' bits with exact per-bin sums:
-// the first pass (top 8 bits) compares 256-bit sums, the later ones, within two adjacent
-// exponents, compare 64-bit counts of one unit. Ties at the cut are broken by index.
+// The cut of the shortest prefix of the view's masses in the contract's order (descending mass,
+// ties to the lower index) whose exact sum reaches `target` (at least one token). The exponent
+// bins of the masses' total (exponent_sums[0], finish_mass_totals) give exact prefix sums by
+// exponent: the scan finds the exponent of the cut. Within one exponent masses are significands
+// of one unit, so the passes that refine the cut over the significand's bits (8, 8 and 7 of
+// them) compare 64-bit sums. Ties at the cut are broken by index. Nothing is dropped: the cut
+// is applied by whoever reads the masses next (CutMasses).
 template <class View>
-__device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t n) {
+__device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, int64_t n) {
   ExactSum one = exact_zero();
   one.limb[0] = 1u;
   if (exact_is_zero(target)) target = one;  // "reaches 0" keeps the first token alone
-  const int64_t count = view.count();
-  clear_bins(s);
-  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
-    const uint32_t bits = bits_from_float(view.mass(j));
-    if (bits != 0u) atomicAdd(&s.sums[bits >> 24], (unsigned long long)units_in_bin(bits));
-  }
-  __syncthreads();
   if (threadIdx.x < 32) {
-    scan_bins(s, true, exact_zero(),
-              [&](int bin) {
-                return exact_add_shifted(exact_zero(), s.sums[bin], bin_position(uint32_t(bin)));
-              },
-              [&](ExactSum total) { return exact_compare(total, target) >= 0; });
+    scan_bins<kExponentBins>(
+        s, true, exact_zero(),
+        [&](int e) { return exact_of_exponent_sum(s.exponent_sums[0][e], uint32_t(e)); },
+        [&](ExactSum total) { return exact_compare(total, target) >= 0; });
   }
   __syncthreads();
-  const uint32_t top_bin = s.selected_bin;
-  uint32_t prefix = top_bin << 24;
-  unsigned long long needed =
-      exact_ceil_shifted(exact_subtract(target, s.selected_exact_before), bin_position(top_bin));
+  const uint32_t exponent = s.selected_bin;
+  const int position = mass_position(exponent);
+  const ExactSum above = s.selected_exact_before;  // the masses of higher exponents
+  unsigned long long needed = exact_ceil_shifted(exact_subtract(target, above), position);
+  unsigned long long units_before = 0u;
+  uint32_t prefix = exponent << 23;
   uint32_t equal = 0u;
+  const int64_t count = view.count();
   __syncthreads();
-  for (int shift = 16; shift >= 0; shift -= kDigitBits) {
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 15 : (pass == 1 ? 7 : 0);
+    const int width = pass == 2 ? 7 : kDigitBits;
+    const int decided = shift + width;  // the bits above are the prefix's
     clear_bins(s);
     for (int64_t j = threadIdx.x; j < count; j += kThreads) {
       const uint32_t bits = bits_from_float(view.mass(j));
-      if (bits == 0u || (bits >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) {
-        continue;
-      }
-      const uint32_t bin = (bits >> shift) & (kBins - 1);
+      if (bits == 0u || (bits >> decided) != (prefix >> decided)) continue;
+      const uint32_t bin = (bits >> shift) & ((1u << width) - 1u);
       atomicAdd(&s.counts[bin], 1u);
-      atomicAdd(&s.sums[bin], (unsigned long long)units_in_bin(bits));
+      atomicAdd(&s.sums[bin], (unsigned long long)mass_significand(bits));
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -335,12 +347,13 @@ __device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t 
     __syncthreads();
     const uint32_t bin = s.selected_bin;
     needed -= s.selected_units_before;
+    units_before += s.selected_units_before;
     equal = s.counts[bin];
     prefix |= bin << shift;
     __syncthreads();
   }
   // prefix is now the mass at the cut; `needed` units more must come from its ties.
-  const uint64_t units = units_in_bin(prefix);
+  const uint64_t units = mass_significand(prefix);
   const uint32_t ties_kept = uint32_t((needed + units - 1) / units);
   uint32_t last_index = 0xffffffffu;
   if (ties_kept < equal) {
@@ -351,77 +364,91 @@ __device__ void keep_top_p(SharedState& s, View& view, ExactSum target, int64_t 
     };
     last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false).value;
   }
-  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+  MassCut cut;
+  cut.bits = prefix;
+  cut.last_index = last_index;
+  cut.kept = exact_add_shifted(above, units_before + uint64_t(ties_kept) * units, position);
+  return cut;
+}
+
+// min-p: drops the masses below min_p times the largest (`most`, the bits of the view's largest
+// mass), compared exactly (as float bits against the least mass that reaches the bound), and
+// returns the exact sum kept.
+template <class View>
+__device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float fraction) {
+  const ExactSum largest = exact_of_mass(float_from_bits(most));
+  const uint32_t least = least_mass_bits_reaching(exact_ceil_scaled(largest, fraction));
+  clear_exponent_bins(s);
+  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
     const uint32_t bits = bits_from_float(view.mass(j));
-    const bool kept = bits > prefix || (bits == prefix && view.index(j) <= last_index);
-    if (bits != 0u && !kept) view.drop(j);
-  }
-  __syncthreads();
-}
-
-template <class View>
-__device__ ExactSum view_total(SharedState& s, const View& view) {
-  ExactSum own = exact_zero();
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    own = exact_add_mass(own, view.mass(j));
-  }
-  return block_exact_sum(s, own);
-}
-
-// min-p: drops the masses below min_p times the largest, compared exactly.
-template <class View>
-__device__ void keep_min_p(SharedState& s, View& view, float fraction) {
-  unsigned long long most = 0u;
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    const unsigned long long bits = bits_from_float(view.mass(j));
-    most = bits > most ? bits : most;
-  }
-  most = block_max_word(s, most);
-  const ExactSum largest = exact_of_mass(float_from_bits(uint32_t(most)));
-  const ExactSum least = exact_ceil_scaled(largest, fraction);
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    const float m = view.mass(j);
-    if (bits_from_float(m) != 0u && exact_compare(exact_of_mass(m), least) < 0) view.drop(j);
-  }
-  __syncthreads();
-}
-
-// top-p (on what top-k kept), then min-p (on what top-p kept).
-template <class View>
-__device__ void filter_masses(SharedState& s, View& view, float top_p, float min_p, int64_t n) {
-  if (top_p_filters(top_p)) {
-    const ExactSum total = view_total(s, view);
-    if (!exact_is_zero(total)) {
-      keep_top_p(s, view, exact_ceil_scaled(total, top_p_fraction(top_p)), n);
+    if (bits < least) {
+      if (bits != 0u) view.drop(j);
+    } else {
+      add_to_exponent_bin(s, bits);
     }
   }
-  if (min_p_filters(min_p)) keep_min_p(s, view, min_p_fraction(min_p));
+  return merge_exponent_bins(s);
+}
+
+// The first mass at or after `begin`, within [begin, end), at which `cumulative` plus the masses
+// from `begin` exceeds `threshold`, or none.
+template <class View>
+__device__ __forceinline__ bool walk_to_exceeding(const View& view, int64_t begin, int64_t end,
+                                                  ExactSum cumulative, ExactSum threshold,
+                                                  uint32_t& token) {
+  for (int64_t j = begin; j < end; ++j) {
+    const float m = view.mass(j);
+    if (bits_from_float(m) == 0u) continue;
+    cumulative = exact_add_mass(cumulative, m);
+    if (exact_compare(cumulative, threshold) > 0) {
+      token = view.index(j);
+      return true;
+    }
+  }
+  return false;
 }
 
 // The index of the first mass, in the view's order (which must be index order), whose exact
 // cumulative sum exceeds `threshold` (< the view's total): each thread sums a contiguous chunk,
-// an exclusive scan of the chunk sums finds the one chunk where the sum crosses, and its thread
-// walks it.
+// an exclusive scan of the chunk sums finds the one chunk where the sum crosses, and warp 0
+// splits that chunk the same way among its lanes, so that one lane walks a 32nd of it.
 template <class View>
 __device__ uint32_t first_exceeding(SharedState& s, const View& view, ExactSum threshold) {
-  if (threadIdx.x == 0) s.token = 0u;
+  if (threadIdx.x == 0) {
+    s.token = 0u;
+    s.crossing_begin = s.crossing_end = 0;
+  }
   const int64_t count = view.count();
   const int64_t chunk = (count + kThreads - 1) / kThreads;
   const int64_t begin = int64_t(threadIdx.x) * chunk < count ? int64_t(threadIdx.x) * chunk : count;
   const int64_t end = begin + chunk < count ? begin + chunk : count;
   ExactSum own = exact_zero();
   for (int64_t j = begin; j < end; ++j) own = exact_add_mass(own, view.mass(j));
-  ExactSum cumulative = block_exclusive_exact(s, own);
+  const ExactSum cumulative = block_exclusive_exact(s, own);
   if (exact_compare(cumulative, threshold) <= 0 &&
       exact_compare(exact_add(cumulative, own), threshold) > 0) {
-    for (int64_t j = begin; j < end; ++j) {
-      const float m = view.mass(j);
-      if (bits_from_float(m) == 0u) continue;
-      cumulative = exact_add_mass(cumulative, m);
-      if (exact_compare(cumulative, threshold) > 0) {
-        s.token = view.index(j);
-        break;
-      }
+    s.crossing_begin = begin;
+    s.crossing_end = end;
+    s.selected_exact_before = cumulative;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    const int64_t first = s.crossing_begin, last = s.crossing_end;
+    const int64_t part = (last - first + 31) / 32;
+    const int64_t lane_begin = first + lane * part < last ? first + lane * part : last;
+    const int64_t lane_end = lane_begin + part < last ? lane_begin + part : last;
+    ExactSum lane_own = exact_zero();
+    for (int64_t j = lane_begin; j < lane_end; ++j) lane_own = exact_add_mass(lane_own, view.mass(j));
+    const ExactSum inclusive = warp_inclusive_exact(lane_own);
+    ExactSum lane_before = shuffle_exact_up(inclusive, 1);
+    if (lane == 0) lane_before = exact_zero();
+    lane_before = exact_add(s.selected_exact_before, lane_before);
+    uint32_t token = 0u;
+    if (exact_compare(lane_before, threshold) <= 0 &&
+        exact_compare(exact_add(lane_before, lane_own), threshold) > 0 &&
+        walk_to_exceeding(view, lane_begin, lane_end, lane_before, threshold, token)) {
+      s.token = token;
     }
   }
   __syncthreads();
@@ -442,6 +469,21 @@ struct RowMasses {
   __device__ float mass(int64_t j) const { return masses[j]; }
   __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
   __device__ void drop(int64_t j) const { masses[j] = 0.0f; }
+};
+
+// A view with a top-p cut applied: the masses it does not keep read as 0. Every top-p token keeps
+// the view's largest mass (the first in the order), so min-p after it sees the same largest.
+template <class View>
+struct CutMasses {
+  View* base;
+  MassCut cut;
+  __device__ int64_t count() const { return base->count(); }
+  __device__ float mass(int64_t j) const {
+    const float m = base->mass(j);
+    return cut.keeps(bits_from_float(m), base->index(j)) ? m : 0.0f;
+  }
+  __device__ uint32_t index(int64_t j) const { return base->index(j); }
+  __device__ void drop(int64_t j) const { base->drop(j); }
 };
 
 // The tokens a top-k filter kept, in shared memory (in index order once sorted).

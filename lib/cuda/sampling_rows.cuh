@@ -9,8 +9,17 @@
 // the draw) runs on the kept tokens alone: two reads of the row. Where that bin holds too many
 // tokens, the search reads the row once per 8 bits of key (ties at the threshold broken by a
 // search over their indices). Without a top-k filter, or a larger one, the row's masses go to
-// the workspace and the same steps run over all of them. top-p is a threshold search over the
-// masses' bits with exact per-bin sums; the draw scans exact chunk sums in vocabulary order.
+// the workspace and the same steps run over all of them.
+//
+// No step adds 256-bit sums element by element: the pass that computes the masses also sums
+// them exactly by exponent (64-bit significand sums in shared memory, converted once per
+// exponent) and finds the largest. Those bins give the total and top-p's cut to the exponent;
+// three passes over the significand's bits within that exponent (64-bit sums again) and, for a
+// run of ties, a search over indices finish the cut, which returns the exact sum it keeps and is
+// applied by the next reader. min-p is one pass (a comparison of float bits, binned sums of what
+// it keeps). The renormalisation divides by a reciprocal of the sum computed once; the draw
+// scans exact chunk sums in vocabulary order. Without top-k, top_p_renorm_probs reads the input
+// once and the workspace four times; min-p sampling reads the input once, the workspace twice.
 #pragma once
 
 #include <cstdint>
@@ -336,15 +345,26 @@ __device__ __forceinline__ float softmax_mass(float z, unsigned long long most_w
   return exp_of_negative_gap(gap_below(most, z));
 }
 
-// The candidates' values become their masses.
-__device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, float reciprocal) {
+// Records one computed mass in the totals of its pass (finish_mass_totals).
+__device__ __forceinline__ void count_mass(SharedState& s, float mass, uint32_t& most) {
+  const uint32_t bits = bits_from_float(mass);
+  add_to_exponent_bin(s, bits);
+  most = bits > most ? bits : most;
+}
+
+// The candidates' values become their masses; returns their totals.
+__device__ __forceinline__ MassTotals candidate_masses(SharedState& s, bool logits,
+                                                       float reciprocal) {
   const int count = int(s.candidate_count);
+  clear_exponent_bins(s);
+  uint32_t most_mass = 0u;
   if (!logits) {
     for (int j = threadIdx.x; j < count; j += kThreads) {
-      s.candidate_mass[j] = probability_mass(s.candidate_mass[j]);
+      const float mass = probability_mass(s.candidate_mass[j]);
+      s.candidate_mass[j] = mass;
+      count_mass(s, mass, most_mass);
     }
-    __syncthreads();
-    return;
+    return finish_mass_totals(s, most_mass);
   }
   unsigned long long most = 0u;
   for (int j = threadIdx.x; j < count; j += kThreads) {
@@ -354,23 +374,28 @@ __device__ __forceinline__ void candidate_masses(SharedState& s, bool logits, fl
   }
   most = block_max_word(s, most);
   for (int j = threadIdx.x; j < count; j += kThreads) {
-    s.candidate_mass[j] = softmax_mass(scaled_logit(s.candidate_mass[j], reciprocal), most);
+    const float mass = softmax_mass(scaled_logit(s.candidate_mass[j], reciprocal), most);
+    s.candidate_mass[j] = mass;
+    count_mass(s, mass, most_mass);
   }
-  __syncthreads();
+  return finish_mass_totals(s, most_mass);
 }
 
-// Every token's mass (0 where `cut` drops it) into the workspace row.
+// Every token's mass (0 where `cut` drops it) into the workspace row; returns their totals.
 template <class Format>
-__device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
-                           TopkCutoff cut, bool logits, float reciprocal, float* masses) {
+__device__ MassTotals row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                 TopkCutoff cut, bool logits, float reciprocal, float* masses) {
   using Raw = typename Format::Raw;
+  clear_exponent_bins(s);
+  uint32_t most_mass = 0u;
   if (!logits) {
     for_each_element(row, n, [&](int64_t i, Raw raw) {
       const uint32_t key = rank_key(value_of<Format>(raw), false);
-      masses[i] = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
+      const float mass = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
+      masses[i] = mass;
+      count_mass(s, mass, most_mass);
     });
-    __syncthreads();
-    return;
+    return finish_mass_totals(s, most_mass);
   }
   unsigned long long most = 0u;
   for_each_element(row, n, [&](int64_t i, Raw raw) {
@@ -382,35 +407,41 @@ __device__ void row_masses(SharedState& s, const InputRow<Format>& row, int64_t 
   most = block_max_word(s, most);
   for_each_element(row, n, [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
-    masses[i] = cut.keeps(key_from_f32(value), i)
-                    ? softmax_mass(scaled_logit(value, reciprocal), most)
-                    : 0.0f;
+    const float mass = cut.keeps(key_from_f32(value), i)
+                           ? softmax_mass(scaled_logit(value, reciprocal), most)
+                           : 0.0f;
+    masses[i] = mass;
+    count_mass(s, mass, most_mass);
   });
-  __syncthreads();
+  return finish_mass_totals(s, most_mass);
 }
 
 // ---- the end of a row: filters, then renormalisation or the draw ------------------------------
 
+// Every kept mass divided by the view's total rounded to float32 (divide_f32's rounding, by a
+// reciprocal computed once).
 template <class View>
-__device__ void write_renormalised(SharedState& s, const View& view, float* out,
-                                   int64_t stride) {
-  const float sum = exact_to_f32(view_total(s, view));
+__device__ void write_renormalised(const View& view, ExactSum total, float* out, int64_t stride) {
+  const float sum = exact_to_f32(total);
+  const MassDivisor divisor = mass_divisor(bits_from_float(sum) != 0u ? sum : 1.0f);
   for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
     const float m = view.mass(j);
-    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_f32(m, sum) : 0.0f;
+    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_by(m, divisor) : 0.0f;
   }
 }
 
+// min-p, then the renormalised row or the draw, on masses that top-p (if any) has cut.
 template <class Format, class View>
-__device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
-                           const InputRow<Format>& row, View& view, float* renormalised,
-                           bool candidates) {
-  filter_masses(s, view, a.top_p.at(r), a.min_p.at(r), a.n);
+__device__ void end_row(SharedState& s, const SamplingArgs& a, int64_t r,
+                        const InputRow<Format>& row, View& view, MassTotals totals,
+                        float* renormalised, bool candidates) {
+  ExactSum total = totals.total;
+  const float min_p = a.min_p.at(r);
+  if (min_p_filters(min_p)) total = keep_min_p(s, view, totals.most, min_p_fraction(min_p));
   if (renormalised != nullptr) {
-    write_renormalised(s, view, renormalised, a.output_stride);
+    write_renormalised(view, total, renormalised, a.output_stride);
     return;
   }
-  const ExactSum total = view_total(s, view);
   if (exact_is_zero(total)) {  // no mass: the first token in the contract's order
     const bool logits = a.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
     write_token(a, r, logits ? top1_logit(s, row, a.n) : 0u);
@@ -419,6 +450,23 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
   if (candidates) sort_candidates_by_index(s);
   const ExactSum threshold = exact_scaled(total, clamped_uniform(a.uniforms.at(r))).floor;
   write_token(a, r, first_exceeding(s, view, threshold));
+}
+
+// The filters after top-k (top-p on what top-k kept, then min-p on what top-p kept), then the
+// renormalised row or the draw.
+template <class Format, class View>
+__device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
+                           const InputRow<Format>& row, View& view, MassTotals totals,
+                           float* renormalised, bool candidates) {
+  const float top_p = a.top_p.at(r);
+  if (top_p_filters(top_p) && !exact_is_zero(totals.total)) {
+    const ExactSum target = exact_ceil_scaled(totals.total, top_p_fraction(top_p));
+    CutMasses<View> kept{&view, top_p_cut(s, view, target, a.n)};
+    totals.total = kept.cut.kept;
+    end_row(s, a, r, row, kept, totals, renormalised, candidates);
+    return;
+  }
+  end_row(s, a, r, row, view, totals, renormalised, candidates);
 }
 
 // One row of any sampling operation; every thread of the block calls it.
@@ -455,14 +503,14 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
                            })
             : keep_all();
   if (candidates) {
-    candidate_masses(s, logits, reciprocal);
+    const MassTotals totals = candidate_masses(s, logits, reciprocal);
     Candidates view{&s};
-    finish_row(s, a, r, row, view, renormalised, true);
+    finish_row(s, a, r, row, view, totals, renormalised, true);
     return;
   }
   RowMasses view{a.masses + r * a.masses_row_stride, a.n};
-  row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
-  finish_row(s, a, r, row, view, renormalised, false);
+  const MassTotals totals = row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
+  finish_row(s, a, r, row, view, totals, renormalised, false);
 }
 
 }  // namespace sampling

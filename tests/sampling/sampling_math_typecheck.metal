@@ -18,5 +18,13 @@ kernel void mtk_sampling_math_typecheck(device const float* masses [[buffer(0)]]
     result = mtk::scaled_logit(result, mtk::reciprocal_temperature(0.7f)) +
              mtk::min_p_fraction(0.1f) + mtk::gap_below(1.0f, result);
   }
+  // The exponent-binned sums and the filters' per-row thresholds.
+  const uint bits = mtk::bits_from_float(mass);
+  const mtk::ExactSum binned = mtk::exact_of_exponent_sum(mtk::mass_significand(bits), bits >> 23);
+  const ulong units = mtk::exact_ceil_shifted(mtk::exact_subtract(sum, binned),
+                                                 mtk::mass_position(bits >> 23));
+  if (units != 0u && mtk::least_mass_bits_reaching(binned) <= bits) {
+    result = mtk::divide_by(result, mtk::mass_divisor(2.0f));
+  }
   out[index] = result;
 }

@@ -159,6 +159,76 @@ void test_exp() {
   CHECK(mtk::exp_of_negative_gap(NAN) == 0.0f, "exp(nan)");
 }
 
+// Division by a reused divisor equals the one-off division (hence IEEE division) bit for bit,
+// including quotients near the correction steps' edges (significands at their extremes).
+void test_invariant_division() {
+  std::mt19937_64 rng(4);
+  for (int i = 0; i < 2000000; ++i) {
+    float a = random_positive(rng), b = random_positive(rng);
+    if (i % 3 == 0) a = from_bits((bits(a) & 0x7f800000u) | (i % 2 ? 0x7fffffu : 0u));
+    if (i % 5 == 0) b = from_bits((bits(b) & 0x7f800000u) | (i % 2 ? 0x7fffffu : 1u));
+    const float got = mtk::divide_by(a, mtk::mass_divisor(b));
+    const float want = mtk::divide_f32(a, b);
+    CHECK(bits(got) == bits(want), "%a / %a = %a, want %a", a, b, got, want);
+  }
+}
+
+// Masses summed by exponent field as 64-bit significand sums, then converted, equal their exact
+// sum: rows spread over every binade, subnormals included, and rows crowding a few binades.
+void test_exponent_binned_sums() {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 400; ++trial) {
+    uint64_t bins[256] = {};
+    mtk::ExactSum direct = mtk::exact_zero();
+    const int count = 1 + static_cast<int>(rng() % 5000);
+    for (int i = 0; i < count; ++i) {
+      uint32_t b = static_cast<uint32_t>(rng()) & 0x7fffffffu;
+      if (trial % 3 == 1) b = (b & 0x807fffffu) | ((120u + static_cast<uint32_t>(rng() % 4)) << 23);
+      if (trial % 3 == 2) b &= 0x00ffffffu;  // subnormals and the first normal binade
+      if (b > mtk::kMaxMassBits) b = mtk::kMaxMassBits;
+      bins[b >> 23] += mtk::mass_significand(b);
+      direct = mtk::exact_add_mass(direct, from_bits(b));
+    }
+    mtk::ExactSum binned = mtk::exact_zero();
+    for (uint32_t e = 0; e < 256; ++e) {
+      binned = mtk::exact_add(binned, mtk::exact_of_exponent_sum(bins[e], e));
+    }
+    CHECK(mtk::exact_compare(binned, direct) == 0, "trial %d", trial);
+    // The units a bin must supply: ceil((direct - part) / 2^position) brings part back to direct.
+    const uint32_t e = 1u + static_cast<uint32_t>(rng() % 190);
+    const mtk::ExactSum part = mtk::exact_scaled(direct, 0.5f).floor;
+    const int position = mtk::mass_position(e);
+    const mtk::ExactSum gap = mtk::exact_subtract(direct, part);
+    const uint64_t units = mtk::exact_ceil_shifted(gap, position);
+    // Only quotients below 2^64 are in the function's domain.
+    if (mtk::exact_compare(gap, mtk::exact_add_shifted(mtk::exact_zero(), 1u, position + 60)) < 0) {
+      const mtk::ExactSum back = mtk::exact_add_shifted(part, units, position);
+      CHECK(mtk::exact_compare(back, direct) >= 0, "ceil reaches, trial %d", trial);
+      if (units > 0) {
+        const mtk::ExactSum short_of = mtk::exact_add_shifted(part, units - 1, position);
+        CHECK(mtk::exact_compare(short_of, direct) < 0, "ceil is least, trial %d", trial);
+      }
+    }
+  }
+}
+
+// The least mass reaching an exact bound: it reaches the bound and the mass below it does not.
+void test_least_mass_bits() {
+  std::mt19937_64 rng(6);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t top = static_cast<uint32_t>(rng()) & 0x7fffffffu;
+    if (top > mtk::kMaxMassBits || top == 0u) top = i % 2 ? mtk::kMaxMassBits : 1u;
+    const float fraction = i % 7 == 0 ? 1.0f : from_bits(static_cast<uint32_t>(rng() % 0x3f800000u));
+    const mtk::ExactSum least = mtk::exact_ceil_scaled(mtk::exact_of_mass(from_bits(top)), fraction);
+    const uint32_t b = mtk::least_mass_bits_reaching(least);
+    CHECK(mtk::exact_compare(mtk::exact_of_mass(from_bits(b)), least) >= 0, "%08x reaches", b);
+    CHECK(b == 0u || mtk::exact_compare(mtk::exact_of_mass(from_bits(b - 1u)), least) < 0,
+          "%08x is the least", b);
+    CHECK(b <= top, "%08x above the largest %08x", b, top);
+  }
+  CHECK(mtk::least_mass_bits_reaching(mtk::exact_zero()) == 0u, "zero bound");
+}
+
 }  // namespace
 
 int main() {
@@ -166,6 +236,9 @@ int main() {
   test_division();
   test_exact_sum();
   test_scaled();
+  test_invariant_division();
+  test_exponent_binned_sums();
+  test_least_mass_bits();
   test_exp();
   if (failures != 0) {
     std::fprintf(stderr, "test_sampling_math: %d failures\n", failures);

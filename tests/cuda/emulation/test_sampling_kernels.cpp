@@ -69,10 +69,35 @@ uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
       return (probs ? prob : logit)[(raw >> 8) % 8];
     }
     case 3: return bits_of(probs ? 0.25f : -2.0f);
-    default:
+    case 4:
       if (probs) return (raw & 1) ? 0u : 0xc0000000u;
       return (raw % 16 == 0) ? 0x7fc00000u : 0xff800000u;
+    // Stresses of top-p's exponent bins and their refinement: a long run of equal values under
+    // a few larger ones (the cut falls inside the run, decided by count and index) ...
+    case 5:
+      if (raw % 20 == 0) return bits_of(probs ? std::exp(2.0f * g) / 64.0f : 2.0f + g);
+      return bits_of(probs ? 1.0f / 4096.0f : 0.0f);
+    // ... masses over every binade, 2^64 and subnormals included ...
+    case 6:
+      return probs ? 1u + uint32_t(raw % 0x5f800000u) : bits_of(40.0f * g);
+    // ... subnormal masses and the first normal binade (softmax gaps of 88 to 110) ...
+    case 7:
+      if (probs) return (raw % 4 != 0 ? 0u : 0x00800000u) + 1u + uint32_t((raw >> 8) % 0x7fffffu);
+      return bits_of(raw % 50 == 0 ? 0.0f : -88.0f - 7.0f * std::fabs(g));
+    // ... masses a few units in the last place apart, across a binade's edge (the refinement's
+    // last passes) ...
+    case 10: return probs ? 0x3a7ff000u + uint32_t(raw % 8192) : bits_of(1e-4f * float(raw % 512));
+    default: return bits_of(probs ? 1.0f : 0.0f);
   }
+}
+
+// Rows whose top-p cut is their very first token (one mass dwarfs the rest) or needs their very
+// last (equal masses and one small one at the end, reached by top_p just below 1).
+uint32_t edge_value(int kind, bool probs, int64_t i, int64_t n, uint32_t body) {
+  if (kind == 8 && i == 0) return bits_of(probs ? 0x1p60f : 0.0f);
+  if (kind == 8) return bits_of(probs ? 1.0f : -30.0f);
+  if (kind == 9 && i == n - 1) return bits_of(probs ? 0x1p-10f : -6.9314718f);
+  return body;
 }
 
 struct Case {
@@ -80,6 +105,7 @@ struct Case {
   mtk_dtype dtype;
   int64_t rows, n;
   bool per_row;
+  int kind;  // of every row's values (make_value), or -1 for a mix
   std::vector<int64_t> top_k;  // int64 tensor when per_row, else top_k[0] as the scalar
   std::vector<float> top_p, min_p, temperature, uniforms;
 };
@@ -114,9 +140,9 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
   std::vector<uint8_t> input(size_t(c.rows * c.n) * size);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t r = 0; r < c.rows; ++r) {
-    const int kind = int((r + int64_t(rng() % 5)) % 5);
+    const int kind = c.kind >= 0 ? c.kind : int((r + int64_t(rng() % 11)) % 11);
     for (int64_t i = 0; i < c.n; ++i) {
-      const uint32_t b = make_value(kind, !logits, rng, normal);
+      const uint32_t b = edge_value(kind, !logits, i, c.n, make_value(kind, !logits, rng, normal));
       uint8_t* p = input.data() + size_t(r * c.n + i) * size;
       if (size == 4) {
         std::memcpy(p, &b, 4);
@@ -257,17 +283,48 @@ int main(int argc, char** argv) {
         c.rows = quick ? 3 : 5;
         c.n = n;
         c.per_row = round % 2 == 1;
+        c.kind = -1;
         for (int64_t r = 0; r < c.rows; ++r) {
           const int64_t ks[] = {0, 1, 3, n - 1, n, -2, 2048, 2049, 17, 50, 1000};
-          const float ps[] = {1.0f, 0.5f, 0.9f, 0.0f, NAN, 0.99f};
+          const float ps[] = {1.0f, 0.5f, 0.9f, 0.0f, NAN, 0.99f, 0x1.fffffep-1f, 1e-30f};
           const float mins[] = {0.0f, 0.1f, 0.5f, 2.0f, NAN};
           const float temps[] = {1.0f, 0.5f, 0.0f, INFINITY, 1e-39f, 3.0f};
           const float us[] = {0.0f, 0.5f, 0.999f, 1.0f, NAN, 0.3f, 0.75f};
           c.top_k.push_back(ks[rng() % 11]);
-          c.top_p.push_back(ps[rng() % 6]);
+          c.top_p.push_back(ps[rng() % 8]);
           c.min_p.push_back(mins[rng() % 5]);
           c.temperature.push_back(temps[rng() % 6]);
           c.uniforms.push_back(us[rng() % 7]);
+        }
+        check(cpu, c, rng);
+      }
+    }
+  }
+  // Every stress of top-p's bins on its own, with top_p at the cut's edges (first token, last
+  // token, inside a run of ties), with and without top-k and min-p after.
+  const int64_t stress_sizes[] = {300, 2500, 20000};
+  for (const int64_t n : stress_sizes) {
+    if (quick && n > 2500) continue;
+    const mtk_sampling_op stress_ops[] = {MTK_SAMPLING_RENORM_PROBS, MTK_SAMPLING_SAMPLE,
+                                          MTK_SAMPLING_SAMPLE_FROM_LOGITS};
+    for (mtk_sampling_op op : stress_ops) {
+      for (int kind = 5; kind <= 10; ++kind) {
+        Case c{};
+        c.op = op;
+        c.dtype = MTK_FLOAT32;
+        c.rows = 6;
+        c.n = n;
+        c.per_row = true;
+        c.kind = kind;
+        const float ps[] = {0.9f, 0.99f, 0x1.fffffep-1f, 0.5f, 1e-30f, 0.999f};
+        const int64_t ks[] = {0, 0, 0, 2049, 1000, n - 1};
+        const float mins[] = {0.0f, 0.0f, 0.0f, 0.0f, 0.3f, 1e-6f};
+        for (int64_t r = 0; r < c.rows; ++r) {
+          c.top_k.push_back(ks[r]);
+          c.top_p.push_back(ps[r]);
+          c.min_p.push_back(mins[(r + kind) % 6]);
+          c.temperature.push_back(1.0f);
+          c.uniforms.push_back(float(rng() % 1000) / 1000.0f);
         }
         check(cpu, c, rng);
       }
