@@ -239,6 +239,21 @@ void test_sampled_threshold() {
   EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
   expect_layout(large_k, MTK_FLOAT32, 2, 4096);
 
+  // 256 rows of 262144 f32, k = 4096: the narrow sample's ~8064 candidates a row fit the buffer
+  // but not the two threshold blocks' stages (15.8 a thread for 12 slots); the wide sample's
+  // ~5248 (rank 328) leave 10.3 a thread.
+  const TopkPlan crowded = plan(MTK_FLOAT32, 256, 262144, 4096);
+  EXPECT(crowded.blocks_per_row == 2);
+  EXPECT(crowded.samples_per_thread == mtk::cuda::kWideSamplesPerThread);
+  EXPECT(crowded.sample_rank == 328);
+  EXPECT(crowded.large_threshold_stage);
+  // 256 rows of 131072, k = 4096: 13 a thread after the narrow sample, 9.5 after the wide one
+  // (rank 611); k = 2048 leaves 7.9 after the narrow one, which it keeps (rank 63).
+  EXPECT(plan(MTK_FLOAT32, 256, 131072, 4096).sample_rank == 611);
+  const TopkPlan roomy = plan(MTK_FLOAT32, 256, 131072, 2048);
+  EXPECT(roomy.samples_per_thread == mtk::cuda::kNarrowSamplesPerThread);
+  EXPECT(roomy.sample_rank == 63);
+
   // One bf16 row of 2^26, k = 100: the wide sample split over 16 blocks, key-prefix bins (keys
   // of 16 bits), one wave of 4 * 132 threshold blocks.
   const TopkPlan huge = plan(MTK_BFLOAT16, 1, int64_t(1) << 26, 100);
