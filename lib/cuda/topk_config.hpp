@@ -34,6 +34,9 @@ constexpr int kSortCapacity = 2048;  // winners sorted in shared memory up to th
 // two of composites, at least kRowSortMinItems) up to this size; CUB's segmented sort beyond.
 constexpr int64_t kRowSortMaxBytes = int64_t(128) << 10;
 constexpr int64_t kRowSortMinItems = 64;
+// ... but first, for keys of up to 32 bits, a block per row radix-sorts this many a thread.
+constexpr int kRowRadixSortItems = 8;
+constexpr int64_t kRowRadixSortMaxK = int64_t(kBlockThreads) * kRowRadixSortItems;
 
 // The block kernel caches a row's keys in dynamic shared memory when they fit this: 36 KB for
 // 9216 float keys beside BlockShared's 17 KB still lets four blocks of 512 threads share an SM.

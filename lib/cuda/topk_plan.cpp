@@ -211,7 +211,9 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   plan.capacity =
       std::min(n, std::max({kMinCapacity, n / kCapacityDivisor, kCapacityPerWinner * k}));
   const int64_t sort_bytes = row_sort_bytes(k, int64_t(composite_bytes(key_bytes)));
-  if (k > kSortCapacity) {
+  if (k > kSortCapacity && k <= kRowRadixSortMaxK && key_bytes <= 4) {
+    plan.winner_sort = WinnerSort::RowRadix;
+  } else if (k > kSortCapacity) {
     plan.winner_sort =
         sort_bytes <= kRowSortMaxBytes ? WinnerSort::RowBlocks : WinnerSort::Segmented;
   }
