@@ -301,5 +301,16 @@ __device__ __forceinline__ void warp_append(bool take, const Item& item, Item* o
   if (take) out[base + __popc(want & ((1u << lane) - 1))] = item;
 }
 
+// Claims one slot of `counter` for each calling lane, one atomic per group of converged lanes:
+// lanes that spill together wait on one L2 round trip instead of one each on the same address.
+__device__ __forceinline__ uint32_t claim_slot_per_lane(uint32_t* counter) {
+  const uint32_t active = __activemask();
+  const int lane = threadIdx.x & 31;
+  const int leader = __ffs(active) - 1;
+  uint32_t base = 0;
+  if (lane == leader) base = atomicAdd(counter, uint32_t(__popc(active)));
+  return __shfl_sync(active, base, leader) + uint32_t(__popc(active & ((1u << lane) - 1)));
+}
+
 }  // namespace cuda
 }  // namespace mtk

@@ -34,6 +34,9 @@ constexpr int kSortCapacity = 2048;  // winners sorted in shared memory up to th
 // two of composites, at least kRowSortMinItems) up to this size; CUB's segmented sort beyond.
 constexpr int64_t kRowSortMaxBytes = int64_t(128) << 10;
 constexpr int64_t kRowSortMinItems = 64;
+// ... but first, for keys of up to 32 bits, a block per row radix-sorts this many a thread.
+constexpr int kRowRadixSortItems = 8;
+constexpr int64_t kRowRadixSortMaxK = int64_t(kBlockThreads) * kRowRadixSortItems;
 
 // The block kernel caches a row's keys in dynamic shared memory when they fit this: 36 KB for
 // 9216 float keys beside BlockShared's 17 KB still lets four blocks of 512 threads share an SM.
@@ -74,6 +77,20 @@ constexpr int kWideSamplesPerThread = 32;
 // `rank` largest for the threshold pass's blocks to merge.
 constexpr int kSplitSampleParts = 16;
 constexpr uint32_t kSplitSampleMaxRank = 16;
+
+// Candidates a threshold thread stages in its own slots of shared memory before spilling to
+// global appends (multi_threshold_kernel). Own slots need no atomic: a candidate costs one
+// shared store, where a block-wide counter cost each an atomic whose result the next store
+// waited for (the k = 1024 pass ran 61 us against 42 for k = 50). The stage's size is the plan's
+// choice: the shared memory of four resident blocks slows the streaming itself (a 32 KB stage
+// cost the pass over 2^28 16%, 24 KB 3%), so only plans expecting more than two candidates a
+// thread take the large one. A sampling row of 150k with k = 1024 leaves ~5.4 a thread: with 12
+// slots one thread in 260 spills there.
+constexpr int kSmallThresholdStageBytes = 8192;
+constexpr int kLargeThresholdStageBytes = 24576;
+// A variable, not a function: device code may read a host constant, not call a host function.
+template <int StageBytes, int EntryBytes>
+constexpr int kThresholdSlotsPerThread = StageBytes / (kMultiThreads * EntryBytes);
 
 // Up to this many candidates the finish kernel ranks them all itself: two more multi-block
 // passes cost more in launches and row-state round trips than they save it. Past it, one block

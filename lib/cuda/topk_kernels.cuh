@@ -18,8 +18,9 @@
 //    histogrammed; a second filter pass narrows the candidates again, and one block per row
 //    resolves the last bits (finish_kernel, topk_multi_finish.cuh) and sorts (or, from a
 //    sampled threshold's key-prefix bins, ranks each winner within its bin). Past the finish's
-//    sort, a block per row sorts the winners in dynamic shared memory (sort_rows_kernel,
-//    topk_sort_rows.cuh), and past that CUB's segmented sort does.
+//    sort, a block per row radix-sorts the bits its winners differ in (radix_sort_rows_kernel,
+//    topk_sort_rows.cuh, keys up to 32 bits and k up to 4096) or sorts them in dynamic shared
+//    memory (sort_rows_kernel), and past that CUB's segmented sort does.
 //    When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled

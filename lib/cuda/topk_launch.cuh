@@ -208,7 +208,16 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
                                           g, input, p.values, p.indices, index64, p.largest,
                                           layout, states, winners, buffer0, buffer1,
                                           sort_in_finish, ragged);
-      if (plan.winner_sort == WinnerSort::RowBlocks) {
+      if (plan.winner_sort == WinnerSort::RowRadix) {
+        if constexpr (sizeof(Key) <= 4) {
+          launch_overlapped<radix_sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, 0,
+                                                       stream, kLaunching, g, input, p.values,
+                                                       p.indices, index64, p.largest, winners,
+                                                       ragged);
+        } else {
+          fail(MTK_ERROR_INTERNAL, "radix winner sort planned for a ", sizeof(Key), "-byte key");
+        }
+      } else if (plan.winner_sort == WinnerSort::RowBlocks) {
         const size_t sort_bytes = size_t(plan.row_sort_bytes);
         if (sort_bytes > kDefaultDynamicSharedBytes) {
           check_cuda(cudaFuncSetAttribute(sort_rows_kernel<T>,

@@ -43,19 +43,6 @@ __device__ bool start_bin_ranges(RowState<Comp>* state, const uint32_t* counts_i
   return true;
 }
 
-// Candidates a threshold thread stages in its own slots of shared memory before spilling to
-// global appends. Own slots need no atomic: a candidate costs one shared store, where a
-// block-wide counter cost each an atomic whose result the next store waited for (the k = 1024
-// pass ran 61 us against 42 for k = 50). The stage's size is the plan's choice: the shared
-// memory of four resident blocks slows the streaming itself (a 32 KB stage cost the pass over
-// 2^28 16%, 24 KB 3%), so only plans expecting more than two candidates a thread take the
-// large one. A sampling row of 150k with k = 1024 leaves ~5.4 a thread: with 12 slots one
-// thread in 260 spills there.
-constexpr int kSmallThresholdStageBytes = 8192;
-constexpr int kLargeThresholdStageBytes = 24576;
-template <class Entry, int StageBytes>
-constexpr int kThresholdSlotsPerThread = int(StageBytes / (kMultiThreads * sizeof(Entry)));
-
 // A staged candidate of the threshold pass: its raw bits above its index, in a composite's width
 // (so the stage takes no more shared memory than composites would).
 template <class T> using StageEntry = Composite<typename KeyTraits<T>::Key>;
@@ -216,7 +203,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     prefetch_segment_head(input + o.input, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
   __shared__ MultiPassShared pass;
-  constexpr int kSlots = kThresholdSlotsPerThread<StageEntry<T>, StageBytes>;
+  constexpr int kSlots = kThresholdSlotsPerThread<StageBytes, int(sizeof(StageEntry<T>))>;
   __shared__ StageEntry<T> staged[kSlots][kMultiThreads];
   __shared__ uint32_t staged_base;
 
@@ -260,8 +247,9 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       // copy-out below, where every thread of the block has one to build (built here, they made
       // the few lanes holding candidates run ~90 instructions a vector while the rest of the
       // warp waited, and k ~ 1024 rows have a candidate in most vectors). Past the thread's
-      // slots (heavy ties, adversarial rows) a candidate takes a global atomic of its own: rare,
-      // and kept out of the registers of the common path.
+      // slots (heavy ties, adversarial rows, a few threads of large-k rows) a candidate takes a
+      // slot of the buffer through a global atomic its converged lanes share: rare (the plan
+      // sizes the sample for it), and kept out of the registers of the common path.
   #pragma unroll
       for (int e = 0; e < kCount; ++e) {
         if (!take[e]) continue;
@@ -269,7 +257,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
         if (staged_count < kSlots) {
           staged[staged_count++][threadIdx.x] = stage_entry(elements[e], index);
         } else {
-          keep_candidate(elements[e], index, atomicAdd(&state->next_count, 1u));
+          keep_candidate(elements[e], index, claim_slot_per_lane(&state->next_count));
         }
       }
     });

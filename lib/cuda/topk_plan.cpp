@@ -44,7 +44,10 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 // takes the sampled path only when the expected candidates fill at most a quarter of the
 // buffer. Huge rows take the wide sample, and so does large k, whose narrow sample's threshold
 // leaves too many candidates (k = 2048 of 262144: ~5100, against ~2900 after the wide one;
-// unsampled, the input is read twice); others the narrow one, unless the wide one would let
+// unsampled, the input is read twice), or more than the threshold pass's threads stage (past
+// two thirds of their slots, one thread in sixteen spills to global atomics: k = 4096 of 262144
+// on 256 rows left ~15.8 a thread for 12 slots, and the pass took 141 us against 75 for
+// k = 2048; the wide sample leaves ~10.3); others the narrow one, unless the wide one would let
 // the finish kernel rank every row's candidates by counting (at most a block of them, 6 sd of
 // margin) where the narrow one would not: 150k-long sampling rows with k = 50 leave ~890
 // candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
@@ -60,12 +63,27 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   auto counting_fits = [](const SampleChoice& c) {
     return c.expected_candidates + 6 * c.candidates_sd <= double(kBlockThreads);
   };
+  // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
+  // flight each already cover the memory latency) pays the per-block setup and the row-state
+  // round trips once per SM slot instead of a wave and a half of short blocks.
+  const int64_t one_wave = int64_t(threshold_blocks_per_sm(int(element_bytes))) *
+                           std::max(sm_count, 1) / rows;
+  const int64_t threshold_blocks =
+      std::max<int64_t>(1, std::min<int64_t>(plan.blocks_per_row, one_wave));
+  const double stage_slots =
+      element_bytes == 8
+          ? kThresholdSlotsPerThread<kLargeThresholdStageBytes, sizeof(Composite<uint64_t>)>
+          : kThresholdSlotsPerThread<kLargeThresholdStageBytes, sizeof(Composite<uint32_t>)>;
+  auto crowds_stage = [&](const SampleChoice& c) {
+    return c.expected_candidates >
+           double(threshold_blocks) * kMultiThreads * stage_slots * 2.0 / 3.0;
+  };
   const double wide_samples = double(kSampleThreads) * kWideSamplesPerThread;
   SampleChoice choice = sample_choice(kNarrowSamplesPerThread, n, k);
   if (n >= 2 * wide_samples) {
     const SampleChoice wide = sample_choice(kWideSamplesPerThread, n, k);
     const bool narrow_overflows = choice.expected_candidates > double(plan.capacity) / 4;
-    if (n >= kWideSampleRowLength || narrow_overflows ||
+    if (n >= kWideSampleRowLength || narrow_overflows || crowds_stage(choice) ||
         (!counting_fits(choice) && counting_fits(wide))) {
       choice = wide;
     }
@@ -96,12 +114,7 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   } else if (expected_candidates > double(kDirectFinishCandidates) / 4) {
     plan.candidate_histogram = CandidateHistogram::TopDigit;
   }
-  // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
-  // flight each already cover the memory latency) pays the per-block setup and the row-state
-  // round trips once per SM slot instead of a wave and a half of short blocks.
-  const int64_t one_wave = int64_t(threshold_blocks_per_sm(int(element_bytes))) *
-                           std::max(sm_count, 1) / rows;
-  plan.blocks_per_row = int(std::max<int64_t>(1, std::min<int64_t>(plan.blocks_per_row, one_wave)));
+  plan.blocks_per_row = int(threshold_blocks);
   // Four slots a thread in the small stage (two for 64-bit keys): with two candidates a thread
   // expected, one thread in twenty spills; a huge row's ~1.1 (2^28, k = 100) one in 190.
   plan.large_threshold_stage =
@@ -198,7 +211,9 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   plan.capacity =
       std::min(n, std::max({kMinCapacity, n / kCapacityDivisor, kCapacityPerWinner * k}));
   const int64_t sort_bytes = row_sort_bytes(k, int64_t(composite_bytes(key_bytes)));
-  if (k > kSortCapacity) {
+  if (k > kSortCapacity && k <= kRowRadixSortMaxK && key_bytes <= 4) {
+    plan.winner_sort = WinnerSort::RowRadix;
+  } else if (k > kSortCapacity) {
     plan.winner_sort =
         sort_bytes <= kRowSortMaxBytes ? WinnerSort::RowBlocks : WinnerSort::Segmented;
   }

@@ -39,8 +39,9 @@ namespace cuda {
 enum class TopkPath { Warp, Block, Cluster, Multi };
 
 // Who sorts the Multi path's winners: the finish kernel (k <= kSortCapacity), a block per row
-// in dynamic shared memory (up to kRowSortMaxBytes), or CUB's segmented sort.
-enum class WinnerSort { Finish, RowBlocks, Segmented };
+// by a radix sort of their packed bits (keys up to 32 bits, k up to kRowRadixSortMaxK), a block
+// per row in dynamic shared memory (up to kRowSortMaxBytes), or CUB's segmented sort.
+enum class WinnerSort { Finish, RowRadix, RowBlocks, Segmented };
 
 // Rows longer than this are refused: indices must fit a composite's 32 bits, with the all-ones
 // index kept free (see Composite).

@@ -13,3 +13,17 @@ test-cuda-plan: $(CUDA_PLAN_TEST)
 	$(CUDA_PLAN_TEST)
 
 TEST_TARGETS += test-cuda-plan
+
+# The packing of a row's winners for the radix sort of radix_sort_rows_kernel: host C++ too.
+PACKED_WINNERS_TEST := $(BUILD)/tests/cuda/test_packed_winners
+
+$(PACKED_WINNERS_TEST): tests/cuda/test_packed_winners.cpp lib/cuda/topk_packed_winners.hpp \
+    lib/core/float_formats.hpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $(CPPFLAGS) tests/cuda/test_packed_winners.cpp -o $@
+
+.PHONY: test-packed-winners
+test-packed-winners: $(PACKED_WINNERS_TEST)
+	$(PACKED_WINNERS_TEST)
+
+TEST_TARGETS += test-packed-winners

@@ -122,7 +122,7 @@ void test_block_path() {
   // sort the winners.
   const TopkPlan large_k = plan(MTK_FLOAT32, 4096, 4096, 2049);
   EXPECT(large_k.path == TopkPath::Multi);
-  EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(large_k.winner_sort == WinnerSort::RowRadix);
 }
 
 void test_cluster_path() {
@@ -177,16 +177,26 @@ void expect_layout(const TopkPlan& p, mtk_dtype dtype, int64_t rows, int64_t k) 
 
 void test_multi_path_unsampled() {
   // 400 KB: below the bytes where a sample pays. k past the finish's sort: a block per row
-  // sorts the winners in 32 KB of dynamic shared memory.
+  // radix-sorts the winners (keys up to 32 bits, k up to 4096).
   const TopkPlan small = plan(MTK_FLOAT32, 1, 100000, 3000);
   EXPECT(small.path == TopkPath::Multi);
   EXPECT(small.sample_rank == 0);
   EXPECT(small.blocks_per_row == 49);  // ceil(100000 / 2048) < 8 * 132
   EXPECT(small.blocks == 49);
   EXPECT(small.capacity == 24000);     // 8 k
-  EXPECT(small.winner_sort == WinnerSort::RowBlocks);
-  EXPECT(small.row_sort_bytes == 4096 * 8);
+  EXPECT(small.winner_sort == WinnerSort::RowRadix);
+  EXPECT(small.row_sort_bytes == 0);
   expect_layout(small, MTK_FLOAT32, 1, 3000);
+  EXPECT(plan(MTK_INT8, 1, 100000, 4096).winner_sort == WinnerSort::RowRadix);
+  // Past 4096, or 64-bit keys: a bitonic sort in dynamic shared memory, 64 KB for 5000
+  // composites of 64 bits or 3000 of 128.
+  const TopkPlan bitonic = plan(MTK_FLOAT32, 1, 100000, 5000);
+  EXPECT(bitonic.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(bitonic.row_sort_bytes == 8192 * 8);
+  const TopkPlan wide_keys = plan(MTK_FLOAT64, 1, 100000, 3000);
+  EXPECT(wide_keys.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(wide_keys.row_sort_bytes == 4096 * 16);
+  expect_layout(wide_keys, MTK_FLOAT64, 1, 3000);
 
   // k past what a block sorts (128 KB: 16384 64-bit composites, 8192 128-bit ones): CUB's
   // segmented sort, its output and scratch in the layout.
@@ -236,8 +246,23 @@ void test_sampled_threshold() {
   EXPECT(!large_k.split_sample);  // rank past kSplitSampleMaxRank
   EXPECT(large_k.candidate_histogram == CandidateHistogram::KeyPrefix);
   EXPECT(large_k.blocks_per_row == 264);  // one wave: 4 blocks an SM over 2 rows
-  EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(large_k.winner_sort == WinnerSort::RowRadix);
   expect_layout(large_k, MTK_FLOAT32, 2, 4096);
+
+  // 256 rows of 262144 f32, k = 4096: the narrow sample's ~8064 candidates a row fit the buffer
+  // but not the two threshold blocks' stages (15.8 a thread for 12 slots); the wide sample's
+  // ~5248 (rank 328) leave 10.3 a thread.
+  const TopkPlan crowded = plan(MTK_FLOAT32, 256, 262144, 4096);
+  EXPECT(crowded.blocks_per_row == 2);
+  EXPECT(crowded.samples_per_thread == mtk::cuda::kWideSamplesPerThread);
+  EXPECT(crowded.sample_rank == 328);
+  EXPECT(crowded.large_threshold_stage);
+  // 256 rows of 131072, k = 4096: 13 a thread after the narrow sample, 9.5 after the wide one
+  // (rank 611); k = 2048 leaves 7.9 after the narrow one, which it keeps (rank 63).
+  EXPECT(plan(MTK_FLOAT32, 256, 131072, 4096).sample_rank == 611);
+  const TopkPlan roomy = plan(MTK_FLOAT32, 256, 131072, 2048);
+  EXPECT(roomy.samples_per_thread == mtk::cuda::kNarrowSamplesPerThread);
+  EXPECT(roomy.sample_rank == 63);
 
   // One bf16 row of 2^26, k = 100: the wide sample split over 16 blocks, key-prefix bins (keys
   // of 16 bits), one wave of 4 * 132 threshold blocks.
@@ -386,7 +411,7 @@ void test_ragged_plans() {
   // per row.
   const TopkPlan large_k = ragged_plan(MTK_FLOAT32, 64, 3000, 4096);
   EXPECT(large_k.path == TopkPath::Multi);
-  EXPECT(large_k.winner_sort == WinnerSort::RowBlocks);
+  EXPECT(large_k.winner_sort == WinnerSort::RowRadix);
   EXPECT(large_k.capacity == 3000);
   expect_layout(large_k, MTK_FLOAT32, 64, 4096);
   // Dense and ragged keys differ.
