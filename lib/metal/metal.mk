@@ -70,7 +70,7 @@ TEST_TARGETS += test-metal
 .PHONY: test-metal test-metal-plan test-metal-memory-map test-metal-kernels test-metal-embedded test-metal-pocl test-metal-pocl-router \
         test-metal-pocl-ragged test-metal-pocl-sampling test-metal-objc
 
-$(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS)
+$(METAL_TEST_DIR)/test_plan: tests/metal/test_plan.cpp tests/host_expect.hpp $(METAL_PLAN_SRC) $(METAL_PLAN_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -Wall -Wextra -Werror $(CPPFLAGS) tests/metal/test_plan.cpp $(METAL_PLAN_SRC) -o $@
 

@@ -10,20 +10,11 @@
 #include <vector>
 
 #include "cuda/topk_packed_winners.hpp"
+#include "../host_expect.hpp"
 
 namespace {
 
 using mtk::cuda::PackedWinners;
-
-int g_failures = 0;
-
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      ++g_failures;                                                            \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
-    }                                                                          \
-  } while (0)
 
 uint64_t composite(uint32_t key, uint32_t index) { return (uint64_t(key) << 32) | ~index; }
 

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "cuda/topk_config.hpp"
 #include "cuda/topk_plan.hpp"
+#include "../host_expect.hpp"
 
 namespace {
 
@@ -24,16 +25,6 @@ using mtk::cuda::ScratchRegions;
 using mtk::cuda::TopkPath;
 using mtk::cuda::TopkPlan;
 using mtk::cuda::WinnerSort;
-
-int g_failures = 0;
-
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      ++g_failures;                                                            \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
-    }                                                                          \
-  } while (0)
 
 constexpr int kSms = 132;
 constexpr int64_t kL2Bytes = 50 << 20;

@@ -15,6 +15,7 @@
 #include "metal/metal_router_plan.hpp"
 #include "metal/metal_topk_plan.hpp"
 #include "metal/mpsgraph_plan.hpp"
+#include "../host_expect.hpp"
 
 namespace {
 
@@ -23,16 +24,6 @@ using mtk::MetalKernel;
 using mtk::MetalLimits;
 using mtk::MetalPlan;
 using mtk::MetalShapeClass;
-
-int g_failures = 0;
-
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      ++g_failures;                                                            \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
-    }                                                                          \
-  } while (0)
 
 mtk::TopkProblem problem(mtk_dtype dtype, int64_t rows, int64_t n, int64_t k, bool sorted = true) {
   mtk::TopkProblem p{};
