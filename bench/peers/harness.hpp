@@ -37,8 +37,10 @@ struct Row {
   double max_weight_rel_err = -1;
   std::string index_dtype = "int32";
   // Ragged rows (issue #31): the index transform of the peer (and of metaltopk's call it is
-  // compared with), metaltopk's own check or refusal, and the time to read the scores once.
+  // compared with), metaltopk's own check or refusal.
   std::string transform, metaltopk_status;
+  // Top-k and ragged rows: the time to read the scores once at the measured copy rate, the
+  // floor of any selection that reads every score.
   double score_bytes = -1, read_once_us = -1, copy_gbps = -1;
   // Sampling rows (issue #33): the operation and its filter parameters (metaltopk_status is
   // metaltopk's check against its CPU backend, or its refusal), and the largest relative
@@ -97,6 +99,8 @@ inline std::string to_json(const Row& r) {
   if (r.family == "ragged") {
     s += "\"transform\": \"" + r.transform + "\", ";
     s += "\"metaltopk_status\": \"" + r.metaltopk_status + "\", ";
+  }
+  if (r.read_once_us >= 0) {
     s += "\"score_bytes\": " + number(r.score_bytes, 0) + ", ";
     s += "\"read_once_us\": " + number(r.read_once_us) + ", ";
     s += "\"copy_gbps\": " + number(r.copy_gbps, 1) + ", ";

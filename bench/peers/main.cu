@@ -207,8 +207,28 @@ DeviceArrays upload_rotation(size_t count, bool bf16, uint64_t seed, size_t l2_b
   return d;
 }
 
+// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB copy, the rate
+// that turns a shape's score bytes into the time to read them once.
+double copy_bytes_per_s(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  checked(cudaMemsetAsync(a.get(), 0, bytes, stream), "memset");
+  std::vector<double> seconds;
+  Event start, end;
+  for (int i = 0; i < 6; ++i) {
+    checked(cudaEventRecord(start.get(), stream), "event");
+    checked(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+    checked(cudaEventRecord(end.get(), stream), "event");
+    checked(cudaEventSynchronize(end.get()), "event sync");
+    float ms = 0;
+    checked(cudaEventElapsedTime(&ms, start.get(), end.get()), "elapsed");
+    if (i > 0) seconds.push_back(1e-3 * ms);  // the first copy warms up
+  }
+  return 2.0 * double(bytes) / median(seconds);
+}
+
 bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t l2_bytes,
-                const Settings& base, Output& out) {
+                double copy_rate, const Settings& base, Output& out) {
   const size_t count = static_cast<size_t>(s.rows * s.n);
   const Settings st = scaled(base, double(count) * s.itemsize());
   std::fprintf(stderr, "[peers] %s k=%lld %s\n", s.name().c_str(), (long long)s.k,
@@ -261,6 +281,9 @@ bool bench_topk(const TopkShape& s, mtk_context ctx, cudaStream_t stream, size_t
     r.k = s.k;
     r.dtype = s.bf16 ? "bf16" : "f32";
     r.peer = peer;
+    r.score_bytes = double(count) * s.itemsize();
+    r.read_once_us = 1e6 * r.score_bytes / copy_rate;
+    r.copy_gbps = 1e-9 * copy_rate;
     r.metaltopk_sorted_us = mtk_graph[1];
     r.metaltopk_sorted_loop_us = mtk_loop[1];
     r.note = mtk_note;
@@ -807,26 +830,6 @@ struct RaggedCall {
   RaggedCall& operator=(const RaggedCall&) = delete;
 };
 
-// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB copy, the rate
-// that turns a shape's score bytes into the time to read them once.
-double copy_bytes_per_s(cudaStream_t stream) {
-  const size_t bytes = size_t{1} << 30;
-  DeviceBuffer a(bytes), b(bytes);
-  checked(cudaMemsetAsync(a.get(), 0, bytes, stream), "memset");
-  std::vector<double> seconds;
-  Event start, end;
-  for (int i = 0; i < 6; ++i) {
-    checked(cudaEventRecord(start.get(), stream), "event");
-    checked(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
-    checked(cudaEventRecord(end.get(), stream), "event");
-    checked(cudaEventSynchronize(end.get()), "event sync");
-    float ms = 0;
-    checked(cudaEventElapsedTime(&ms, start.get(), end.get()), "elapsed");
-    if (i > 0) seconds.push_back(1e-3 * ms);  // the first copy warms up
-  }
-  return 2.0 * double(bytes) / median(seconds);
-}
-
 bool bench_ragged(const RaggedShape& s, mtk_context ctx, mtk_context cpu, cudaStream_t stream,
                   size_t l2_bytes, double copy_rate, const Settings& base, Output& out) {
   std::fprintf(stderr, "[peers] %s k=%lld\n", s.name().c_str(), (long long)s.k);
@@ -1241,13 +1244,15 @@ int run(int argc, char** argv) {
     return st.filter.empty() || name.find(st.filter) != std::string::npos;
   };
   auto part = [&](const char* name) { return st.only.empty() || st.only == name; };
+  double copy_rate = -1;  // measured once, for every row's read_once_us
   if (part("topk")) {
+    copy_rate = copy_bytes_per_s(stream.get());
     std::vector<TopkShape> shapes = topk_shapes();
     for (const TopkShape& s : large_k_shapes()) shapes.push_back(s);
     for (const TopkShape& s : shapes) {
       if (!wanted(s.name())) continue;
       try {
-        ok = bench_topk(s, ctx.get(), stream.get(), size_t(l2), st, out) && ok;
+        ok = bench_topk(s, ctx.get(), stream.get(), size_t(l2), copy_rate, st, out) && ok;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: %s\n", s.name().c_str(), e.what());
         cudaGetLastError();
@@ -1269,7 +1274,6 @@ int run(int argc, char** argv) {
   }
   if (part("ragged")) {
     Context cpu(MTK_BACKEND_CPU);  // the reference
-    double copy_rate = -1;
     for (const RaggedShape& s : ragged_shapes()) {
       if (!wanted(s.name())) continue;
       try {

@@ -1,18 +1,20 @@
 // Exhaustive CUDA-backend conformance through the C ABI: every dtype, both directions, sorted
 // and unsorted, int64/int32 indices, strided/negative/zero-stride inputs, strided outputs, and
 // shapes straddling every switch point of the CUDA plan (warp / block / cluster / multi-block, the
-// shared-memory sort limit, candidate-buffer overflow). Each result is compared bit for bit
-// with an independent host reference (a stable sort under the contract's order, written here
-// without the library's key mapping) and with the CPU backend.
+// shared-memory sort limit, candidate-buffer overflow, large k on batched long rows). Each result
+// is compared bit for bit with an independent host reference (the first k of a stable order
+// under the contract, written here without the library's key mapping) and with the CPU backend.
 //
-// Usage: cuda_conformance [--quick | --cluster | --cluster-sanitize | --sampled] (--quick:
-// rows*n <= 50000 and fewer data kinds, for the sanitizers; --cluster: the same few data kinds
-// on the cluster kernel's long shapes and three of its dtypes; --cluster-sanitize: the cluster
-// kernel's code paths once each in ten launches, for memcheck and racecheck, which the quick
-// set's sizes keep off that kernel (check_cluster_for_sanitizers); --sampled: only the
-// sampled-threshold plans). Exits 0 when every case passes, 1 on the first mismatch class (all
-// mismatches are listed), 2 when no CUDA device is available.
+// Usage: cuda_conformance [--quick | --cluster | --cluster-sanitize | --sampled | --large-k]
+// (--quick: rows*n <= 50000 and fewer data kinds, for the sanitizers; --cluster: the same few
+// data kinds on the cluster kernel's long shapes and three of its dtypes; --cluster-sanitize:
+// the cluster kernel's code paths once each in ten launches, for memcheck and racecheck, which
+// the quick set's sizes keep off that kernel (check_cluster_for_sanitizers); --sampled: only the
+// sampled-threshold plans; --large-k: only k 2048-4096 on batched long rows, check_large_k).
+// Exits 0 when every case passes, 1 on the first mismatch class (all mismatches are listed), 2
+// when no CUDA device is available.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -96,12 +98,13 @@ const char* data_label(Data d) {
   return names[int(d)];
 }
 
-void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std::mt19937_64& rng) {
+// Elements [begin, end) of the input, drawn from rng.
+void fill_range(std::vector<uint8_t>& bytes, size_t begin, size_t end, mtk_dtype d, Data kind,
+                std::mt19937_64& rng) {
   const size_t size = dtype_size(d);
-  bytes.resize(count * size);
   std::normal_distribution<double> normal(0.0, 3.0);
   std::uniform_int_distribution<int> small(-2, 2);
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = begin; i < end; ++i) {
     uint64_t raw = rng();
     double x;
     switch (kind) {
@@ -185,6 +188,31 @@ void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std
       }
     }
   }
+}
+
+// Inputs of many elements (the large-k shapes hold up to 2^26) are drawn in chunks of 2^20, each
+// from its own generator seeded by rng, on the host's threads; smaller ones in one sequence.
+void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std::mt19937_64& rng) {
+  bytes.resize(count * dtype_size(d));
+  constexpr size_t kChunk = size_t(1) << 20;
+  if (count <= 4 * kChunk) {
+    fill_range(bytes, 0, count, d, kind, rng);
+    return;
+  }
+  const size_t chunks = (count + kChunk - 1) / kChunk;
+  std::vector<uint64_t> seeds(chunks);
+  for (uint64_t& seed : seeds) seed = rng();
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t c = next++; c < chunks; c = next++) {
+      std::mt19937_64 chunk_rng(seeds[c]);
+      fill_range(bytes, c * kChunk, std::min(count, (c + 1) * kChunk), d, kind, chunk_rng);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (unsigned t = 1; t < std::max(1u, std::thread::hardware_concurrency()); ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& w : workers) w.join();
 }
 
 // ---- one case -----------------------------------------------------------------------------
@@ -318,7 +346,9 @@ bool check_case(const Contexts& ctx, const Case& c, std::mt19937_64& rng, bool v
   const int64_t extent = (rows_stored - 1) * (c.layout.broadcast_rows ? 0 : (c.layout.transposed ? 1 : c.n * step)) +
                          (c.n - 1) * dim_stride + 1;
   std::vector<uint8_t> buffer(size_t(extent + c.layout.base_offset) * size);
-  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = uint8_t(rng());  // garbage in the gaps
+  if (extent + c.layout.base_offset != rows_stored * c.n) {
+    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = uint8_t(rng());  // garbage in the gaps
+  }
   int64_t base = c.layout.base_offset;
   int64_t signed_dim_stride = dim_stride;
   if (c.layout.reversed) {
@@ -339,24 +369,34 @@ bool check_case(const Contexts& ctx, const Case& c, std::mt19937_64& rng, bool v
   input.strides[0] = row_stride;
   input.strides[1] = signed_dim_stride;
 
-  // Independent reference.
+  // Independent reference: the first k of each row's stable order (the contract's order, ties
+  // to the lower index), rows spread over the host's threads since the large-k shapes hold tens
+  // of millions of elements.
   std::vector<uint8_t> ref_values(c.rows * c.k * size);
   std::vector<int64_t> ref_indices(c.rows * c.k);
-  std::vector<int64_t> order(c.n);
-  std::vector<Value> vals(c.n);
-  for (int64_t r = 0; r < c.rows; ++r) {
-    const int64_t src_row = c.layout.broadcast_rows ? 0 : r;
-    for (int64_t i = 0; i < c.n; ++i) vals[i] = value_at(&logical[(src_row * c.n + i) * size], c.dtype);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      const int cmp = compare(vals[a], vals[b]);
-      return c.largest ? cmp > 0 : cmp < 0;
-    });
-    for (int64_t j = 0; j < c.k; ++j) {
-      ref_indices[r * c.k + j] = order[j];
-      std::memcpy(&ref_values[(r * c.k + j) * size], &logical[(src_row * c.n + order[j]) * size], size);
+  auto reference_rows = [&](int64_t first, int64_t step) {
+    std::vector<int64_t> order(c.n);
+    std::vector<Value> vals(c.n);
+    for (int64_t r = first; r < c.rows; r += step) {
+      const int64_t src_row = c.layout.broadcast_rows ? 0 : r;
+      for (int64_t i = 0; i < c.n; ++i) vals[i] = value_at(&logical[(src_row * c.n + i) * size], c.dtype);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + c.k, order.end(), [&](int64_t a, int64_t b) {
+        const int cmp = compare(vals[a], vals[b]);
+        return cmp != 0 ? (c.largest ? cmp > 0 : cmp < 0) : a < b;
+      });
+      for (int64_t j = 0; j < c.k; ++j) {
+        ref_indices[r * c.k + j] = order[j];
+        std::memcpy(&ref_values[(r * c.k + j) * size], &logical[(src_row * c.n + order[j]) * size], size);
+      }
     }
-  }
+  };
+  const int64_t threads = c.rows * c.n < (int64_t(1) << 20)
+      ? 1 : std::min<int64_t>(c.rows, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> workers;
+  for (int64_t t = 1; t < threads; ++t) workers.emplace_back(reference_rows, t, threads);
+  reference_rows(0, threads);
+  for (std::thread& w : workers) w.join();
 
   bool ok = true;
   auto compare_with = [&](const char* who, const std::vector<uint8_t>& v, const std::vector<int64_t>& idx) {
@@ -646,6 +686,37 @@ void check_sampled_plans(const Contexts& ctx, std::mt19937_64& rng, bool quick,
   }
 }
 
+// Large k on batched long rows (issue #32), the benchmark's shapes: the sampled threshold with
+// the wide sample where the narrow one would overflow the threshold threads' slots (k = 4096 on
+// rows of 131072 and 262144), the winners of k 2049-4096 radix-sorted per row in their packed
+// bits (keys of at most 32 bits: every such width here, largest and smallest first), 64-bit keys
+// on the bitonic row sort, and ties and special values that overflow the candidates into the
+// exact passes.
+void check_large_k(const Contexts& ctx, std::mt19937_64& rng, const Layout& contiguous) {
+  struct Shape { int64_t rows, n, k; };
+  const Shape shapes[] = {{64, 131072, 2048}, {64, 131072, 4096}, {256, 131072, 4096},
+                          {256, 262144, 2048}, {256, 262144, 3000}, {256, 262144, 4096},
+                          {64, 1048576, 4096}};
+  for (const Shape& s : shapes) {
+    for (mtk_dtype d : {MTK_FLOAT32, MTK_BFLOAT16}) {
+      for (Data data : {Data::Random, Data::Special, Data::FewDistinct}) {
+        const uint64_t pick = rng();
+        Case c{d, s.rows, s.n, s.k, data, contiguous, (pick & 1) != 0,
+               data != Data::FewDistinct || (pick & 2) != 0, (pick & 4) != 0};
+        check_case(ctx, c, rng, true);
+      }
+    }
+  }
+  for (mtk_dtype d : {MTK_FLOAT16, MTK_INT32, MTK_INT16, MTK_INT8, MTK_UINT8, MTK_FLOAT64}) {
+    for (Data data : {Data::Random, Data::Special, Data::FewDistinct}) {
+      for (bool largest : {true, false}) {
+        Case c{d, 256, 131072, 4096, data, contiguous, largest, true, false};
+        check_case(ctx, c, rng, true);
+      }
+    }
+  }
+}
+
 // The cluster kernel (lib/cuda/topk_cluster_kernel.cuh) under memcheck and racecheck: its code
 // paths once each, in few launches of few rows, since racecheck makes each of its launches
 // about a hundred times slower (the --cluster set, 120 launches, did not finish in 300 s). The
@@ -724,6 +795,7 @@ int main(int argc, char** argv) {
   const bool sampled_only = argc > 1 && std::strcmp(argv[1], "--sampled") == 0;
   const bool cluster_only = argc > 1 && std::strcmp(argv[1], "--cluster") == 0;
   const bool cluster_sanitize = argc > 1 && std::strcmp(argv[1], "--cluster-sanitize") == 0;
+  const bool large_k_only = argc > 1 && std::strcmp(argv[1], "--large-k") == 0;
   Contexts ctx = create_contexts();
   std::mt19937_64 rng(20261130);
 
@@ -740,6 +812,10 @@ int main(int argc, char** argv) {
   };
   if (sampled_only) {
     check_sampled_plans(ctx, rng, false, contiguous, layouts[1]);
+    return report(ctx);
+  }
+  if (large_k_only) {
+    check_large_k(ctx, rng, contiguous);
     return report(ctx);
   }
   if (cluster_sanitize) {
@@ -796,6 +872,7 @@ int main(int argc, char** argv) {
     check_case(ctx, c, rng, true);
   }
   check_sampled_plans(ctx, rng, quick, contiguous, layouts[1]);
+  if (!quick) check_large_k(ctx, rng, contiguous);
   // The warp-per-row kernels' own branches: dim-0 rows staged through shared memory by tiles of
   // 32 (row counts that leave the last tile short, dim-0 outputs, padded or reversed columns),
   // vector loads (a base pointer off alignment, rows ending inside a vector: n = 90, 200), and

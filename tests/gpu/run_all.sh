@@ -11,7 +11,7 @@
 #        on the cluster kernel's shapes alone, also part of sanitize), sanitize-ragged (the
 #        sanitizers on the ragged conformance's quick set), sampling (build and run the sampling
 #        conformance alone, then its quick set under the sanitizers; the conformance step runs
-#        it too), distributed-smoke (one-GPU
+#        it too), large-k (the conformance's large-k shapes alone), distributed-smoke (one-GPU
 #        NCCL world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
 #        bench/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
@@ -63,6 +63,9 @@ for s in $STEPS; do
       step conformance 360 "$BUILD/tests/cuda_conformance"
       step ragged-conformance 240 "$BUILD/tests/cuda_ragged_conformance"
       step sampling-conformance 420 "$BUILD/tests/cuda_sampling_conformance" ;;
+    large-k)
+      # k 2048-4096 on batched long rows alone (the conformance step runs them too).
+      step large-k-conformance 240 "$BUILD/tests/cuda_conformance" --large-k ;;
     sampling)
       # The sampling filters on their own: build the library and the conformance program, run
       # it (CUDA == CPU bit for bit, batch invariance, graph replay), then the sanitizers on its
