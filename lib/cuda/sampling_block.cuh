@@ -250,10 +250,20 @@ __device__ __forceinline__ void clear_exponent_bins(SharedState& s) {
   __syncthreads();
 }
 
+// Adds `value` to a 64-bit sum in shared memory through 32-bit atomics: the low word takes the
+// value, and the add that wraps it carries one into the high word, so that after a barrier the
+// sum is exact. sm_90 has no 64-bit shared-memory atomic add: atomicAdd on one is a
+// compare-and-swap loop (ATOMS.CAST.SPIN.64), which lanes adding to one bin serialise and retry.
+__device__ __forceinline__ void add_to_shared_sum(unsigned long long* sum, uint32_t value) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(sum);  // little-endian: the low word first
+  const uint32_t before = atomicAdd(&words[0], value);
+  if (before + value < before) atomicAdd(&words[1], 1u);
+}
+
 __device__ __forceinline__ void add_to_exponent_bin(SharedState& s, uint32_t bits) {
   if (bits == 0u) return;
-  atomicAdd(&s.exponent_sums[threadIdx.x % kSumReplicas][bits >> 23],
-            (unsigned long long)mass_significand(bits));
+  add_to_shared_sum(&s.exponent_sums[threadIdx.x % kSumReplicas][bits >> 23],
+                    uint32_t(mass_significand(bits)));
 }
 
 // Folds the replicas into the first (exponent_sums[0][e]: the significand sum of field e) and
@@ -284,6 +294,32 @@ __device__ MassTotals finish_mass_totals(SharedState& s, uint32_t most) {
   t.most = uint32_t(block_max_word(s, most));
   t.total = merge_exponent_bins(s);
   return t;
+}
+
+// ---- visiting a view's masses -------------------------------------------------------------------
+
+// Calls visit(j, mass) for every j below view.count(), each thread for j = threadIdx.x + m *
+// kThreads, in that order. A batch's loads are all issued before its visits: the visits do
+// shared-memory atomics or stores that may alias the masses, which the compiler does not move
+// loads across, and one block a row has too few warps to hide a memory latency per element.
+constexpr int kMassBatch = 8;
+
+template <class View, class Visit>
+__device__ __forceinline__ void for_each_mass(const View& view, Visit&& visit) {
+  const int64_t count = view.count();
+  for (int64_t first = threadIdx.x; first < count; first += int64_t(kThreads) * kMassBatch) {
+    float batch[kMassBatch];
+#pragma unroll
+    for (int u = 0; u < kMassBatch; ++u) {
+      const int64_t j = first + int64_t(u) * kThreads;
+      batch[u] = j < count ? view.mass(j) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kMassBatch; ++u) {
+      const int64_t j = first + int64_t(u) * kThreads;
+      if (j < count) visit(j, batch[u]);
+    }
+  }
 }
 
 // ---- top-p over a set of masses ---------------------------------------------------------------
@@ -325,20 +361,19 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
   unsigned long long units_before = 0u;
   uint32_t prefix = exponent << 23;
   uint32_t equal = 0u;
-  const int64_t count = view.count();
   __syncthreads();
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 15 : (pass == 1 ? 7 : 0);
     const int width = pass == 2 ? 7 : kDigitBits;
     const int decided = shift + width;  // the bits above are the prefix's
     clear_bins(s);
-    for (int64_t j = threadIdx.x; j < count; j += kThreads) {
-      const uint32_t bits = bits_from_float(view.mass(j));
-      if (bits == 0u || (bits >> decided) != (prefix >> decided)) continue;
+    for_each_mass(view, [&](int64_t, float mass) {
+      const uint32_t bits = bits_from_float(mass);
+      if (bits == 0u || (bits >> decided) != (prefix >> decided)) return;
       const uint32_t bin = (bits >> shift) & ((1u << width) - 1u);
       atomicAdd(&s.counts[bin], 1u);
-      atomicAdd(&s.sums[bin], (unsigned long long)mass_significand(bits));
-    }
+      add_to_shared_sum(&s.sums[bin], uint32_t(mass_significand(bits)));
+    });
     __syncthreads();
     if (threadIdx.x < 32) {
       scan_bins(s, true, 0ull, [&](int bin) { return s.sums[bin]; },
@@ -358,9 +393,9 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
   uint32_t last_index = 0xffffffffu;
   if (ties_kept < equal) {
     const auto for_each_tie = [&](auto&& f) {
-      for (int64_t j = threadIdx.x; j < count; j += kThreads) {
-        if (bits_from_float(view.mass(j)) == prefix) f(view.index(j));
-      }
+      for_each_mass(view, [&](int64_t j, float mass) {
+        if (bits_from_float(mass) == prefix) f(view.index(j));
+      });
     };
     last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false).value;
   }
@@ -379,14 +414,14 @@ __device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float 
   const ExactSum largest = exact_of_mass(float_from_bits(most));
   const uint32_t least = least_mass_bits_reaching(exact_ceil_scaled(largest, fraction));
   clear_exponent_bins(s);
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    const uint32_t bits = bits_from_float(view.mass(j));
+  for_each_mass(view, [&](int64_t j, float mass) {
+    const uint32_t bits = bits_from_float(mass);
     if (bits < least) {
       if (bits != 0u) view.drop(j);
     } else {
       add_to_exponent_bin(s, bits);
     }
-  }
+  });
   return merge_exponent_bins(s);
 }
 

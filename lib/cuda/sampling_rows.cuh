@@ -310,17 +310,30 @@ __device__ __forceinline__ void write_token(const SamplingArgs& a, int64_t row, 
   }
 }
 
+// Where the kept tokens fit the candidates, the dropped ones are written -inf as the filter
+// finds them (the read that gathers the candidates, then the candidates it drops) and the kept
+// ones from the candidates: no third read of the row.
 template <class Format>
 __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRow<Format>& row,
                             int64_t r) {
   using Raw = typename Format::Raw;
   const int64_t k = a.top_k.at(r);
+  Raw* out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
+  const int64_t stride = a.output_stride;
+  if (top_k_filters(k, a.n) && k <= kCandidateCapacity) {
+    top_k_of_row(s, row, a.n, uint32_t(k), true, true, [&](int64_t i) {
+      out[i * stride] = Raw(Format::kNegativeInfinity);
+    });
+    for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
+      const int64_t i = int64_t(s.candidate_index[j]);
+      out[i * stride] = row.raw(i);
+    }
+    return;
+  }
   const TopkCutoff cut =
       top_k_filters(k, a.n)
           ? top_k_of_row(s, row, a.n, uint32_t(k), true, false, [](int64_t) {})
           : keep_all();
-  Raw* out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
-  const int64_t stride = a.output_stride;
   for_each_element(row, a.n, [&](int64_t i, Raw raw) {
     out[i * stride] = cut.keeps(key_from_f32_bits(Format::widen(raw)), i)
                           ? raw
@@ -424,10 +437,9 @@ template <class View>
 __device__ void write_renormalised(const View& view, ExactSum total, float* out, int64_t stride) {
   const float sum = exact_to_f32(total);
   const MassDivisor divisor = mass_divisor(bits_from_float(sum) != 0u ? sum : 1.0f);
-  for (int64_t j = threadIdx.x; j < view.count(); j += kThreads) {
-    const float m = view.mass(j);
+  for_each_mass(view, [&](int64_t j, float m) {
     out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_by(m, divisor) : 0.0f;
-  }
+  });
 }
 
 // min-p, then the renormalised row or the draw, on masses that top-p (if any) has cut.

@@ -115,6 +115,34 @@ __device__ Selection<Comp> block_refine(const Source& source, Selection<Comp> se
   return sel;
 }
 
+// A whole row's first round histograms the top kRowFirstDigitBits of its composites, not 8:
+// the top 8 bits of a float key are its sign and the top of its exponent, which most scores
+// share (N(0, 1) scores fill a handful of those bins), so a warp's lanes crowd a few bins and
+// the block's atomics serialise; 12 bits add 3 of the significand (~64 busy bins). The
+// histogram takes the winners' room, free until the gather.
+constexpr int kRowFirstDigitBits = 12;
+constexpr int kRowFirstBins = 1 << kRowFirstDigitBits;
+
+template <int Bits, class Comp, class Source>
+__device__ Selection<Comp> block_refine_row(const Source& source, Selection<Comp> sel,
+                                            BlockShared<Comp>& sh) {
+  static_assert(sizeof(sh.winners) >= kRowFirstBins * sizeof(uint32_t), "room for the bins");
+  static_assert(Bits >= kRowFirstDigitBits, "a composite holds the first digit");
+  if (sel.resolved == 0 && sel.in_bucket != sel.needed) {
+    uint32_t* const hist = reinterpret_cast<uint32_t*>(sh.winners);
+    for (int b = threadIdx.x; b < kRowFirstBins; b += kBlockThreads) hist[b] = 0;
+    __syncthreads();
+    for_each_composite(source, [&](Comp c) {
+      atomicAdd(&hist[uint32_t(c >> (Bits - kRowFirstDigitBits))], 1u);
+    });
+    __syncthreads();
+    const BucketChoice choice =
+        choose_bucket<kRowFirstBins, kBlockThreads>(hist, sel.needed, sh.scan, &sh.choice);
+    sel.narrow(choice, kRowFirstDigitBits);
+  }
+  return block_refine<Bits>(source, sel, sh);
+}
+
 // Elements of `source` under `start`'s prefix that rank at or above `final`'s prefix: exactly
 // start.needed of them once block_refine has produced `final`.
 template <int Bits, class Comp>
@@ -284,7 +312,7 @@ __device__ void select_and_write_row(const Source& source, BlockShared<Comp>& sh
                                      const RowTarget& o) {
   constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
   const Selection<Comp> start{Comp(0), 0, uint32_t(o.count), uint32_t(o.length)};
-  const Selection<Comp> final_sel = block_refine<kBits>(source, start, sh);
+  const Selection<Comp> final_sel = block_refine_row<kBits>(source, start, sh);
   if (!sorted) {
     write_winners_in_index_order<kBits>(source, start, final_sel, sh.scan, g, input, values,
                                         indices, index64, largest, o);

@@ -27,11 +27,6 @@ inline unsigned long long __shfl_up_sync(unsigned mask, unsigned long long v, in
 inline unsigned long long __shfl_xor_sync(unsigned mask, unsigned long long v, int lane_mask) {
   return __shfl_xor_sync(mask, uint64_t(v), lane_mask);
 }
-inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
-  const unsigned long long old = *address;
-  *address = old + value;
-  return old;
-}
 
 #include "../conformance_support.hpp"
 #include "cuda/sampling_rows.cuh"
