@@ -3,8 +3,9 @@
 Reads cpu.json and router_cpu.json (`make bench`), cuda_h200.json and router_cuda_h200.json
 (`tests/gpu/run_all.sh` on an H200) and writes one PNG per device into docs/: the speed-up of
 metaltopk over torch on every shape, grouped by shape class (MoE routing, sampling, select) next
-to the fused router's against the torch composite. peers_h200.json (`bench/peers/run.sh`) gives
-docs/peers_h200.png: metaltopk against the fastest serving-engine kernel on every shape.
+to the fused router's against the torch composite. peers_h200.json, peers_large_k_h200.json and
+peers_ragged_h200.json (`bench/peers/run.sh`) give docs/peers_h200.png: metaltopk against the
+fastest serving-engine kernel on every top-k, router, large-k and ragged shape.
 With --markdown it also prints the README's performance tables (torch_host_cost_h200.json, from
 bench/torch_host_cost.py, too), so that the tables and the plots come from the same files.
 
@@ -24,7 +25,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASS_COLOURS = {"MoE": "#4c72b0", "sampling": "#dd8452", "select": "#55a868",
-                 "softmax": "#8172b3", "deepseek-v3": "#c44e52", "ragged": "#937860"}
+                 "softmax": "#8172b3", "deepseek-v3": "#c44e52", "ragged": "#937860",
+                 "large-k": "#da8bc3"}
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
@@ -223,7 +225,7 @@ def peers_figure(rows, path):
     labels = [f"{r['shape']} k={r['k']} {r['dtype']}" for r in rows]
     ratios = [r["peer_us"] / r["metaltopk_us"] for r in rows]
     colours = [CLASS_COLOURS[shape_class(r["family"])] if r["family"] in ("moe", "sampling",
-               "select", "ragged") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
+               "select", "ragged", "large-k") else CLASS_COLOURS["deepseek-v3" if "deepseek" in r["shape"]
                                                       else "softmax"] for r in rows]
     y = range(len(rows))
     ax.barh(y, ratios, color=colours)
@@ -329,7 +331,11 @@ def main():
                       f"tests/gpu/run_all.sh, {meta['time'][:10]}", args.out / "speedup_h200.png")
         if args.markdown:
             markdown_cuda(cuda, cuda_router)
-    peers = load(args.results / "peers_h200.json")
+    # The top-k and router shapes, the large-k and the ragged ones (each family's latest run);
+    # the sampling operations have their own table in the README.
+    peers = [r for name in ("peers_h200.json", "peers_large_k_h200.json",
+                            "peers_ragged_h200.json")
+             for r in (load(args.results / name) or []) if not r.get("op")]
     if peers:
         rows = best_peer_rows(peers)
         peers_figure(rows, args.out / "peers_h200.png")

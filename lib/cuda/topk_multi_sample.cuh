@@ -69,7 +69,6 @@ __global__ void __launch_bounds__(kSampleThreads)
   constexpr int kWarps = kSampleThreads / 32;
   constexpr int kSamples = kSampleThreads * SamplesPerThread * Parts;
   __shared__ uint32_t hist[kBlockBins];
-  __shared__ uint32_t first_hist[1 << (kKeyBits >= 16 ? kRowFirstDigitBits : kBlockDigitBits)];
   __shared__ uint32_t scan[kWarps];
   __shared__ BucketChoice choice;
 
@@ -123,39 +122,25 @@ __global__ void __launch_bounds__(kSampleThreads)
     prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
 
-  // The first round takes the keys' top kFirstBits (as block_refine_row does, and for the same
-  // reason: the top 8 bits of float keys crowd a few bins, whose atomics serialise), the later
-  // ones 8 bits each, the last what remains.
-  constexpr int kFirstBits = kKeyBits >= 16 ? kRowFirstDigitBits : kBlockDigitBits;
-  for (int b = threadIdx.x; b < (1 << kFirstBits); b += kSampleThreads) first_hist[b] = 0;
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < SamplesPerThread; ++j) {
-    atomicAdd(&first_hist[uint32_t(keys[j] >> (kKeyBits - kFirstBits))], 1u);
-  }
-  __syncthreads();
-  BucketChoice c =
-      choose_bucket<(1 << kFirstBits), kSampleThreads>(first_hist, sample_rank, scan, &choice);
-  Key prefix = Key(c.digit);
-  int resolved = kFirstBits;
-  uint32_t needed = sample_rank - c.above;
-  // Until every key of the bucket ranks within sample_rank.
-  while (c.count != needed && resolved < kKeyBits) {
-    const int width = min(kBlockDigitBits, kKeyBits - resolved);
-    const int shift = kKeyBits - resolved - width;
+  Key prefix = 0;
+  int resolved = 0;
+  uint32_t needed = sample_rank;
+  while (resolved < kKeyBits) {
+    const int shift = kKeyBits - resolved - kBlockDigitBits;
     for (int b = threadIdx.x; b < kBlockBins; b += kSampleThreads) hist[b] = 0;
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < SamplesPerThread; ++j) {
-      if ((keys[j] >> (shift + width)) == prefix) {
-        atomicAdd(&hist[uint32_t(keys[j] >> shift) & ((1u << width) - 1)], 1u);
+      if (resolved == 0 || (keys[j] >> (shift + kBlockDigitBits)) == prefix) {
+        atomicAdd(&hist[uint32_t(keys[j] >> shift) & (kBlockBins - 1)], 1u);
       }
     }
     __syncthreads();
-    c = choose_bucket<kBlockBins, kSampleThreads>(hist, needed, scan, &choice);
-    prefix = Key((Wide(prefix) << width) | Wide(c.digit));
-    resolved += width;
+    const BucketChoice c = choose_bucket<kBlockBins, kSampleThreads>(hist, needed, scan, &choice);
+    prefix = Key((prefix << kBlockDigitBits) | Key(c.digit));
+    resolved += kBlockDigitBits;
     needed -= c.above;
+    if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
   const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
   if constexpr (Parts == 1) {
