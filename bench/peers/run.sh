@@ -116,10 +116,10 @@ for name in ("peers_bench_router.json", "peers_bench_topk.json", "peers_bench_ra
 # (shape, op, dtype, params).
 def key(r):
     return (r["shape"], r.get("op"), r["dtype"], r.get("params"))
-metaltopk = {key(r): r for r in rows
-             if r.get("family") == "sampling" and not r["peer"].startswith("vllm")}
+# The sampling operations' rows carry "op" (the top-k shapes of family "sampling" do not).
+metaltopk = {key(r): r for r in rows if r.get("op") and not r["peer"].startswith("vllm")}
 for r in rows:
-    if r.get("family") == "sampling" and r["peer"].startswith("vllm") and key(r) in metaltopk:
+    if r.get("op") and r["peer"].startswith("vllm") and key(r) in metaltopk:
         m = metaltopk[key(r)]
         for field in ("metaltopk_us", "metaltopk_loop_us", "metaltopk_status"):
             r[field] = m.get(field)
@@ -132,7 +132,7 @@ print(fmt.format("shape", "k", "dtype", "peer", "peer us", "mtk us", "x", "read 
 def f(v):
     return "-" if v is None else f"{v:.1f}"
 for r in rows:
-    if r.get("family") == "sampling":
+    if r.get("op"):
         continue
     x = r.get("speedup")
     status = r["status"]
@@ -141,7 +141,7 @@ for r in rows:
     print(fmt.format(r["shape"], r["k"], r["dtype"], r["peer"], f(r.get("peer_us")),
                      f(r.get("metaltopk_us")), "-" if x is None else f"{x:.2f}",
                      f(r.get("read_once_us")), status))
-sampling = [r for r in rows if r.get("family") == "sampling"]
+sampling = [r for r in rows if r.get("op")]
 if sampling:
     fmt = "{:<12} {:<33} {:<4} {:<33} {:<50} {:>9} {:>9} {:>7}  {}"
     print(fmt.format("shape", "op", "type", "params", "peer", "peer us", "mtk us", "x",
