@@ -320,7 +320,8 @@ __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRo
   const int64_t k = a.top_k.at(r);
   Raw* out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
   const int64_t stride = a.output_stride;
-  if (top_k_filters(k, a.n) && k <= kCandidateCapacity) {
+  const bool filters = top_k_filters(k, a.n);
+  if (filters && k <= kCandidateCapacity) {
     top_k_of_row(s, row, a.n, uint32_t(k), true, true, [&](int64_t i) {
       out[i * stride] = Raw(Format::kNegativeInfinity);
     });
@@ -331,9 +332,7 @@ __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRo
     return;
   }
   const TopkCutoff cut =
-      top_k_filters(k, a.n)
-          ? top_k_of_row(s, row, a.n, uint32_t(k), true, false, [](int64_t) {})
-          : keep_all();
+      filters ? top_k_of_row(s, row, a.n, uint32_t(k), true, false, [](int64_t) {}) : keep_all();
   for_each_element(row, a.n, [&](int64_t i, Raw raw) {
     out[i * stride] = cut.keeps(key_from_f32_bits(Format::widen(raw)), i)
                           ? raw

@@ -190,6 +190,21 @@ void fill_range(std::vector<uint8_t>& bytes, size_t begin, size_t end, mtk_dtype
   }
 }
 
+// Runs task(i) for every i below `tasks`, on up to that many of the host's threads.
+template <class Task>
+void on_host_threads(size_t tasks, Task task) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < tasks; i = next++) task(i);
+  };
+  const size_t threads =
+      std::min<size_t>(tasks, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& w : workers) w.join();
+}
+
 // Inputs of many elements (the large-k shapes hold up to 2^26) are drawn in chunks of 2^20, each
 // from its own generator seeded by rng, on the host's threads; smaller ones in one sequence.
 void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std::mt19937_64& rng) {
@@ -202,17 +217,10 @@ void fill(std::vector<uint8_t>& bytes, size_t count, mtk_dtype d, Data kind, std
   const size_t chunks = (count + kChunk - 1) / kChunk;
   std::vector<uint64_t> seeds(chunks);
   for (uint64_t& seed : seeds) seed = rng();
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t c = next++; c < chunks; c = next++) {
-      std::mt19937_64 chunk_rng(seeds[c]);
-      fill_range(bytes, c * kChunk, std::min(count, (c + 1) * kChunk), d, kind, chunk_rng);
-    }
-  };
-  std::vector<std::thread> workers;
-  for (unsigned t = 1; t < std::max(1u, std::thread::hardware_concurrency()); ++t) workers.emplace_back(work);
-  work();
-  for (std::thread& w : workers) w.join();
+  on_host_threads(chunks, [&](size_t c) {
+    std::mt19937_64 chunk_rng(seeds[c]);
+    fill_range(bytes, c * kChunk, std::min(count, (c + 1) * kChunk), d, kind, chunk_rng);
+  });
 }
 
 // ---- one case -----------------------------------------------------------------------------
@@ -391,12 +399,10 @@ bool check_case(const Contexts& ctx, const Case& c, std::mt19937_64& rng, bool v
       }
     }
   };
-  const int64_t threads = c.rows * c.n < (int64_t(1) << 20)
+  // Each task a stride of rows, so that its scratch serves them all.
+  const int64_t tasks = c.rows * c.n < (int64_t(1) << 20)
       ? 1 : std::min<int64_t>(c.rows, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> workers;
-  for (int64_t t = 1; t < threads; ++t) workers.emplace_back(reference_rows, t, threads);
-  reference_rows(0, threads);
-  for (std::thread& w : workers) w.join();
+  on_host_threads(size_t(tasks), [&](size_t t) { reference_rows(int64_t(t), tasks); });
 
   bool ok = true;
   auto compare_with = [&](const char* who, const std::vector<uint8_t>& v, const std::vector<int64_t>& idx) {
