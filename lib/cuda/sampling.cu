@@ -45,8 +45,18 @@ void launch_rows(const sampling::SamplingArgs& args, int64_t rows, cudaStream_t 
 
 }  // namespace
 
+// Rows of probabilities that neither top-k nor top-p filters read their input alone (min_p_row).
+bool every_row_reads_input_alone(const SamplingProblem& p) {
+  return p.op != MTK_SAMPLING_SAMPLE_FROM_LOGITS && p.top_k.vector.data == nullptr &&
+         !top_k_filters(p.top_k.value, p.n) && p.top_p.data == nullptr &&
+         !top_p_filters(p.top_p.value);
+}
+
 size_t sampling_workspace_bytes(const SamplingProblem& p) {
-  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p)) return 0;
+  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p) ||
+      every_row_reads_input_alone(p)) {
+    return 0;
+  }
   return size_t(p.rows) * size_t(mass_row_floats(p.n)) * sizeof(float);
 }
 

@@ -53,9 +53,7 @@ struct SharedState {
   uint32_t selected_count_before;
   unsigned long long selected_units_before;
   ExactSum selected_exact_before;
-  uint32_t token;
-  // The chunk of the row where a draw's cumulative sum crosses its threshold.
-  int64_t crossing_begin, crossing_end;
+  uint32_t token;  // a draw's
   // The candidates of a row whose top-k filter keeps few tokens: index, then input value or
   // mass. Compacting and sorting them by index goes through sort_words.
   uint32_t candidate_count, kept_count;
@@ -298,28 +296,45 @@ __device__ MassTotals finish_mass_totals(SharedState& s, uint32_t most) {
 
 // ---- visiting a view's masses -------------------------------------------------------------------
 
-// Calls visit(j, mass) for every j below view.count(), each thread for j = threadIdx.x + m *
-// kThreads, in that order. A batch's loads are all issued before its visits: the visits do
-// shared-memory atomics or stores that may alias the masses, which the compiler does not move
-// loads across, and one block a row has too few warps to hide a memory latency per element.
+// Calls visit(j, mass) for j = first, first + step, ... below end, in that order. A batch's
+// loads are all issued before its visits: the visits do shared-memory atomics or stores that may
+// alias the masses, which the compiler does not move loads across, and one block a row has too
+// few warps to hide a memory latency per element.
 constexpr int kMassBatch = 8;
 
 template <class View, class Visit>
-__device__ __forceinline__ void for_each_mass(const View& view, Visit&& visit) {
-  const int64_t count = view.count();
-  for (int64_t first = threadIdx.x; first < count; first += int64_t(kThreads) * kMassBatch) {
+__device__ __forceinline__ void for_each_mass_from(const View& view, int64_t first, int64_t end,
+                                                   int64_t step, Visit&& visit) {
+  for (; first < end; first += step * kMassBatch) {
     float batch[kMassBatch];
 #pragma unroll
     for (int u = 0; u < kMassBatch; ++u) {
-      const int64_t j = first + int64_t(u) * kThreads;
-      batch[u] = j < count ? view.mass(j) : 0.0f;
+      const int64_t j = first + int64_t(u) * step;
+      batch[u] = j < end ? view.mass(j) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kMassBatch; ++u) {
-      const int64_t j = first + int64_t(u) * kThreads;
-      if (j < count) visit(j, batch[u]);
+      const int64_t j = first + int64_t(u) * step;
+      if (j < end) visit(j, batch[u]);
     }
   }
+}
+
+// Calls visit(j, mass) for every j below view.count(), each thread for j = threadIdx.x + m *
+// kThreads, in that order.
+template <class View, class Visit>
+__device__ __forceinline__ void for_each_mass(const View& view, Visit&& visit) {
+  for_each_mass_from(view, threadIdx.x, view.count(), kThreads, visit);
+}
+
+// The exact sum of the view's masses, in every thread.
+template <class View>
+__device__ ExactSum view_total(SharedState& s, const View& view) {
+  ExactSum own = exact_zero();
+  for_each_mass(view, [&](int64_t, float m) {
+    if (bits_from_float(m) != 0u) own = exact_add_mass(own, m);
+  });
+  return block_exact_sum(s, own);
 }
 
 // ---- top-p over a set of masses ---------------------------------------------------------------
@@ -443,53 +458,71 @@ __device__ __forceinline__ bool walk_to_exceeding(const View& view, int64_t begi
   return false;
 }
 
+// The outcome of a draw: the token, or none where the view has no mass.
+struct Draw {
+  bool any;
+  uint32_t token;
+};
+
 // The index of the first mass, in the view's order (which must be index order), whose exact
-// cumulative sum exceeds `threshold` (< the view's total): each thread sums a contiguous chunk,
-// an exclusive scan of the chunk sums finds the one chunk where the sum crosses, and warp 0
-// splits that chunk the same way among its lanes, so that one lane walks a 32nd of it.
-template <class View>
-__device__ uint32_t first_exceeding(SharedState& s, const View& view, ExactSum threshold) {
-  if (threadIdx.x == 0) {
-    s.token = 0u;
-    s.crossing_begin = s.crossing_end = 0;
-  }
+// cumulative sum exceeds threshold_of(total), `total` the view's exact sum (threshold_of must
+// return less than a nonzero total). Each warp sums a contiguous range of the view, its lanes
+// reading it coalesced; a scan of those sums picks the one range where the cumulative sum
+// crosses. Every thread then sums a contiguous piece of that range, a block scan picks the piece
+// that crosses, and its thread walks it. The row is read once in full, the crossing range twice.
+template <class View, class ThresholdOf>
+__device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
   const int64_t count = view.count();
-  const int64_t chunk = (count + kThreads - 1) / kThreads;
-  const int64_t begin = int64_t(threadIdx.x) * chunk < count ? int64_t(threadIdx.x) * chunk : count;
-  const int64_t end = begin + chunk < count ? begin + chunk : count;
+  const int64_t per_warp = (count + kWarps - 1) / kWarps;
+  const auto range_begin = [&](int w) { return w * per_warp < count ? w * per_warp : count; };
+  const auto range_end = [&](int64_t begin) {
+    return begin + per_warp < count ? begin + per_warp : count;
+  };
   ExactSum own = exact_zero();
-  for (int64_t j = begin; j < end; ++j) own = exact_add_mass(own, view.mass(j));
-  const ExactSum cumulative = block_exclusive_exact(s, own);
+  const int64_t warp_begin = range_begin(warp);
+  for_each_mass_from(view, warp_begin + lane, range_end(warp_begin), 32, [&](int64_t, float m) {
+    if (bits_from_float(m) != 0u) own = exact_add_mass(own, m);
+  });
+  for (int mask = 16; mask > 0; mask >>= 1) own = exact_add(own, shuffle_exact_xor(own, mask));
+  if (lane == 0) s.warp_sums[warp] = own;
+  if (threadIdx.x == 0) s.token = 0u;
+  __syncthreads();
+  ExactSum total = exact_zero();
+  for (int w = 0; w < kWarps; ++w) total = exact_add(total, s.warp_sums[w]);
+  if (exact_is_zero(total)) {
+    __syncthreads();
+    return {false, 0u};
+  }
+  const ExactSum threshold = threshold_of(total);
+  ExactSum before = exact_zero();
+  int crossing = 0;
+  for (; crossing < kWarps - 1; ++crossing) {
+    const ExactSum after = exact_add(before, s.warp_sums[crossing]);
+    if (exact_compare(after, threshold) > 0) break;
+    before = after;
+  }
+  __syncthreads();
+  const int64_t first = range_begin(crossing), last = range_end(first);
+  const int64_t piece = (last - first + kThreads - 1) / kThreads;
+  const int64_t begin = first + threadIdx.x * piece < last ? first + threadIdx.x * piece : last;
+  const int64_t end = begin + piece < last ? begin + piece : last;
+  ExactSum mine = exact_zero();
+  for (int64_t j = begin; j < end; ++j) {
+    const float m = view.mass(j);
+    if (bits_from_float(m) != 0u) mine = exact_add_mass(mine, m);
+  }
+  const ExactSum cumulative = exact_add(before, block_exclusive_exact(s, mine));
+  uint32_t token = 0u;
   if (exact_compare(cumulative, threshold) <= 0 &&
-      exact_compare(exact_add(cumulative, own), threshold) > 0) {
-    s.crossing_begin = begin;
-    s.crossing_end = end;
-    s.selected_exact_before = cumulative;
+      exact_compare(exact_add(cumulative, mine), threshold) > 0 &&
+      walk_to_exceeding(view, begin, end, cumulative, threshold, token)) {
+    s.token = token;
   }
   __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = int(threadIdx.x);
-    const int64_t first = s.crossing_begin, last = s.crossing_end;
-    const int64_t part = (last - first + 31) / 32;
-    const int64_t lane_begin = first + lane * part < last ? first + lane * part : last;
-    const int64_t lane_end = lane_begin + part < last ? lane_begin + part : last;
-    ExactSum lane_own = exact_zero();
-    for (int64_t j = lane_begin; j < lane_end; ++j) lane_own = exact_add_mass(lane_own, view.mass(j));
-    const ExactSum inclusive = warp_inclusive_exact(lane_own);
-    ExactSum lane_before = shuffle_exact_up(inclusive, 1);
-    if (lane == 0) lane_before = exact_zero();
-    lane_before = exact_add(s.selected_exact_before, lane_before);
-    uint32_t token = 0u;
-    if (exact_compare(lane_before, threshold) <= 0 &&
-        exact_compare(exact_add(lane_before, lane_own), threshold) > 0 &&
-        walk_to_exceeding(view, lane_begin, lane_end, lane_before, threshold, token)) {
-      s.token = token;
-    }
-  }
+  token = s.token;
   __syncthreads();
-  const uint32_t token = s.token;
-  __syncthreads();
-  return token;
+  return {true, token};
 }
 
 // ---- views of a row's masses ---------------------------------------------------------------

@@ -11,15 +11,17 @@
 // search over their indices). Without a top-k filter, or a larger one, the row's masses go to
 // the workspace and the same steps run over all of them.
 //
-// No step adds 256-bit sums element by element: the pass that computes the masses also sums
+// No filter adds 256-bit sums element by element: the pass that computes the masses also sums
 // them exactly by exponent (64-bit significand sums in shared memory, converted once per
 // exponent) and finds the largest. Those bins give the total and top-p's cut to the exponent;
 // three passes over the significand's bits within that exponent (64-bit sums again) and, for a
 // run of ties, a search over indices finish the cut, which returns the exact sum it keeps and is
 // applied by the next reader. min-p is one pass (a comparison of float bits, binned sums of what
 // it keeps). The renormalisation divides by a reciprocal of the sum computed once; the draw
-// scans exact chunk sums in vocabulary order. Without top-k, top_p_renorm_probs reads the input
-// once and the workspace four times; min-p sampling reads the input once, the workspace twice.
+// scans exact sums of ranges in vocabulary order. Without top-k, top_p_renorm_probs reads the
+// input once and the workspace four times. Probabilities that neither top-k nor top-p filters
+// (min-p alone, or no filter) need no workspace: one read finds the largest mass, the next
+// draws (or sums, and a third writes the renormalised row) from the input itself.
 #pragma once
 
 #include <cstdint>
@@ -441,6 +443,14 @@ __device__ void write_renormalised(const View& view, ExactSum total, float* out,
   });
 }
 
+// The contract's draw from the view's masses: the first token whose cumulative mass exceeds the
+// uniform times the total.
+template <class View>
+__device__ Draw draw(SharedState& s, const View& view, float uniform) {
+  const float u = clamped_uniform(uniform);
+  return first_exceeding(s, view, [&](ExactSum total) { return exact_scaled(total, u).floor; });
+}
+
 // min-p, then the renormalised row or the draw, on masses that top-p (if any) has cut.
 template <class Format, class View>
 __device__ void end_row(SharedState& s, const SamplingArgs& a, int64_t r,
@@ -459,8 +469,7 @@ __device__ void end_row(SharedState& s, const SamplingArgs& a, int64_t r,
     return;
   }
   if (candidates) sort_candidates_by_index(s);
-  const ExactSum threshold = exact_scaled(total, clamped_uniform(a.uniforms.at(r))).floor;
-  write_token(a, r, first_exceeding(s, view, threshold));
+  write_token(a, r, draw(s, view, a.uniforms.at(r)).token);
 }
 
 // The filters after top-k (top-p on what top-k kept, then min-p on what top-p kept), then the
@@ -478,6 +487,48 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
     return;
   }
   end_row(s, a, r, row, view, totals, renormalised, candidates);
+}
+
+// A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0.
+template <class Format>
+struct InputMasses {
+  InputRow<Format> row;
+  int64_t n;
+  uint32_t least;
+  __device__ int64_t count() const { return n; }
+  __device__ float mass(int64_t j) const {
+    const uint32_t bits = rank_key(value_of<Format>(row.raw(j)), false);
+    return bits >= least ? float_from_bits(bits) : 0.0f;
+  }
+  __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
+};
+
+// A row of probabilities that neither top-k nor top-p filters. min-p needs only the largest
+// mass, so one read finds it and the next reads the input as the masses min-p keeps: for the
+// draw, or for the total and then the renormalised row. No workspace, and no sum of a mass that
+// min-p drops.
+template <class Format>
+__device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
+                          const InputRow<Format>& row, float* renormalised) {
+  uint32_t most = 0u;
+  for_each_element(row, a.n, [&](int64_t, typename Format::Raw raw) {
+    const uint32_t bits = rank_key(value_of<Format>(raw), false);
+    most = bits > most ? bits : most;
+  });
+  most = uint32_t(block_max_word(s, most));
+  const float min_p = a.min_p.at(r);
+  uint32_t least = 1u;  // every mass above 0
+  if (min_p_filters(min_p) && most != 0u) {
+    const ExactSum bound =
+        exact_ceil_scaled(exact_of_mass(float_from_bits(most)), min_p_fraction(min_p));
+    least = least_mass_bits_reaching(bound);
+  }
+  const InputMasses<Format> view{row, a.n, least};
+  if (renormalised != nullptr) {
+    write_renormalised(view, view_total(s, view), renormalised, a.output_stride);
+    return;
+  }
+  write_token(a, r, draw(s, view, a.uniforms.at(r)).token);  // no mass: token 0
 }
 
 // One row of any sampling operation; every thread of the block calls it.
@@ -506,6 +557,10 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
   float* renormalised = a.op == MTK_SAMPLING_RENORM_PROBS
                             ? static_cast<float*>(a.output) + r * a.output_row_stride
                             : nullptr;
+  if (!logits && !top_k && !top_p_filters(a.top_p.at(r))) {
+    min_p_row(s, a, r, row, renormalised);
+    return;
+  }
   const int64_t out_stride = a.output_stride;
   const TopkCutoff cut =
       top_k ? top_k_of_row(s, row, a.n, uint32_t(k), logits, candidates,

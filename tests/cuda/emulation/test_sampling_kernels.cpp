@@ -325,6 +325,37 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Probabilities that neither top-k nor top-p filters (min_p_row reads the input alone): every
+  // kind of row under min-p bounds that keep one token, a few, all, or filter nothing, with draws
+  // at both ends of the row's mass; 70000 tokens split the draw's ranges unevenly.
+  const int64_t min_p_sizes[] = {1, 300, 2500, 20000, 70000};
+  for (const int64_t n : min_p_sizes) {
+    if (quick && n > 2500) continue;
+    for (mtk_sampling_op op : {MTK_SAMPLING_RENORM_PROBS, MTK_SAMPLING_SAMPLE}) {
+      for (int kind = 0; kind <= 10; ++kind) {
+        Case c{};
+        c.op = op;
+        c.dtype = MTK_FLOAT32;
+        c.rows = 6;
+        c.n = n;
+        c.per_row = kind % 2 == 0;
+        c.kind = kind;
+        const float mins[] = {0.1f, 1e-6f, 1.0f, 0.0f, NAN, 0.5f};
+        const float us[] = {0.0f, 0.999f, 0.5f, 0x1.fffffep-1f, 0.3f, 0.75f};
+        const int64_t ks[] = {0, n, -1, 0, 0, 0};
+        const float ps[] = {1.0f, NAN, 1.0f, 2.0f, 1.0f, 1.0f};
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const size_t at = size_t(c.per_row ? r : 0);
+          c.top_k.push_back(ks[at]);
+          c.top_p.push_back(ps[at]);
+          c.min_p.push_back(mins[(size_t(r) + size_t(kind)) % 6]);
+          c.temperature.push_back(1.0f);
+          c.uniforms.push_back(us[(size_t(r) + size_t(kind)) % 6]);
+        }
+        check(cpu, c, rng);
+      }
+    }
+  }
   CHECK_OK(mtk_context_destroy(cpu));
   std::printf("test_sampling_kernels: %d cases, %d failures\n", cases, failures);
   return failures == 0 ? 0 : 1;
