@@ -1,4 +1,5 @@
-// The CUDA sampling kernel's launch: one block per row (sampling_rows.cuh).
+// The CUDA sampling kernels' launch: one kernel per operation and input format, one block per
+// row (sampling_rows.cuh).
 #include "cuda/sampling.hpp"
 
 #include "core/error.hpp"
@@ -16,12 +17,12 @@ constexpr size_t kMassRowAlignment = 256;  // bytes
 
 // Two blocks an SM (64 registers a thread), so that a batch of 256 rows runs in one wave on
 // an H100 or H200 (132 SMs).
-template <class Format>
+template <mtk_sampling_op kOp, class Format>
 __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
   wait_for_previous_kernel();
-  sampling::sampling_row<Format>(shared, args, blockIdx.x);
+  sampling::sampling_row<kOp, Format>(shared, args, blockIdx.x);
 }
 
 bool every_row_finishes_on_candidates(const SamplingProblem& p) {
@@ -36,11 +37,32 @@ int64_t mass_row_floats(int64_t n) {
 
 sampling::RowFloatArg row_float(const RowFloat& f) { return {f.data, f.stride, f.value}; }
 
-template <class Format>
+template <mtk_sampling_op kOp, class Format>
 void launch_rows(const sampling::SamplingArgs& args, int64_t rows, cudaStream_t stream) {
-  launch_overlapped<sampling_rows_kernel<Format>>(dim3(unsigned(rows)), dim3(sampling::kThreads),
-                                                  0, stream, "launching the sampling kernel",
-                                                  args);
+  launch_overlapped<sampling_rows_kernel<kOp, Format>>(
+      dim3(unsigned(rows)), dim3(sampling::kThreads), 0, stream, "launching the sampling kernel",
+      args);
+}
+
+// Logits come as float32, float16 or bfloat16.
+template <mtk_sampling_op kOp>
+bool launch_logit_rows(const sampling::SamplingArgs& args, const SamplingProblem& p,
+                       cudaStream_t stream) {
+  switch (p.dtype) {
+    case MTK_FLOAT32: launch_rows<kOp, sampling::Float32Input>(args, p.rows, stream); return true;
+    case MTK_FLOAT16: launch_rows<kOp, sampling::Float16Input>(args, p.rows, stream); return true;
+    case MTK_BFLOAT16: launch_rows<kOp, sampling::Bfloat16Input>(args, p.rows, stream); return true;
+    default: return false;
+  }
+}
+
+// Probabilities come as float32 (validate_sampling.cpp).
+template <mtk_sampling_op kOp>
+bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingProblem& p,
+                             cudaStream_t stream) {
+  if (p.dtype != MTK_FLOAT32) return false;
+  launch_rows<kOp, sampling::Float32Input>(args, p.rows, stream);
+  return true;
 }
 
 }  // namespace
@@ -62,7 +84,6 @@ size_t sampling_workspace_bytes(const SamplingProblem& p) {
 
 void launch_sampling(const SamplingProblem& p, void* workspace, cudaStream_t stream) {
   sampling::SamplingArgs args{};
-  args.op = p.op;
   args.n = p.n;
   args.input = p.input;
   args.input_row_stride = p.input_row_stride;
@@ -79,13 +100,25 @@ void launch_sampling(const SamplingProblem& p, void* workspace, cudaStream_t str
   args.output_stride = p.output_stride;
   args.masses = sampling_workspace_bytes(p) != 0 ? static_cast<float*>(workspace) : nullptr;
   args.masses_row_stride = mass_row_floats(p.n);
-  switch (p.dtype) {
-    case MTK_FLOAT32: launch_rows<sampling::Float32Input>(args, p.rows, stream); return;
-    case MTK_FLOAT16: launch_rows<sampling::Float16Input>(args, p.rows, stream); return;
-    case MTK_BFLOAT16: launch_rows<sampling::Bfloat16Input>(args, p.rows, stream); return;
-    default: break;
+  bool launched = false;
+  switch (p.op) {
+    case MTK_SAMPLING_TOP_K_MASK_LOGITS:
+      launched = launch_logit_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(args, p, stream);
+      break;
+    case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
+      launched = launch_logit_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(args, p, stream);
+      break;
+    case MTK_SAMPLING_RENORM_PROBS:
+      launched = launch_probability_rows<MTK_SAMPLING_RENORM_PROBS>(args, p, stream);
+      break;
+    case MTK_SAMPLING_SAMPLE:
+      launched = launch_probability_rows<MTK_SAMPLING_SAMPLE>(args, p, stream);
+      break;
   }
-  fail(MTK_ERROR_INTERNAL, "no CUDA sampling kernel for input dtype ", int(p.dtype));
+  if (!launched) {
+    fail(MTK_ERROR_INTERNAL, "no CUDA sampling kernel for operation ", int(p.op),
+         " and input dtype ", int(p.dtype));
+  }
 }
 
 }  // namespace cuda

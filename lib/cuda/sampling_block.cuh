@@ -53,7 +53,9 @@ struct SharedState {
   uint32_t selected_count_before;
   unsigned long long selected_units_before;
   ExactSum selected_exact_before;
-  uint32_t token;  // a draw's
+  // A draw's token, and the piece of the row where its cumulative sum crosses the threshold.
+  uint32_t token;
+  int64_t crossing_begin, crossing_end;
   // The candidates of a row whose top-k filter keeps few tokens: index, then input value or
   // mass. Compacting and sorting them by index goes through sort_words.
   uint32_t candidate_count, kept_count;
@@ -440,36 +442,30 @@ __device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float 
   return merge_exponent_bins(s);
 }
 
-// The first mass at or after `begin`, within [begin, end), at which `cumulative` plus the masses
-// from `begin` exceeds `threshold`, or none.
-template <class View>
-__device__ __forceinline__ bool walk_to_exceeding(const View& view, int64_t begin, int64_t end,
-                                                  ExactSum cumulative, ExactSum threshold,
-                                                  uint32_t& token) {
-  for (int64_t j = begin; j < end; ++j) {
-    const float m = view.mass(j);
-    if (bits_from_float(m) == 0u) continue;
-    cumulative = exact_add_mass(cumulative, m);
-    if (exact_compare(cumulative, threshold) > 0) {
-      token = view.index(j);
-      return true;
-    }
-  }
-  return false;
-}
-
 // The outcome of a draw: the token, or none where the view has no mass.
 struct Draw {
   bool any;
   uint32_t token;
 };
 
+// v of lane `source`, in every lane of the warp.
+__device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t low = __shfl_sync(kFullWarp, uint32_t(v.limb[i]), source);
+    const uint32_t high = __shfl_sync(kFullWarp, uint32_t(v.limb[i] >> 32), source);
+    v.limb[i] = (uint64_t(high) << 32) | low;
+  }
+  return v;
+}
+
 // The index of the first mass, in the view's order (which must be index order), whose exact
 // cumulative sum exceeds threshold_of(total), `total` the view's exact sum (threshold_of must
-// return less than a nonzero total). Each warp sums a contiguous range of the view, its lanes
-// reading it coalesced; a scan of those sums picks the one range where the cumulative sum
-// crosses. Every thread then sums a contiguous piece of that range, a block scan picks the piece
-// that crosses, and its thread walks it. The row is read once in full, the crossing range twice.
+// return less than a nonzero total). Three levels of ranges, each a prefix scan of exact sums:
+// each warp sums a contiguous range of the view (its lanes read it coalesced) and a scan of those
+// sums picks the range where the cumulative sum crosses; every thread sums a contiguous piece of
+// that range and a block scan picks the piece that crosses; warp 0 reads that piece 32 masses at
+// a time, a warp scan finding the token. The row is read once in full, the crossing range twice,
+// and no thread walks masses one dependent load after another.
 template <class View, class ThresholdOf>
 __device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
@@ -479,11 +475,14 @@ __device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf th
   const auto range_end = [&](int64_t begin) {
     return begin + per_warp < count ? begin + per_warp : count;
   };
+  const auto add_mass = [](ExactSum& sum) {
+    return [&sum](int64_t, float m) {
+      if (bits_from_float(m) != 0u) sum = exact_add_mass(sum, m);
+    };
+  };
   ExactSum own = exact_zero();
   const int64_t warp_begin = range_begin(warp);
-  for_each_mass_from(view, warp_begin + lane, range_end(warp_begin), 32, [&](int64_t, float m) {
-    if (bits_from_float(m) != 0u) own = exact_add_mass(own, m);
-  });
+  for_each_mass_from(view, warp_begin + lane, range_end(warp_begin), 32, add_mass(own));
   for (int mask = 16; mask > 0; mask >>= 1) own = exact_add(own, shuffle_exact_xor(own, mask));
   if (lane == 0) s.warp_sums[warp] = own;
   if (threadIdx.x == 0) s.token = 0u;
@@ -508,19 +507,34 @@ __device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf th
   const int64_t begin = first + threadIdx.x * piece < last ? first + threadIdx.x * piece : last;
   const int64_t end = begin + piece < last ? begin + piece : last;
   ExactSum mine = exact_zero();
-  for (int64_t j = begin; j < end; ++j) {
-    const float m = view.mass(j);
-    if (bits_from_float(m) != 0u) mine = exact_add_mass(mine, m);
-  }
+  for_each_mass_from(view, begin, end, 1, add_mass(mine));
   const ExactSum cumulative = exact_add(before, block_exclusive_exact(s, mine));
-  uint32_t token = 0u;
   if (exact_compare(cumulative, threshold) <= 0 &&
-      exact_compare(exact_add(cumulative, mine), threshold) > 0 &&
-      walk_to_exceeding(view, begin, end, cumulative, threshold, token)) {
-    s.token = token;
+      exact_compare(exact_add(cumulative, mine), threshold) > 0) {
+    s.crossing_begin = begin;
+    s.crossing_end = end;
+    s.selected_exact_before = cumulative;
   }
   __syncthreads();
-  token = s.token;
+  if (warp == 0) {
+    ExactSum running = s.selected_exact_before;
+    const int64_t walk_end = s.crossing_end;
+    for (int64_t j0 = s.crossing_begin; j0 < walk_end; j0 += 32) {
+      const int64_t j = j0 + lane;
+      const float m = j < walk_end ? view.mass(j) : 0.0f;
+      const ExactSum inclusive =
+          exact_add(running, warp_inclusive_exact(bits_from_float(m) != 0u ? exact_of_mass(m)
+                                                                           : exact_zero()));
+      const unsigned exceeding = __ballot_sync(kFullWarp, exact_compare(inclusive, threshold) > 0);
+      if (exceeding != 0u) {
+        if (lane == __ffs(exceeding) - 1) s.token = view.index(j);
+        break;
+      }
+      running = shuffle_exact_from(inclusive, 31);
+    }
+  }
+  __syncthreads();
+  const uint32_t token = s.token;
   __syncthreads();
   return {true, token};
 }

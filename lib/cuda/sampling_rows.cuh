@@ -57,7 +57,6 @@ struct RowIntegerArg {
 };
 
 struct SamplingArgs {
-  mtk_sampling_op op;
   int64_t n;
   const void* input;
   int64_t input_row_stride, input_stride;  // elements
@@ -174,11 +173,10 @@ __device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, ui
 // The first step of a top-k filter that keeps at most kCandidateCapacity tokens, in two reads
 // of the row: a histogram of the keys' top 12 bits finds the bin of the k-th key, and if that
 // bin and those above hold at most kCandidateCapacity tokens, they become the candidates
-// (index and value) and dropped(i) is called for every other token. False (and nothing
-// gathered) when they do not fit.
-template <class Format, class Dropped>
+// (index and value). False (and nothing gathered) when they do not fit.
+template <class Format>
 __device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                uint32_t k, bool logits, Dropped dropped) {
+                                uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
   constexpr int kShift = 32 - kWideBits;
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
@@ -203,18 +201,14 @@ __device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int
       const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
       s.candidate_index[slot] = uint32_t(i);
       s.candidate_mass[slot] = value;
-    } else {
-      dropped(i);
     }
   });
   __syncthreads();
   return true;
 }
 
-// Keeps the candidates `cut` keeps (compacted through sort_words), calling dropped(i) for the
-// others.
-template <class Dropped>
-__device__ void keep_candidates(SharedState& s, TopkCutoff cut, bool logits, Dropped dropped) {
+// Keeps the candidates `cut` keeps (compacted through sort_words).
+__device__ void keep_candidates(SharedState& s, TopkCutoff cut, bool logits) {
   const uint32_t count = s.candidate_count;
   if (threadIdx.x == 0) s.kept_count = 0u;
   __syncthreads();
@@ -224,8 +218,6 @@ __device__ void keep_candidates(SharedState& s, TopkCutoff cut, bool logits, Dro
     if (cut.keeps(rank_key(value, logits), index)) {
       s.sort_words[atomicAdd(&s.kept_count, 1u)] =
           (uint64_t(index) << 32) | bits_from_float(value);
-    } else {
-      dropped(index);
     }
   }
   __syncthreads();
@@ -238,11 +230,10 @@ __device__ void keep_candidates(SharedState& s, TopkCutoff cut, bool logits, Dro
   __syncthreads();
 }
 
-// Gathers the tokens `cut` keeps (their input values) into the candidates, calling dropped(i)
-// for every other token.
-template <class Format, class Dropped>
+// Gathers the tokens `cut` keeps (their input values) into the candidates.
+template <class Format>
 __device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                  TopkCutoff cut, bool logits, Dropped dropped) {
+                                  TopkCutoff cut, bool logits) {
   using Raw = typename Format::Raw;
   if (threadIdx.x == 0) s.candidate_count = 0u;
   __syncthreads();
@@ -252,32 +243,27 @@ __device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, i
       const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
       s.candidate_index[slot] = uint32_t(i);
       s.candidate_mass[slot] = value;
-    } else {
-      dropped(i);
     }
   });
   __syncthreads();
 }
 
 // The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
-// tokens are also left in the candidates and dropped(i) is called for every other token. The
-// two-read path of gather_top_bins is tried first where k allows; else, or where its bins hold
-// too many tokens, the threshold search reads the row once per 8 bits of key.
-template <class Format, class Dropped>
+// tokens are also left in the candidates. The two-read path of gather_top_bins is tried first
+// where k allows; else, or where its bins hold too many tokens, the threshold search reads the
+// row once per 8 bits of key.
+template <class Format>
 __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                   uint32_t k, bool logits, bool gather, Dropped dropped) {
+                                   uint32_t k, bool logits, bool gather) {
   using Raw = typename Format::Raw;
-  if (k <= uint32_t(kCandidateCapacity) &&
-      gather_top_bins(s, row, n, k, logits, [&](int64_t i) {
-        if (gather) dropped(i);
-      })) {
+  if (k <= uint32_t(kCandidateCapacity) && gather_top_bins(s, row, n, k, logits)) {
     const auto for_each_candidate = [&](auto&& f) {
       for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
         f(rank_key(s.candidate_mass[j], logits), int64_t(s.candidate_index[j]));
       }
     };
     const TopkCutoff cut = top_k_cutoff(s, for_each_candidate, k, n);
-    if (gather) keep_candidates(s, cut, logits, dropped);
+    if (gather) keep_candidates(s, cut, logits);
     return cut;
   }
   const auto for_each_token = [&](auto&& f) {
@@ -286,7 +272,7 @@ __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, 
     });
   };
   const TopkCutoff cut = top_k_cutoff(s, for_each_token, k, n);
-  if (gather) gather_candidates(s, row, n, cut, logits, dropped);
+  if (gather) gather_candidates(s, row, n, cut, logits);
   return cut;
 }
 
@@ -345,6 +331,16 @@ __device__ void map_row(const InputRow<Format>& row, int64_t n, typename Format:
   }
 }
 
+// Writes 0 to every element of a float32 row: 16-byte stores where it is contiguous and aligned.
+__device__ __forceinline__ void fill_zeros(float* out, int64_t n, int64_t stride) {
+  const bool vectors_fit = stride == 1 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0u;
+  const int64_t vectors = vectors_fit ? n / 4 : 0;
+  const uint4 zeros = {0u, 0u, 0u, 0u};
+  uint4* words = reinterpret_cast<uint4*>(out);
+  for (int64_t q = threadIdx.x; q < vectors; q += kThreads) words[q] = zeros;
+  for (int64_t i = vectors * 4 + threadIdx.x; i < n; i += kThreads) out[i * stride] = 0.0f;
+}
+
 // The filter finds its cutoff (two reads where the kept tokens fit the candidates), then a third
 // read writes the row in 16-byte stores: a store per dropped element as the filter finds it made
 // the row's writes eight (bfloat16) or four (float32) times as many instructions.
@@ -354,7 +350,7 @@ __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRo
   using Raw = typename Format::Raw;
   const int64_t k = a.top_k.at(r);
   const TopkCutoff cut = top_k_filters(k, a.n)
-                             ? top_k_of_row(s, row, a.n, uint32_t(k), true, false, [](int64_t) {})
+                             ? top_k_of_row(s, row, a.n, uint32_t(k), true, false)
                              : keep_all();
   map_row(row, a.n, static_cast<Raw*>(a.output) + r * a.output_row_stride, a.output_stride,
           [&](int64_t i, Raw raw) {
@@ -465,6 +461,11 @@ __device__ void write_renormalised(const View& view, ExactSum total, float* out,
   });
 }
 
+// Row r of a renormalisation's output.
+__device__ __forceinline__ float* renormalised_row(const SamplingArgs& a, int64_t r) {
+  return static_cast<float*>(a.output) + r * a.output_row_stride;
+}
+
 // The contract's draw from the view's masses: the first token whose cumulative mass exceeds the
 // uniform times the total.
 template <class View>
@@ -473,42 +474,42 @@ __device__ Draw draw(SharedState& s, const View& view, float uniform) {
   return first_exceeding(s, view, [&](ExactSum total) { return exact_scaled(total, u).floor; });
 }
 
-// min-p, then the renormalised row or the draw, on masses that top-p (if any) has cut.
-template <class Format, class View>
+// min-p, then the renormalised row (kOp renormalises) or the draw, on masses that top-p (if any)
+// has cut.
+template <mtk_sampling_op kOp, class Format, class View>
 __device__ void end_row(SharedState& s, const SamplingArgs& a, int64_t r,
                         const InputRow<Format>& row, View& view, MassTotals totals,
-                        float* renormalised, bool candidates) {
+                        bool candidates) {
   ExactSum total = totals.total;
   const float min_p = a.min_p.at(r);
   if (min_p_filters(min_p)) total = keep_min_p(s, view, totals.most, min_p_fraction(min_p));
-  if (renormalised != nullptr) {
-    write_renormalised(view, total, renormalised, a.output_stride);
-    return;
+  if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
+    write_renormalised(view, total, renormalised_row(a, r), a.output_stride);
+  } else {
+    if (exact_is_zero(total)) {  // no mass: the first token in the contract's order
+      write_token(a, r, kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS ? top1_logit(s, row, a.n) : 0u);
+      return;
+    }
+    if (candidates) sort_candidates_by_index(s);
+    write_token(a, r, draw(s, view, a.uniforms.at(r)).token);
   }
-  if (exact_is_zero(total)) {  // no mass: the first token in the contract's order
-    const bool logits = a.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-    write_token(a, r, logits ? top1_logit(s, row, a.n) : 0u);
-    return;
-  }
-  if (candidates) sort_candidates_by_index(s);
-  write_token(a, r, draw(s, view, a.uniforms.at(r)).token);
 }
 
 // The filters after top-k (top-p on what top-k kept, then min-p on what top-p kept), then the
 // renormalised row or the draw.
-template <class Format, class View>
+template <mtk_sampling_op kOp, class Format, class View>
 __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
                            const InputRow<Format>& row, View& view, MassTotals totals,
-                           float* renormalised, bool candidates) {
+                           bool candidates) {
   const float top_p = a.top_p.at(r);
   if (top_p_filters(top_p) && !exact_is_zero(totals.total)) {
     const ExactSum target = exact_ceil_scaled(totals.total, top_p_fraction(top_p));
     CutMasses<View> kept{&view, top_p_cut(s, view, target, a.n)};
     totals.total = kept.cut.kept;
-    end_row(s, a, r, row, kept, totals, renormalised, candidates);
+    end_row<kOp>(s, a, r, row, kept, totals, candidates);
     return;
   }
-  end_row(s, a, r, row, view, totals, renormalised, candidates);
+  end_row<kOp>(s, a, r, row, view, totals, candidates);
 }
 
 // A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0.
@@ -529,9 +530,9 @@ struct InputMasses {
 // mass, so one read finds it and the next reads the input as the masses min-p keeps: for the
 // draw, or for the total and then the renormalised row. No workspace, and no sum of a mass that
 // min-p drops.
-template <class Format>
+template <mtk_sampling_op kOp, class Format>
 __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
-                          const InputRow<Format>& row, float* renormalised) {
+                          const InputRow<Format>& row) {
   uint32_t most = 0u;
   for_each_element(row, a.n, [&](int64_t, typename Format::Raw raw) {
     const uint32_t bits = rank_key(value_of<Format>(raw), false);
@@ -546,59 +547,57 @@ __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
     least = least_mass_bits_reaching(bound);
   }
   const InputMasses<Format> view{row, a.n, least};
-  if (renormalised != nullptr) {
-    write_renormalised(view, view_total(s, view), renormalised, a.output_stride);
-    return;
+  if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
+    write_renormalised(view, view_total(s, view), renormalised_row(a, r), a.output_stride);
+  } else {
+    write_token(a, r, draw(s, view, a.uniforms.at(r)).token);  // no mass: token 0
   }
-  write_token(a, r, draw(s, view, a.uniforms.at(r)).token);  // no mass: token 0
 }
 
-// One row of any sampling operation; every thread of the block calls it.
-template <class Format>
+// One row of the sampling operation kOp; every thread of the block calls it. The operation is a
+// template parameter so that each kernel holds its own steps alone: registers are allocated for
+// them, and a change to one operation's code leaves the others' as they were.
+template <mtk_sampling_op kOp, class Format>
 __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
   const InputRow<Format> row{
       static_cast<const typename Format::Raw*>(a.input) + r * a.input_row_stride,
       a.input_stride};
-  if (a.op == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
+  if constexpr (kOp == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
     mask_logits(s, a, row, r);
-    return;
-  }
-  const bool logits = a.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-  float reciprocal = 1.0f;
-  if (logits) {
-    const float temperature = a.temperature.at(r);
-    if (!temperature_samples(temperature)) {  // greedy
-      write_token(a, r, top1_logit(s, row, a.n));
+  } else {
+    constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+    float reciprocal = 1.0f;
+    if constexpr (logits) {
+      const float temperature = a.temperature.at(r);
+      if (!temperature_samples(temperature)) {  // greedy
+        write_token(a, r, top1_logit(s, row, a.n));
+        return;
+      }
+      reciprocal = reciprocal_temperature(temperature);
+    }
+    const int64_t k = a.top_k.at(r);
+    const bool top_k = top_k_filters(k, a.n);
+    const bool candidates = top_k && k <= kCandidateCapacity;
+    if (!logits && !top_k && !top_p_filters(a.top_p.at(r))) {
+      min_p_row<kOp>(s, a, r, row);
       return;
     }
-    reciprocal = reciprocal_temperature(temperature);
+    // A renormalised row that finishes on candidates is zeros but for them (write_renormalised).
+    if (kOp == MTK_SAMPLING_RENORM_PROBS && candidates) {
+      fill_zeros(renormalised_row(a, r), a.n, a.output_stride);
+    }
+    const TopkCutoff cut =
+        top_k ? top_k_of_row(s, row, a.n, uint32_t(k), logits, candidates) : keep_all();
+    if (candidates) {
+      const MassTotals totals = candidate_masses(s, logits, reciprocal);
+      Candidates view{&s};
+      finish_row<kOp>(s, a, r, row, view, totals, true);
+      return;
+    }
+    RowMasses view{a.masses + r * a.masses_row_stride, a.n};
+    const MassTotals totals = row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
+    finish_row<kOp>(s, a, r, row, view, totals, false);
   }
-  const int64_t k = a.top_k.at(r);
-  const bool top_k = top_k_filters(k, a.n);
-  const bool candidates = top_k && k <= kCandidateCapacity;
-  float* renormalised = a.op == MTK_SAMPLING_RENORM_PROBS
-                            ? static_cast<float*>(a.output) + r * a.output_row_stride
-                            : nullptr;
-  if (!logits && !top_k && !top_p_filters(a.top_p.at(r))) {
-    min_p_row(s, a, r, row, renormalised);
-    return;
-  }
-  const int64_t out_stride = a.output_stride;
-  const TopkCutoff cut =
-      top_k ? top_k_of_row(s, row, a.n, uint32_t(k), logits, candidates,
-                           [&](int64_t i) {
-                             if (renormalised != nullptr) renormalised[i * out_stride] = 0.0f;
-                           })
-            : keep_all();
-  if (candidates) {
-    const MassTotals totals = candidate_masses(s, logits, reciprocal);
-    Candidates view{&s};
-    finish_row(s, a, r, row, view, totals, renormalised, true);
-    return;
-  }
-  RowMasses view{a.masses + r * a.masses_row_stride, a.n};
-  const MassTotals totals = row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
-  finish_row(s, a, r, row, view, totals, renormalised, false);
 }
 
 }  // namespace sampling

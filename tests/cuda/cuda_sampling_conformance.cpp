@@ -11,7 +11,10 @@
 // the default scratch and a caller's workspace. Then batch invariance on CUDA (rows run alone
 // equal the same rows in the batch) and one CUDA graph replayed with new per-row parameters.
 //
-// Usage: cuda_sampling_conformance [--quick] (--quick: rows * n <= 2^18, for the sanitizers).
+// Usage: cuda_sampling_conformance [--quick | --sanitize]   --quick: rows * n <= 2^18 (memcheck);
+// --sanitize: rows * n <= 2^15 and smaller batch-invariance rows (racecheck, whose cost grows
+// with every shared-memory access), still every path: candidates, their overflow, workspace,
+// min-p alone, and a draw over several ranges.
 // Exits 0 when every case passes, 1 on a mismatch, 2 when no CUDA device is available.
 #include <cuda_runtime.h>
 
@@ -599,7 +602,9 @@ void check_graph_replay(mtk_context cuda, mtk_context cpu, std::mt19937_64& rng)
 
 int main(int argc, char** argv) {
   if (!cuda_backend_runs()) return 2;
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool sanitize = argc > 1 && std::strcmp(argv[1], "--sanitize") == 0;
+  const bool quick = sanitize || (argc > 1 && std::strcmp(argv[1], "--quick") == 0);
+  const int64_t small_cap = sanitize ? (int64_t(1) << 15) : (int64_t(1) << 18);
   const auto [cuda, cpu] = create_contexts();
   std::mt19937_64 rng(20261204);
   Generator gen{rng};
@@ -616,7 +621,7 @@ int main(int argc, char** argv) {
                          {33, 2049, 8}, {9, 2050, 6},  {4, 4097, 6},   {40, 3001, 6},
                          {2, 70001, 4}, {300, 513, 3}, {1, 20000, 6}};
   for (const Shape& s : small) {
-    if (quick && s.rows * s.n > (int64_t(1) << 18)) continue;
+    if (quick && s.rows * s.n > small_cap) continue;
     for (mtk_sampling_op op : ops) {
       for (mtk_dtype d : dtypes_of(op)) {
         for (int draw = 0; draw < (quick ? 1 : s.draws); ++draw) {
@@ -644,9 +649,10 @@ int main(int argc, char** argv) {
   // Batch invariance: a row alone equals the same row in a batch.
   for (mtk_sampling_op op : ops) {
     for (mtk_dtype d : dtypes_of(op)) {
-      check_batch_invariance(cuda, gen.make(op, d, 64, quick ? 1000 : 151936), rng);
-      check_batch_invariance(cuda, gen.make_benchmark(op, d, 37, quick ? 3000 : 65536, true),
+      check_batch_invariance(cuda, gen.make(op, d, sanitize ? 8 : 64, quick ? 1000 : 151936),
                              rng);
+      check_batch_invariance(
+          cuda, gen.make_benchmark(op, d, sanitize ? 5 : 37, quick ? 3000 : 65536, true), rng);
     }
   }
   if (!quick) check_graph_replay(cuda, cpu, rng);

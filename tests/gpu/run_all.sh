@@ -76,7 +76,7 @@ for s in $STEPS; do
       step memcheck-sampling 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_sampling_conformance" --quick
       step racecheck-sampling 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$BUILD/tests/cuda_sampling_conformance" --quick ;;
+        "$BUILD/tests/cuda_sampling_conformance" --sanitize ;;
     sanitize-ragged)
       step memcheck-ragged 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/cuda_ragged_conformance" --quick

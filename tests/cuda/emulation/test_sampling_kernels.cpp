@@ -119,11 +119,21 @@ bool samples(mtk_sampling_op op) {
   return op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
 }
 
-template <class Format>
+template <mtk_sampling_op kOp, class Format>
 void run_rows(const SamplingArgs& args, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
     emu::block_idx.x = unsigned(r);
-    emu::run_block(kThreads, [&] { sampling_row<Format>(shared_state, args, r); });
+    emu::run_block(kThreads, [&] { sampling_row<kOp, Format>(shared_state, args, r); });
+  }
+}
+
+// The kernel lib/cuda/sampling.cu launches for the operation and input dtype.
+template <mtk_sampling_op kOp>
+void run_rows(const SamplingArgs& args, mtk_dtype dtype, int64_t rows) {
+  switch (dtype) {
+    case MTK_FLOAT32: run_rows<kOp, Float32Input>(args, rows); break;
+    case MTK_FLOAT16: run_rows<kOp, Float16Input>(args, rows); break;
+    default: run_rows<kOp, Bfloat16Input>(args, rows); break;
   }
 }
 
@@ -206,7 +216,6 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
   // The kernel's row function, one block after another.
   std::vector<float> masses(size_t(c.rows * c.n));
   SamplingArgs a{};
-  a.op = c.op;
   a.n = c.n;
   a.input = input.data();
   a.input_row_stride = c.n;
@@ -228,10 +237,15 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
   a.output_stride = 1;
   a.masses = masses.data();
   a.masses_row_stride = c.n;
-  switch (c.dtype) {
-    case MTK_FLOAT32: run_rows<Float32Input>(a, c.rows); break;
-    case MTK_FLOAT16: run_rows<Float16Input>(a, c.rows); break;
-    default: run_rows<Bfloat16Input>(a, c.rows); break;
+  switch (c.op) {
+    case MTK_SAMPLING_TOP_K_MASK_LOGITS:
+      run_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(a, c.dtype, c.rows);
+      break;
+    case MTK_SAMPLING_RENORM_PROBS: run_rows<MTK_SAMPLING_RENORM_PROBS>(a, c.dtype, c.rows); break;
+    case MTK_SAMPLING_SAMPLE: run_rows<MTK_SAMPLING_SAMPLE>(a, c.dtype, c.rows); break;
+    case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
+      run_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(a, c.dtype, c.rows);
+      break;
   }
   if (want != got) {
     ++failures;
