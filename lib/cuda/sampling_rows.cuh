@@ -519,8 +519,18 @@ struct InputMasses {
   int64_t n;
   uint32_t least;
   __device__ int64_t count() const { return n; }
-  __device__ float mass(int64_t j) const {
-    const uint32_t bits = rank_key(value_of<Format>(row.raw(j)), false);
+  __device__ float mass(int64_t j) const { return kept(value_of<Format>(row.raw(j))); }
+  // Probabilities come as float32; a row of them is stored contiguously where its stride is 1.
+  __device__ const float* stored() const {
+    if constexpr (sizeof(typename Format::Raw) == 4) {
+      return row.stride == 1 ? reinterpret_cast<const float*>(row.data) : nullptr;
+    } else {
+      return nullptr;
+    }
+  }
+  __device__ float mass_of(int64_t, float stored) const { return kept(stored); }
+  __device__ float kept(float value) const {
+    const uint32_t bits = rank_key(value, false);
     return bits >= least ? float_from_bits(bits) : 0.0f;
   }
   __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
