@@ -479,12 +479,6 @@ __device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float 
   return merge_exponent_bins(s);
 }
 
-// The outcome of a draw: the token, or none where the view has no mass.
-struct Draw {
-  bool any;
-  uint32_t token;
-};
-
 // v of lane `source`, in every lane of the warp.
 __device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
   for (int i = 0; i < 4; ++i) {
@@ -497,14 +491,15 @@ __device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
 
 // The index of the first mass, in the view's order (which must be index order), whose exact
 // cumulative sum exceeds threshold_of(total), `total` the view's exact sum (threshold_of must
-// return less than a nonzero total). Three levels of ranges, each a prefix scan of exact sums:
-// each warp sums a contiguous range of the view (its lanes read it coalesced) and a scan of those
-// sums picks the range where the cumulative sum crosses; every thread sums a contiguous piece of
-// that range and a block scan picks the piece that crosses; warp 0 reads that piece 32 masses at
-// a time, a warp scan finding the token. The row is read once in full, the crossing range twice,
-// and no thread walks masses one dependent load after another.
+// return less than a nonzero total); 0 where the view has no mass. Three levels of ranges, each
+// a prefix scan of exact sums: each warp sums a contiguous range of the view (its lanes read it
+// coalesced) and a scan of those sums picks the range where the cumulative sum crosses; every
+// thread sums a contiguous piece of that range and a block scan picks the piece that crosses;
+// warp 0 reads that piece 32 masses at a time, a warp scan finding the token. The row is read
+// once in full, the crossing range twice, and no thread walks masses one dependent load after
+// another.
 template <class View, class ThresholdOf>
-__device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
+__device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
   const int64_t count = view.count();
   const int64_t per_warp = ((count + kWarps - 1) / kWarps + 3) / 4 * 4;  // 16-byte aligned
@@ -528,7 +523,7 @@ __device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf th
   for (int w = 0; w < kWarps; ++w) total = exact_add(total, s.warp_sums[w]);
   if (exact_is_zero(total)) {
     __syncthreads();
-    return {false, 0u};
+    return 0u;
   }
   const ExactSum threshold = threshold_of(total);
   ExactSum before = exact_zero();
@@ -573,7 +568,7 @@ __device__ Draw first_exceeding(SharedState& s, const View& view, ThresholdOf th
   __syncthreads();
   const uint32_t token = s.token;
   __syncthreads();
-  return {true, token};
+  return token;
 }
 
 // ---- views of a row's masses ---------------------------------------------------------------

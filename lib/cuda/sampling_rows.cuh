@@ -467,9 +467,9 @@ __device__ __forceinline__ float* renormalised_row(const SamplingArgs& a, int64_
 }
 
 // The contract's draw from the view's masses: the first token whose cumulative mass exceeds the
-// uniform times the total.
+// uniform times the total (0 where the view has no mass).
 template <class View>
-__device__ Draw draw(SharedState& s, const View& view, float uniform) {
+__device__ uint32_t draw(SharedState& s, const View& view, float uniform) {
   const float u = clamped_uniform(uniform);
   return first_exceeding(s, view, [&](ExactSum total) { return exact_scaled(total, u).floor; });
 }
@@ -491,7 +491,7 @@ __device__ void end_row(SharedState& s, const SamplingArgs& a, int64_t r,
       return;
     }
     if (candidates) sort_candidates_by_index(s);
-    write_token(a, r, draw(s, view, a.uniforms.at(r)).token);
+    write_token(a, r, draw(s, view, a.uniforms.at(r)));
   }
 }
 
@@ -560,7 +560,7 @@ __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
     write_renormalised(view, view_total(s, view), renormalised_row(a, r), a.output_stride);
   } else {
-    write_token(a, r, draw(s, view, a.uniforms.at(r)).token);  // no mass: token 0
+    write_token(a, r, draw(s, view, a.uniforms.at(r)));  // no mass: token 0, the contract's
   }
 }
 
