@@ -30,6 +30,13 @@ bool every_row_finishes_on_candidates(const SamplingProblem& p) {
          p.top_k.value <= sampling::kCandidateCapacity;
 }
 
+// Rows of probabilities that neither top-k nor top-p filters read their input alone (min_p_row).
+bool every_row_reads_input_alone(const SamplingProblem& p) {
+  return p.op != MTK_SAMPLING_SAMPLE_FROM_LOGITS && p.top_k.vector.data == nullptr &&
+         !top_k_filters(p.top_k.value, p.n) && p.top_p.data == nullptr &&
+         !top_p_filters(p.top_p.value);
+}
+
 int64_t mass_row_floats(int64_t n) {
   const int64_t per_line = int64_t(kMassRowAlignment / sizeof(float));
   return (n + per_line - 1) / per_line * per_line;
@@ -66,13 +73,6 @@ bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingP
 }
 
 }  // namespace
-
-// Rows of probabilities that neither top-k nor top-p filters read their input alone (min_p_row).
-bool every_row_reads_input_alone(const SamplingProblem& p) {
-  return p.op != MTK_SAMPLING_SAMPLE_FROM_LOGITS && p.top_k.vector.data == nullptr &&
-         !top_k_filters(p.top_k.value, p.n) && p.top_p.data == nullptr &&
-         !top_p_filters(p.top_p.value);
-}
 
 size_t sampling_workspace_bytes(const SamplingProblem& p) {
   if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p) ||
