@@ -153,10 +153,10 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     fault_point(FaultSite::DeviceCall);  // the kernel launch
     if (planned.workspace_bytes == 0 || workspace.data != nullptr) {
-      launch_sampling(problem, workspace.data, stream);
+      launch_sampling(problem, workspace.data, sm_count_, stream);
     } else {
       const ScratchCache::Lease lease = scratch_.acquire(stream, planned.workspace_bytes);
-      launch_sampling(problem, lease.data(), stream);
+      launch_sampling(problem, lease.data(), sm_count_, stream);
     }
   }
 

@@ -1,12 +1,14 @@
 // The CUDA sampling kernels' launch: one kernel per operation and input format, one block per
-// row (sampling_rows.cuh).
+// row (sampling_rows.cuh), or in a small batch a cluster of blocks per row (sampling_split.cuh).
 #include "cuda/sampling.hpp"
+
+#include <cooperative_groups.h>
 
 #include "core/error.hpp"
 #include "core/sampling_math.hpp"
 #include "cuda/device_utils.cuh"
 #include "cuda/kernel_launch.cuh"
-#include "cuda/sampling_rows.cuh"
+#include "cuda/sampling_split.cuh"
 
 namespace mtk {
 namespace cuda {
@@ -25,6 +27,21 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
   sampling::sampling_row<kOp, Format>(shared, args, blockIdx.x);
 }
 
+// The same, a row to a cluster of blocks (launched with the cluster's size).
+template <mtk_sampling_op kOp, class Format>
+__global__ __launch_bounds__(sampling::kThreads, 2) void sampling_split_rows_kernel(
+    sampling::SamplingArgs args) {
+  __shared__ sampling::SharedState shared;
+  wait_for_previous_kernel();
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  sampling::sampling_row_in_cluster<kOp, Format>(cluster, shared, args,
+                                                 blockIdx.x / cluster.num_blocks());
+}
+
+// A slice of a split row holds at least this many tokens: fewer would cost the cluster's
+// barriers more than the reading they share out.
+constexpr int64_t kMinSliceTokens = 8192;
+
 bool every_row_finishes_on_candidates(const SamplingProblem& p) {
   return p.top_k.vector.data == nullptr && top_k_filters(p.top_k.value, p.n) &&
          p.top_k.value <= sampling::kCandidateCapacity;
@@ -37,6 +54,32 @@ bool every_row_reads_input_alone(const SamplingProblem& p) {
          !top_p_filters(p.top_p.value);
 }
 
+// Whether splitting the rows over clusters shares out reading: some row may take a split step
+// (sampling_row_in_cluster); rows that do not run in one block of their cluster.
+bool some_row_splits(const SamplingProblem& p) {
+  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_reads_input_alone(p)) return true;
+  if (p.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS && p.temperature.data == nullptr &&
+      !temperature_samples(p.temperature.value)) {
+    return false;  // greedy
+  }
+  if (p.top_k.vector.data != nullptr) return true;
+  return top_k_filters(p.top_k.value, p.n) && p.top_k.value <= sampling::kCandidateCapacity;
+}
+
+// Blocks a row: one, or where a batch at one block a row leaves SMs idle (two blocks fit an SM),
+// as many more (a power of two up to kMaxSplitBlocks) as fill them, each slice at least
+// kMinSliceTokens.
+unsigned blocks_per_row(const SamplingProblem& p, int sm_count) {
+  if (!some_row_splits(p)) return 1u;
+  const int64_t slots = 2 * int64_t(sm_count);
+  int64_t blocks = 1;
+  while (blocks < sampling::kMaxSplitBlocks && p.rows * (blocks * 2) <= slots &&
+         p.n >= blocks * 2 * kMinSliceTokens) {
+    blocks *= 2;
+  }
+  return unsigned(blocks);
+}
+
 int64_t mass_row_floats(int64_t n) {
   const int64_t per_line = int64_t(kMassRowAlignment / sizeof(float));
   return (n + per_line - 1) / per_line * per_line;
@@ -44,21 +87,34 @@ int64_t mass_row_floats(int64_t n) {
 
 sampling::RowFloatArg row_float(const RowFloat& f) { return {f.data, f.stride, f.value}; }
 
+// Where the launch goes: the stream and the blocks a row.
+struct RowLaunch {
+  int64_t rows;
+  unsigned blocks;
+  cudaStream_t stream;
+};
+
 template <mtk_sampling_op kOp, class Format>
-void launch_rows(const sampling::SamplingArgs& args, int64_t rows, cudaStream_t stream) {
-  launch_overlapped<sampling_rows_kernel<kOp, Format>>(
-      dim3(unsigned(rows)), dim3(sampling::kThreads), 0, stream, "launching the sampling kernel",
-      args);
+void launch_rows(const sampling::SamplingArgs& args, const RowLaunch& l) {
+  if (l.blocks == 1u) {
+    launch_overlapped<sampling_rows_kernel<kOp, Format>>(
+        dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0, l.stream,
+        "launching the sampling kernel", args);
+  } else {
+    launch_overlapped_in_clusters<sampling_split_rows_kernel<kOp, Format>>(
+        l.blocks, dim3(unsigned(l.rows) * l.blocks), dim3(sampling::kThreads), 0, l.stream,
+        "launching the split-row sampling kernel", args);
+  }
 }
 
 // Logits come as float32, float16 or bfloat16.
 template <mtk_sampling_op kOp>
 bool launch_logit_rows(const sampling::SamplingArgs& args, const SamplingProblem& p,
-                       cudaStream_t stream) {
+                       const RowLaunch& l) {
   switch (p.dtype) {
-    case MTK_FLOAT32: launch_rows<kOp, sampling::Float32Input>(args, p.rows, stream); return true;
-    case MTK_FLOAT16: launch_rows<kOp, sampling::Float16Input>(args, p.rows, stream); return true;
-    case MTK_BFLOAT16: launch_rows<kOp, sampling::Bfloat16Input>(args, p.rows, stream); return true;
+    case MTK_FLOAT32: launch_rows<kOp, sampling::Float32Input>(args, l); return true;
+    case MTK_FLOAT16: launch_rows<kOp, sampling::Float16Input>(args, l); return true;
+    case MTK_BFLOAT16: launch_rows<kOp, sampling::Bfloat16Input>(args, l); return true;
     default: return false;
   }
 }
@@ -66,9 +122,9 @@ bool launch_logit_rows(const sampling::SamplingArgs& args, const SamplingProblem
 // Probabilities come as float32 (validate_sampling.cpp).
 template <mtk_sampling_op kOp>
 bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingProblem& p,
-                             cudaStream_t stream) {
+                             const RowLaunch& l) {
   if (p.dtype != MTK_FLOAT32) return false;
-  launch_rows<kOp, sampling::Float32Input>(args, p.rows, stream);
+  launch_rows<kOp, sampling::Float32Input>(args, l);
   return true;
 }
 
@@ -82,7 +138,8 @@ size_t sampling_workspace_bytes(const SamplingProblem& p) {
   return size_t(p.rows) * size_t(mass_row_floats(p.n)) * sizeof(float);
 }
 
-void launch_sampling(const SamplingProblem& p, void* workspace, cudaStream_t stream) {
+void launch_sampling(const SamplingProblem& p, void* workspace, int sm_count,
+                     cudaStream_t stream) {
   sampling::SamplingArgs args{};
   args.n = p.n;
   args.input = p.input;
@@ -100,19 +157,20 @@ void launch_sampling(const SamplingProblem& p, void* workspace, cudaStream_t str
   args.output_stride = p.output_stride;
   args.masses = sampling_workspace_bytes(p) != 0 ? static_cast<float*>(workspace) : nullptr;
   args.masses_row_stride = mass_row_floats(p.n);
+  const RowLaunch l{p.rows, blocks_per_row(p, sm_count), stream};
   bool launched = false;
   switch (p.op) {
     case MTK_SAMPLING_TOP_K_MASK_LOGITS:
-      launched = launch_logit_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(args, p, stream);
+      launched = launch_logit_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(args, p, l);
       break;
     case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
-      launched = launch_logit_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(args, p, stream);
+      launched = launch_logit_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(args, p, l);
       break;
     case MTK_SAMPLING_RENORM_PROBS:
-      launched = launch_probability_rows<MTK_SAMPLING_RENORM_PROBS>(args, p, stream);
+      launched = launch_probability_rows<MTK_SAMPLING_RENORM_PROBS>(args, p, l);
       break;
     case MTK_SAMPLING_SAMPLE:
-      launched = launch_probability_rows<MTK_SAMPLING_SAMPLE>(args, p, stream);
+      launched = launch_probability_rows<MTK_SAMPLING_SAMPLE>(args, p, l);
       break;
   }
   if (!launched) {

@@ -17,8 +17,9 @@ size_t sampling_workspace_bytes(const SamplingProblem& problem);
 
 // Enqueues the call on `stream`: one kernel, parameters and uniforms read on the device, no
 // allocation and no host synchronisation (graph-capturable). `workspace` holds at least
-// sampling_workspace_bytes(problem).
-void launch_sampling(const SamplingProblem& problem, void* workspace, cudaStream_t stream);
+// sampling_workspace_bytes(problem); sm_count (the device's) sizes the split of small batches.
+void launch_sampling(const SamplingProblem& problem, void* workspace, int sm_count,
+                     cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace mtk

@@ -34,6 +34,8 @@ constexpr int kCandidateCapacity = 2048;
 // whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
 // conflict serialises them); the odd stride puts a bin's replicas in different banks.
 constexpr int kExponentBins = 192;
+// A row of a small batch is read by a cluster of up to this many blocks (sampling_split.cuh).
+constexpr int kMaxSplitBlocks = 8;
 constexpr int kSumReplicas = 8;
 constexpr int kExponentStride = kExponentBins + 1;
 
@@ -62,6 +64,14 @@ struct SharedState {
   uint32_t candidate_count, kept_count;
   uint32_t candidate_index[kCandidateCapacity];
   float candidate_mass[kCandidateCapacity];
+  // A row split over a cluster (sampling_split.cuh): what block 0 decides for the cluster (the
+  // top-k filter's bin and how many tokens it and those above hold, then its cutoff), and what
+  // each block finds in its slice (largest mass, exact sum), in block 0's copy. Nothing else
+  // writes them, so that block 0 may go on while the others still read them.
+  uint32_t split_bin, split_gathered;
+  uint32_t split_cut_key, split_cut_last_index;
+  uint32_t split_most[kMaxSplitBlocks];
+  ExactSum split_sums[kMaxSplitBlocks];
 };
 
 // ---- warp and block collectives ------------------------------------------------------------

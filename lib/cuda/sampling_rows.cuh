@@ -1,6 +1,7 @@
 // The CUDA sampling filters and samplers (docs/CONTRACT.md, "Sampling filters"), one block per
 // row, the same steps as the CPU backend (lib/cpu/sampling.cpp) with the same arithmetic
-// (core/sampling_math.hpp), so that every result is the CPU's bit for bit.
+// (core/sampling_math.hpp), so that every result is the CPU's bit for bit. (A small batch's rows
+// are each read by a cluster of blocks: sampling_split.cuh, built on the steps here.)
 //
 // A row's top-k filter is a threshold search over the contract's keys, never a sort. Where it
 // keeps at most kCandidateCapacity tokens, a histogram of the keys' top 12 bits finds the bin of
@@ -248,6 +249,20 @@ __device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, i
   __syncthreads();
 }
 
+// The top-k filter's cutoff from candidates that hold the row's k largest (gather_top_bins);
+// with `keep`, the candidates are left holding exactly the kept tokens.
+__device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64_t n, uint32_t k,
+                                                           bool logits, bool keep) {
+  const auto for_each_candidate = [&](auto&& f) {
+    for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
+      f(rank_key(s.candidate_mass[j], logits), int64_t(s.candidate_index[j]));
+    }
+  };
+  const TopkCutoff cut = top_k_cutoff(s, for_each_candidate, k, n);
+  if (keep) keep_candidates(s, cut, logits);
+  return cut;
+}
+
 // The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
 // tokens are also left in the candidates. The two-read path of gather_top_bins is tried first
 // where k allows; else, or where its bins hold too many tokens, the threshold search reads the
@@ -257,14 +272,7 @@ __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, 
                                    uint32_t k, bool logits, bool gather) {
   using Raw = typename Format::Raw;
   if (k <= uint32_t(kCandidateCapacity) && gather_top_bins(s, row, n, k, logits)) {
-    const auto for_each_candidate = [&](auto&& f) {
-      for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
-        f(rank_key(s.candidate_mass[j], logits), int64_t(s.candidate_index[j]));
-      }
-    };
-    const TopkCutoff cut = top_k_cutoff(s, for_each_candidate, k, n);
-    if (gather) keep_candidates(s, cut, logits);
-    return cut;
+    return cutoff_of_candidates(s, n, k, logits, gather);
   }
   const auto for_each_token = [&](auto&& f) {
     for_each_element(row, n, [&](int64_t i, Raw raw) {
@@ -512,12 +520,14 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
   end_row<kOp>(s, a, r, row, view, totals, candidates);
 }
 
-// A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0.
+// A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0;
+// position j is token first + j (first is not 0 in a slice of the row, sampling_split.cuh).
 template <class Format>
 struct InputMasses {
   InputRow<Format> row;
   int64_t n;
   uint32_t least;
+  int64_t first;
   __device__ int64_t count() const { return n; }
   __device__ float mass(int64_t j) const { return kept(value_of<Format>(row.raw(j))); }
   // Probabilities come as float32; a row of them is stored contiguously where its stride is 1.
@@ -533,8 +543,28 @@ struct InputMasses {
     const uint32_t bits = rank_key(value, false);
     return bits >= least ? float_from_bits(bits) : 0.0f;
   }
-  __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
+  __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
 };
+
+// The bits of the largest mass among n probabilities of the row (0 where none has mass), in
+// every thread.
+template <class Format>
+__device__ uint32_t largest_mass(SharedState& s, const InputRow<Format>& row, int64_t n) {
+  uint32_t most = 0u;
+  for_each_element(row, n, [&](int64_t, typename Format::Raw raw) {
+    const uint32_t bits = rank_key(value_of<Format>(raw), false);
+    most = bits > most ? bits : most;
+  });
+  return uint32_t(block_max_word(s, most));
+}
+
+// The bits of the least mass that min-p keeps in a row whose largest mass has the bits `most`
+// (1, every mass above 0, where min-p does not filter).
+__device__ __forceinline__ uint32_t min_p_least(uint32_t most, float min_p) {
+  if (!min_p_filters(min_p) || most == 0u) return 1u;
+  return least_mass_bits_reaching(
+      exact_ceil_scaled(exact_of_mass(float_from_bits(most)), min_p_fraction(min_p)));
+}
 
 // A row of probabilities that neither top-k nor top-p filters. min-p needs only the largest
 // mass, so one read finds it and the next reads the input as the masses min-p keeps: for the
@@ -543,20 +573,8 @@ struct InputMasses {
 template <mtk_sampling_op kOp, class Format>
 __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
                           const InputRow<Format>& row) {
-  uint32_t most = 0u;
-  for_each_element(row, a.n, [&](int64_t, typename Format::Raw raw) {
-    const uint32_t bits = rank_key(value_of<Format>(raw), false);
-    most = bits > most ? bits : most;
-  });
-  most = uint32_t(block_max_word(s, most));
-  const float min_p = a.min_p.at(r);
-  uint32_t least = 1u;  // every mass above 0
-  if (min_p_filters(min_p) && most != 0u) {
-    const ExactSum bound =
-        exact_ceil_scaled(exact_of_mass(float_from_bits(most)), min_p_fraction(min_p));
-    least = least_mass_bits_reaching(bound);
-  }
-  const InputMasses<Format> view{row, a.n, least};
+  const uint32_t least = min_p_least(largest_mass(s, row, a.n), a.min_p.at(r));
+  const InputMasses<Format> view{row, a.n, least, 0};
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
     write_renormalised(view, view_total(s, view), renormalised_row(a, r), a.output_stride);
   } else {
@@ -564,48 +582,84 @@ __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
   }
 }
 
+// What a row's parameters ask of it; the one-block and the split paths decide alike.
+struct RowSteps {
+  bool greedy;       // sampling from logits at temperature 0: the row's argmax
+  float reciprocal;  // of the temperature (1 for probabilities)
+  int64_t k;
+  bool top_k;        // a top-k filter ...
+  bool candidates;   // ... that keeps few enough tokens to finish on candidates
+  bool min_p_alone;  // probabilities that neither top-k nor top-p filters (min_p_row)
+};
+
+template <mtk_sampling_op kOp>
+__device__ RowSteps steps_of_row(const SamplingArgs& a, int64_t r) {
+  constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  RowSteps steps{};
+  steps.reciprocal = 1.0f;
+  if (logits) {
+    const float temperature = a.temperature.at(r);
+    steps.greedy = !temperature_samples(temperature);
+    if (steps.greedy) return steps;
+    steps.reciprocal = reciprocal_temperature(temperature);
+  }
+  steps.k = a.top_k.at(r);
+  steps.top_k = top_k_filters(steps.k, a.n);
+  steps.candidates = steps.top_k && steps.k <= kCandidateCapacity;
+  steps.min_p_alone = !logits && !steps.top_k && !top_p_filters(a.top_p.at(r));
+  return steps;
+}
+
+// Row r of the input.
+template <class Format>
+__device__ __forceinline__ InputRow<Format> input_row(const SamplingArgs& a, int64_t r) {
+  return {static_cast<const typename Format::Raw*>(a.input) + r * a.input_row_stride,
+          a.input_stride};
+}
+
+// The end of a row whose top-k filter left exactly the kept tokens in the candidates.
+template <mtk_sampling_op kOp, class Format>
+__device__ void finish_on_candidates(SharedState& s, const SamplingArgs& a, int64_t r,
+                                     const InputRow<Format>& row, float reciprocal) {
+  const MassTotals totals =
+      candidate_masses(s, kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS, reciprocal);
+  Candidates view{&s};
+  finish_row<kOp>(s, a, r, row, view, totals, true);
+}
+
 // One row of the sampling operation kOp; every thread of the block calls it. The operation is a
 // template parameter so that each kernel holds its own steps alone: registers are allocated for
 // them, and a change to one operation's code leaves the others' as they were.
 template <mtk_sampling_op kOp, class Format>
 __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
-  const InputRow<Format> row{
-      static_cast<const typename Format::Raw*>(a.input) + r * a.input_row_stride,
-      a.input_stride};
+  const InputRow<Format> row = input_row<Format>(a, r);
   if constexpr (kOp == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
     mask_logits(s, a, row, r);
   } else {
     constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-    float reciprocal = 1.0f;
-    if constexpr (logits) {
-      const float temperature = a.temperature.at(r);
-      if (!temperature_samples(temperature)) {  // greedy
-        write_token(a, r, top1_logit(s, row, a.n));
-        return;
-      }
-      reciprocal = reciprocal_temperature(temperature);
+    const RowSteps steps = steps_of_row<kOp>(a, r);
+    if (steps.greedy) {
+      write_token(a, r, top1_logit(s, row, a.n));
+      return;
     }
-    const int64_t k = a.top_k.at(r);
-    const bool top_k = top_k_filters(k, a.n);
-    const bool candidates = top_k && k <= kCandidateCapacity;
-    if (!logits && !top_k && !top_p_filters(a.top_p.at(r))) {
+    if (steps.min_p_alone) {
       min_p_row<kOp>(s, a, r, row);
       return;
     }
     // A renormalised row that finishes on candidates is zeros but for them (write_renormalised).
-    if (kOp == MTK_SAMPLING_RENORM_PROBS && candidates) {
+    if (kOp == MTK_SAMPLING_RENORM_PROBS && steps.candidates) {
       fill_zeros(renormalised_row(a, r), a.n, a.output_stride);
     }
-    const TopkCutoff cut =
-        top_k ? top_k_of_row(s, row, a.n, uint32_t(k), logits, candidates) : keep_all();
-    if (candidates) {
-      const MassTotals totals = candidate_masses(s, logits, reciprocal);
-      Candidates view{&s};
-      finish_row<kOp>(s, a, r, row, view, totals, true);
+    const TopkCutoff cut = steps.top_k ? top_k_of_row(s, row, a.n, uint32_t(steps.k), logits,
+                                                      steps.candidates)
+                                       : keep_all();
+    if (steps.candidates) {
+      finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);
       return;
     }
     RowMasses view{a.masses + r * a.masses_row_stride, a.n};
-    const MassTotals totals = row_masses(s, row, a.n, cut, logits, reciprocal, view.masses);
+    const MassTotals totals =
+        row_masses(s, row, a.n, cut, logits, steps.reciprocal, view.masses);
     finish_row<kOp>(s, a, r, row, view, totals, false);
   }
 }

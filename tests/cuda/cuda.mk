@@ -82,13 +82,14 @@ $(BLOCK_EMULATION): tests/cuda/emulation/test_block_kernels.cpp $(EMULATION_HEAD
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMULATION_FLAGS) $< -o $@
 
-# The sampling kernel's row function (lib/cuda/sampling_rows.cuh) against the CPU backend,
-# which it reaches through the library's C ABI.
+# The sampling kernel's row functions (lib/cuda/sampling_rows.cuh, one block a row, and
+# lib/cuda/sampling_split.cuh, a cluster a row) against the CPU backend, which they reach
+# through the library's C ABI.
 SAMPLING_EMULATION := $(BUILD)/tests/cuda_sampling_emulation
 
 $(SAMPLING_EMULATION): tests/cuda/emulation/test_sampling_kernels.cpp \
     tests/cuda/emulation/fiber_cuda.hpp tests/cuda/conformance_support.hpp \
-    lib/cuda/sampling_rows.cuh lib/cuda/sampling_block.cuh \
+    lib/cuda/sampling_rows.cuh lib/cuda/sampling_split.cuh lib/cuda/sampling_block.cuh \
     lib/core/sampling_math.hpp lib/core/float_formats.hpp include/metaltopk.h $(LIBRARY)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMULATION_FLAGS) $< -o $@ -L$(BUILD) -lmetaltopk -Wl,-rpath,$(abspath $(BUILD))

@@ -377,6 +377,29 @@ inline void cluster_sync() {
   cluster_arrive();
   cluster_wait();
 }
+
+// What the cluster kernels need of cooperative_groups' cluster_group, over run_cluster's
+// blocks: each block's shared memory is its element of `shared`, and another block's copy of an
+// address is found at the same offset in that block's element.
+template <class Shared>
+struct Cluster {
+  Shared* shared;
+  unsigned block_rank() const { return cluster_rank; }
+  unsigned num_blocks() const { return cluster_blocks; }
+  void sync() const { cluster_sync(); }
+  void barrier_arrive() const { cluster_arrive(); }
+  void barrier_wait() const { cluster_wait(); }
+  template <class X>
+  X* map_shared_rank(X* address, unsigned rank) const {
+    const auto* own = reinterpret_cast<const char*>(&shared[cluster_rank]);
+    const std::ptrdiff_t offset = reinterpret_cast<const char*>(address) - own;
+    if (offset < 0 || offset + std::ptrdiff_t(sizeof(X)) > std::ptrdiff_t(sizeof(Shared)) ||
+        rank >= cluster_blocks) {
+      fail("map_shared_rank outside the block's shared memory or the cluster");
+    }
+    return reinterpret_cast<X*>(reinterpret_cast<char*>(&shared[rank]) + offset);
+  }
+};
 }  // namespace emu
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }

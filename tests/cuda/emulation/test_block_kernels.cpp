@@ -254,28 +254,6 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
   });
 }
 
-// What cluster_select_block needs of a cluster, over run_cluster's blocks: each block's shared
-// memory is its element of `shared`, and another block's copy of an address is found at the
-// same offset in that block's element.
-template <class Shared>
-struct EmulatedCluster {
-  Shared* shared;
-  unsigned block_rank() const { return emu::cluster_rank; }
-  void sync() const { emu::cluster_sync(); }
-  void barrier_arrive() const { emu::cluster_arrive(); }
-  void barrier_wait() const { emu::cluster_wait(); }
-  template <class X>
-  X* map_shared_rank(X* address, unsigned rank) const {
-    const auto* own = reinterpret_cast<const char*>(&shared[emu::cluster_rank]);
-    const std::ptrdiff_t offset = reinterpret_cast<const char*>(address) - own;
-    if (offset < 0 || offset + std::ptrdiff_t(sizeof(X)) > std::ptrdiff_t(sizeof(Shared)) ||
-        rank >= emu::cluster_blocks) {
-      emu::fail("map_shared_rank outside the block's shared memory or the cluster");
-    }
-    return reinterpret_cast<X*>(reinterpret_cast<char*>(&shared[rank]) + offset);
-  }
-};
-
 // The cluster path as launch_topk runs it: a cluster of kClusterBlocks blocks per row.
 template <class T, int Items>
 void run_cluster_rows(const RowGeometry& g, const T* input, Bits<T>* values, int64_t* indices,
@@ -283,7 +261,7 @@ void run_cluster_rows(const RowGeometry& g, const T* input, Bits<T>* values, int
   using Shared = ClusterShared<Composite<typename KeyTraits<T>::Key>>;
   for (int64_t row = 0; row < g.rows; ++row) {
     std::vector<Shared> shared(kClusterBlocks);
-    const EmulatedCluster<Shared> cluster{shared.data()};
+    const emu::Cluster<Shared> cluster{shared.data()};
     emu::run_cluster(kClusterBlocks, kBlockThreads, unsigned(row * kClusterBlocks), [&] {
       cluster_select_block<T, Items>(cluster, shared[emu::cluster_rank], g, input, values,
                                      indices, true, largest, sorted);

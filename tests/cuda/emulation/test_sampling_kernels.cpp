@@ -29,7 +29,7 @@ inline unsigned long long __shfl_xor_sync(unsigned mask, unsigned long long v, i
 }
 
 #include "../conformance_support.hpp"
-#include "cuda/sampling_rows.cuh"
+#include "cuda/sampling_split.cuh"
 #include "metaltopk.h"
 
 namespace {
@@ -119,24 +119,42 @@ bool samples(mtk_sampling_op op) {
   return op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
 }
 
+// Each row by one block, or (blocks > 1) by a cluster of that many, as the split kernel runs it;
+// shared memory starts as garbage, as it may on the GPU.
 template <mtk_sampling_op kOp, class Format>
-void run_rows(const SamplingArgs& args, int64_t rows) {
+void run_rows(const SamplingArgs& args, int64_t rows, unsigned blocks) {
   for (int64_t r = 0; r < rows; ++r) {
-    emu::block_idx.x = unsigned(r);
-    emu::run_block(kThreads, [&] { sampling_row<kOp, Format>(shared_state, args, r); });
+    if (blocks == 1u) {
+      std::memset(static_cast<void*>(&shared_state), 0xa5, sizeof(SharedState));
+      emu::block_idx.x = unsigned(r);
+      emu::run_block(kThreads, [&] { sampling_row<kOp, Format>(shared_state, args, r); });
+      continue;
+    }
+    std::vector<SharedState> shared(blocks);
+    std::memset(static_cast<void*>(shared.data()), 0xa5, shared.size() * sizeof(SharedState));
+    const emu::Cluster<SharedState> cluster{shared.data()};
+    emu::run_cluster(blocks, kThreads, unsigned(r) * blocks, [&] {
+      sampling_row_in_cluster<kOp, Format>(cluster, shared[emu::cluster_rank], args, r);
+    });
   }
 }
 
 // The kernel lib/cuda/sampling.cu launches for the operation and input dtype.
 template <mtk_sampling_op kOp>
-void run_rows(const SamplingArgs& args, mtk_dtype dtype, int64_t rows) {
+void run_rows(const SamplingArgs& args, mtk_dtype dtype, int64_t rows, unsigned blocks) {
   switch (dtype) {
-    case MTK_FLOAT32: run_rows<kOp, Float32Input>(args, rows); break;
-    case MTK_FLOAT16: run_rows<kOp, Float16Input>(args, rows); break;
-    default: run_rows<kOp, Bfloat16Input>(args, rows); break;
+    case MTK_FLOAT32: run_rows<kOp, Float32Input>(args, rows, blocks); break;
+    case MTK_FLOAT16: run_rows<kOp, Float16Input>(args, rows, blocks); break;
+    default: run_rows<kOp, Bfloat16Input>(args, rows, blocks); break;
   }
 }
 
+void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got,
+                unsigned blocks);
+void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
+            unsigned blocks);
+
+// The case's rows through the CPU backend, then through the kernel's row function.
 void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
   ++cases;
   const bool logits = c.op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
@@ -213,7 +231,21 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
       break;
   }
 
-  // The kernel's row function, one block after another.
+  // The kernel's row function, one block a row, then a cluster of 2, 3 or 4 blocks a row (the
+  // split path: uneven slices, and empty ones where the row is short). The output starts as
+  // garbage, so that an element the kernel does not write shows.
+  const unsigned split_blocks = 2u + unsigned(cases % 3);
+  for (const unsigned blocks : {1u, split_blocks}) {
+    std::fill(got.begin(), got.end(), uint8_t(0xa5));
+    run_kernel(c, input, got, blocks);
+    report(c, want, got, blocks);
+  }
+}
+
+void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got,
+                unsigned blocks) {
+  const bool filters = c.op != MTK_SAMPLING_TOP_K_MASK_LOGITS;
+  const bool tempered = c.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
   std::vector<float> masses(size_t(c.rows * c.n));
   SamplingArgs a{};
   a.n = c.n;
@@ -239,16 +271,23 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
   a.masses_row_stride = c.n;
   switch (c.op) {
     case MTK_SAMPLING_TOP_K_MASK_LOGITS:
-      run_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(a, c.dtype, c.rows);
+      run_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(a, c.dtype, c.rows, blocks);
       break;
-    case MTK_SAMPLING_RENORM_PROBS: run_rows<MTK_SAMPLING_RENORM_PROBS>(a, c.dtype, c.rows); break;
-    case MTK_SAMPLING_SAMPLE: run_rows<MTK_SAMPLING_SAMPLE>(a, c.dtype, c.rows); break;
+    case MTK_SAMPLING_RENORM_PROBS:
+      run_rows<MTK_SAMPLING_RENORM_PROBS>(a, c.dtype, c.rows, blocks);
+      break;
+    case MTK_SAMPLING_SAMPLE: run_rows<MTK_SAMPLING_SAMPLE>(a, c.dtype, c.rows, blocks); break;
     case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
-      run_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(a, c.dtype, c.rows);
+      run_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(a, c.dtype, c.rows, blocks);
       break;
   }
+}
+
+void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
+            unsigned blocks) {
   if (want != got) {
     ++failures;
+    const size_t out_bytes = want.size();
     const size_t row_bytes = out_bytes / size_t(c.rows);
     int64_t row = 0;
     while (row < c.rows && std::memcmp(want.data() + size_t(row) * row_bytes,
@@ -256,9 +295,10 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
       ++row;
     }
     std::fprintf(stderr,
-                 "FAIL op=%d dtype=%d rows=%lld n=%lld per_row=%d: row %lld differs (top_k %lld "
-                 "top_p %g min_p %g temperature %g uniform %g)\n",
+                 "FAIL op=%d dtype=%d rows=%lld n=%lld per_row=%d blocks=%u: row %lld differs "
+                 "(top_k %lld top_p %g min_p %g temperature %g uniform %g)\n",
                  int(c.op), int(c.dtype), (long long)c.rows, (long long)c.n, int(c.per_row),
+                 blocks,
                  (long long)row, (long long)c.top_k[c.per_row ? size_t(row) : 0],
                  c.top_p[c.per_row ? size_t(row) : 0], c.min_p[c.per_row ? size_t(row) : 0],
                  c.temperature[c.per_row ? size_t(row) : 0], c.uniforms[size_t(row)]);
