@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
                "reading the L2 cache size");
     DeviceGuard guard(device_);
     cluster_rows_ = max_active_select_clusters();
+    split_capacity_ = sampling_split_capacity();
   }
 
   mtk_backend kind() const override { return MTK_BACKEND_CUDA; }
@@ -153,10 +154,10 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     fault_point(FaultSite::DeviceCall);  // the kernel launch
     if (planned.workspace_bytes == 0 || workspace.data != nullptr) {
-      launch_sampling(problem, workspace.data, sm_count_, stream);
+      launch_sampling(problem, workspace.data, split_capacity_, stream);
     } else {
       const ScratchCache::Lease lease = scratch_.acquire(stream, planned.workspace_bytes);
-      launch_sampling(problem, lease.data(), sm_count_, stream);
+      launch_sampling(problem, lease.data(), split_capacity_, stream);
     }
   }
 
@@ -219,6 +220,7 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;
   int l2_bytes_ = 0;
   int cluster_rows_ = 0;
+  SplitCapacity split_capacity_;
   LruCache<PlanKey, std::shared_ptr<const CudaPlannedTopk>, PlanKeyHash> plans_{
       kPlanCacheCapacity};
   ScratchCache scratch_;

@@ -55,29 +55,29 @@ bool every_row_reads_input_alone(const SamplingProblem& p) {
 }
 
 // Whether splitting the rows over clusters shares out reading: some row may take a split step
-// (sampling_row_in_cluster); rows that do not run in one block of their cluster.
+// (sampling_row_in_cluster). Greedy rows, and those whose top-k filter keeps more than
+// kCandidateCapacity tokens, run in one block of their cluster.
 bool some_row_splits(const SamplingProblem& p) {
-  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_reads_input_alone(p)) return true;
+  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || p.top_k.vector.data != nullptr) return true;
   if (p.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS && p.temperature.data == nullptr &&
       !temperature_samples(p.temperature.value)) {
-    return false;  // greedy
+    return false;
   }
-  if (p.top_k.vector.data != nullptr) return true;
-  return top_k_filters(p.top_k.value, p.n) && p.top_k.value <= sampling::kCandidateCapacity;
+  return !top_k_filters(p.top_k.value, p.n) ||
+         p.top_k.value <= sampling::kCandidateCapacity;
 }
 
-// Blocks a row: one, or where a batch at one block a row leaves SMs idle (two blocks fit an SM),
-// as many more (a power of two up to kMaxSplitBlocks) as fill them, each slice at least
-// kMinSliceTokens.
-unsigned blocks_per_row(const SamplingProblem& p, int sm_count) {
+// Blocks a row: the most (up to kMaxSplitBlocks) at which the whole batch still runs at once,
+// each slice at least kMinSliceTokens; one where even clusters of two would queue.
+unsigned blocks_per_row(const SamplingProblem& p, const SplitCapacity& capacity) {
   if (!some_row_splits(p)) return 1u;
-  const int64_t slots = 2 * int64_t(sm_count);
-  int64_t blocks = 1;
-  while (blocks < sampling::kMaxSplitBlocks && p.rows * (blocks * 2) <= slots &&
-         p.n >= blocks * 2 * kMinSliceTokens) {
-    blocks *= 2;
+  unsigned blocks = 1u;
+  for (int log2 = 1; (1 << log2) <= sampling::kMaxSplitBlocks; ++log2) {
+    if (p.rows <= capacity.rows_at_once[log2] && p.n >= (int64_t(1) << log2) * kMinSliceTokens) {
+      blocks = 1u << log2;
+    }
   }
-  return unsigned(blocks);
+  return blocks;
 }
 
 int64_t mass_row_floats(int64_t n) {
@@ -130,6 +130,32 @@ bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingP
 
 }  // namespace
 
+// Asks the occupancy of one split kernel: all have the same block and shared memory, and their
+// registers are capped alike by __launch_bounds__.
+SplitCapacity sampling_split_capacity() {
+  constexpr auto kernel = sampling_split_rows_kernel<MTK_SAMPLING_SAMPLE, sampling::Float32Input>;
+  SplitCapacity capacity;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return capacity;
+  }
+  for (int log2 = 1; (1 << log2) <= sampling::kMaxSplitBlocks; ++log2) {
+    cudaLaunchAttribute cluster = cluster_dimension(1u << log2);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1u << log2);
+    config.blockDim = dim3(sampling::kThreads);
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&capacity.rows_at_once[log2], kernel, &config) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      capacity.rows_at_once[log2] = 0;
+    }
+  }
+  return capacity;
+}
+
 size_t sampling_workspace_bytes(const SamplingProblem& p) {
   if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p) ||
       every_row_reads_input_alone(p)) {
@@ -138,7 +164,7 @@ size_t sampling_workspace_bytes(const SamplingProblem& p) {
   return size_t(p.rows) * size_t(mass_row_floats(p.n)) * sizeof(float);
 }
 
-void launch_sampling(const SamplingProblem& p, void* workspace, int sm_count,
+void launch_sampling(const SamplingProblem& p, void* workspace, const SplitCapacity& capacity,
                      cudaStream_t stream) {
   sampling::SamplingArgs args{};
   args.n = p.n;
@@ -157,7 +183,7 @@ void launch_sampling(const SamplingProblem& p, void* workspace, int sm_count,
   args.output_stride = p.output_stride;
   args.masses = sampling_workspace_bytes(p) != 0 ? static_cast<float*>(workspace) : nullptr;
   args.masses_row_stride = mass_row_floats(p.n);
-  const RowLaunch l{p.rows, blocks_per_row(p, sm_count), stream};
+  const RowLaunch l{p.rows, blocks_per_row(p, capacity), stream};
   bool launched = false;
   switch (p.op) {
     case MTK_SAMPLING_TOP_K_MASK_LOGITS:

@@ -34,8 +34,9 @@ constexpr int kCandidateCapacity = 2048;
 // whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
 // conflict serialises them); the odd stride puts a bin's replicas in different banks.
 constexpr int kExponentBins = 192;
-// A row of a small batch is read by a cluster of up to this many blocks (sampling_split.cuh).
-constexpr int kMaxSplitBlocks = 8;
+// A row of a small batch is read by a cluster of up to this many blocks (sampling_split.cuh;
+// over 8, a non-portable cluster size, which the H100 and H200 run).
+constexpr int kMaxSplitBlocks = 16;
 constexpr int kSumReplicas = 8;
 constexpr int kExponentStride = kExponentBins + 1;
 
@@ -64,14 +65,13 @@ struct SharedState {
   uint32_t candidate_count, kept_count;
   uint32_t candidate_index[kCandidateCapacity];
   float candidate_mass[kCandidateCapacity];
-  // A row split over a cluster (sampling_split.cuh): what block 0 decides for the cluster (the
-  // top-k filter's bin and how many tokens it and those above hold, then its cutoff), and what
-  // each block finds in its slice (largest mass, exact sum), in block 0's copy. Nothing else
-  // writes them, so that block 0 may go on while the others still read them.
-  uint32_t split_bin, split_gathered;
-  uint32_t split_cut_key, split_cut_last_index;
-  uint32_t split_most[kMaxSplitBlocks];
-  ExactSum split_sums[kMaxSplitBlocks];
+  // A row split over a cluster (sampling_split.cuh), in block 0's copy: what block 0 decided
+  // for the cluster (ClusterGroup::decide), and what each block found in its slice (largest
+  // mass or logit, exact sums). Nothing else writes them, so that block 0 may go on while the
+  // others still read them.
+  alignas(16) unsigned char split_choice[48];
+  unsigned long long split_words[2][kMaxSplitBlocks];
+  ExactSum split_sums[2][kMaxSplitBlocks];
 };
 
 // ---- warp and block collectives ------------------------------------------------------------
@@ -208,6 +208,43 @@ __device__ __forceinline__ void clear_bins(SharedState& s) {
   __syncthreads();
 }
 
+// ---- the blocks that search a row together ---------------------------------------------------
+// A threshold search fills bins from every token, then scans them once. OneBlock: the block reads
+// the whole row, its bins are the row's. ClusterGroup (sampling_split.cuh): each block of a
+// cluster reads a slice, block 0's bins take the others', block 0 scans and every block reads
+// what it decided. The searches below are written once for both.
+
+struct OneBlock {
+  __device__ bool lead() const { return true; }
+  // After the bins were cleared, before they are filled.
+  __device__ void bins_cleared() const {}
+  // After every thread filled its share of the bins (and of sums, where `sums`): the lead's bins
+  // are the row's.
+  __device__ void sum_bins(SharedState&, bool) const { __syncthreads(); }
+  // warp 0 of the lead runs scan(), then read(lead's state) in every thread of the group.
+  template <class Scan, class Read>
+  __device__ auto decide(SharedState& s, Scan scan, Read read) const {
+    if (threadIdx.x < 32) scan();
+    __syncthreads();
+    const auto decided = read(s);
+    __syncthreads();
+    return decided;
+  }
+};
+
+// What one pass of a threshold search decided.
+struct BinChoice {
+  uint32_t bin;
+  uint32_t count_before;  // or
+  unsigned long long units_before;
+  uint32_t equal;         // the tokens in the bin
+};
+
+__device__ __forceinline__ BinChoice bin_choice(const SharedState& s) {
+  return {s.selected_bin, s.selected_count_before, s.selected_units_before,
+          s.counts[s.selected_bin]};
+}
+
 // ---- selection by count ----------------------------------------------------------------------
 
 struct CountSelection {
@@ -219,30 +256,31 @@ struct CountSelection {
 // The value of the need-th (1-based) of a set of values of `bits` bits, ordered descending
 // (from_top) or ascending. for_each_value(f) calls f(v) for every value of the set, each thread
 // for its share.
-template <class ForEachValue>
+template <class Group = OneBlock, class ForEachValue>
 __device__ CountSelection select_by_count(SharedState& s, ForEachValue for_each_value, int bits,
-                                          uint32_t need, bool from_top) {
+                                          uint32_t need, bool from_top, const Group& g = {}) {
   uint64_t prefix = 0u;
   uint32_t before = 0u, equal = 0u;
   for (int pass = (bits + kDigitBits - 1) / kDigitBits - 1; pass >= 0; --pass) {
     const int shift = pass * kDigitBits;
     clear_bins(s);
+    g.bins_cleared();
     for_each_value([&](uint32_t v) {
       if ((uint64_t(v) >> (shift + kDigitBits)) != (prefix >> (shift + kDigitBits))) return;
       atomicAdd(&s.counts[(v >> shift) & (kBins - 1)], 1u);
     });
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      const uint32_t target = need - before;
-      scan_bins(s, from_top, 0u, [&](int bin) { return s.counts[bin]; },
-                [&](uint32_t total) { return total >= target; });
-    }
-    __syncthreads();
-    const uint32_t bin = s.selected_bin;
-    before += s.selected_count_before;
-    equal = s.counts[bin];
-    prefix |= uint64_t(bin) << shift;
-    __syncthreads();
+    g.sum_bins(s, false);
+    const uint32_t target = need - before;
+    const BinChoice choice = g.decide(
+        s,
+        [&] {
+          scan_bins(s, from_top, 0u, [&](int bin) { return s.counts[bin]; },
+                    [&](uint32_t total) { return total >= target; });
+        },
+        bin_choice);
+    before += choice.count_before;
+    equal = choice.equal;
+    prefix |= uint64_t(choice.bin) << shift;
   }
   return {uint32_t(prefix), before, equal};
 }
@@ -406,31 +444,42 @@ struct MassCut {
 // of one unit, so the passes that refine the cut over the significand's bits (8, 8 and 7 of
 // them) compare 64-bit sums. Ties at the cut are broken by index. Nothing is dropped: the cut
 // is applied by whoever reads the masses next (CutMasses).
-template <class View>
-__device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, int64_t n) {
+// The exponent of top-p's cut and the exact sum of the masses of higher exponents.
+struct ExponentChoice {
+  uint32_t exponent;
+  ExactSum above;
+};
+
+template <class View, class Group = OneBlock>
+__device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, int64_t n,
+                             const Group& g = {}) {
   ExactSum one = exact_zero();
   one.limb[0] = 1u;
   if (exact_is_zero(target)) target = one;  // "reaches 0" keeps the first token alone
-  if (threadIdx.x < 32) {
-    scan_bins<kExponentBins>(
-        s, true, exact_zero(),
-        [&](int e) { return exact_of_exponent_sum(s.exponent_sums[0][e], uint32_t(e)); },
-        [&](ExactSum total) { return exact_compare(total, target) >= 0; });
-  }
-  __syncthreads();
-  const uint32_t exponent = s.selected_bin;
+  const ExponentChoice found = g.decide(
+      s,
+      [&] {
+        scan_bins<kExponentBins>(
+            s, true, exact_zero(),
+            [&](int e) { return exact_of_exponent_sum(s.exponent_sums[0][e], uint32_t(e)); },
+            [&](ExactSum total) { return exact_compare(total, target) >= 0; });
+      },
+      [](const SharedState& lead) {
+        return ExponentChoice{lead.selected_bin, lead.selected_exact_before};
+      });
+  const uint32_t exponent = found.exponent;
   const int position = mass_position(exponent);
-  const ExactSum above = s.selected_exact_before;  // the masses of higher exponents
+  const ExactSum above = found.above;  // the masses of higher exponents
   unsigned long long needed = exact_ceil_shifted(exact_subtract(target, above), position);
   unsigned long long units_before = 0u;
   uint32_t prefix = exponent << 23;
   uint32_t equal = 0u;
-  __syncthreads();
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 15 : (pass == 1 ? 7 : 0);
     const int width = pass == 2 ? 7 : kDigitBits;
     const int decided = shift + width;  // the bits above are the prefix's
     clear_bins(s);
+    g.bins_cleared();
     for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads, [&](int64_t, float mass) {
       const uint32_t bits = bits_from_float(mass);
       if (bits == 0u || (bits >> decided) != (prefix >> decided)) return;
@@ -438,18 +487,18 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
       atomicAdd(&s.counts[bin], 1u);
       add_to_shared_sum(&s.sums[bin], uint32_t(mass_significand(bits)));
     });
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      scan_bins(s, true, 0ull, [&](int bin) { return s.sums[bin]; },
-                [&](unsigned long long total) { return total >= needed; });
-    }
-    __syncthreads();
-    const uint32_t bin = s.selected_bin;
-    needed -= s.selected_units_before;
-    units_before += s.selected_units_before;
-    equal = s.counts[bin];
-    prefix |= bin << shift;
-    __syncthreads();
+    g.sum_bins(s, true);
+    const BinChoice choice = g.decide(
+        s,
+        [&] {
+          scan_bins(s, true, 0ull, [&](int bin) { return s.sums[bin]; },
+                    [&](unsigned long long total) { return total >= needed; });
+        },
+        bin_choice);
+    needed -= choice.units_before;
+    units_before += choice.units_before;
+    equal = choice.equal;
+    prefix |= choice.bin << shift;
   }
   // prefix is now the mass at the cut; `needed` units more must come from its ties.
   const uint64_t units = mass_significand(prefix);
@@ -461,7 +510,7 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
         if (bits_from_float(m) == prefix) f(view.index(j));
       });
     };
-    last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false).value;
+    last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false, g).value;
   }
   MassCut cut;
   cut.bits = prefix;
@@ -585,15 +634,17 @@ __device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdO
 // Masses are +0 or positive (subnormals included), so "has mass" is a test of the bits, which no
 // flush-to-zero mode can change.
 
-// Every token of the row, its mass in the workspace (position j is token j).
+// The tokens of the row (or of a slice of it), their masses in the workspace: position j is token
+// first + j.
 struct RowMasses {
   float* masses;
   int64_t n;
+  int64_t first;
   __device__ int64_t count() const { return n; }
   __device__ float mass(int64_t j) const { return masses[j]; }
   __device__ const float* stored() const { return masses; }
   __device__ float mass_of(int64_t, float stored) const { return stored; }
-  __device__ uint32_t index(int64_t j) const { return uint32_t(j); }
+  __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
   __device__ void drop(int64_t j) const { masses[j] = 0.0f; }
 };
 

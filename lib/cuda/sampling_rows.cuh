@@ -421,35 +421,40 @@ __device__ __forceinline__ MassTotals candidate_masses(SharedState& s, bool logi
   return finish_mass_totals(s, most_mass);
 }
 
-// Every token's mass (0 where `cut` drops it) into the workspace row; returns their totals.
+// The largest scaled logit among the tokens `cut` keeps as a word (scaled_logit_word), in every
+// thread; token i of `row` is token first + i of the cut's row.
 template <class Format>
-__device__ MassTotals row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                 TopkCutoff cut, bool logits, float reciprocal, float* masses) {
-  using Raw = typename Format::Raw;
-  clear_exponent_bins(s);
-  uint32_t most_mass = 0u;
-  if (!logits) {
-    for_each_element(row, n, [&](int64_t i, Raw raw) {
-      const uint32_t key = rank_key(value_of<Format>(raw), false);
-      const float mass = cut.keeps(key, i) ? float_from_bits(key) : 0.0f;
-      masses[i] = mass;
-      count_mass(s, mass, most_mass);
-    });
-    return finish_mass_totals(s, most_mass);
-  }
+__device__ unsigned long long largest_scaled_logit(SharedState& s, const InputRow<Format>& row,
+                                                   int64_t n, int64_t first, TopkCutoff cut,
+                                                   float reciprocal) {
   unsigned long long most = 0u;
-  for_each_element(row, n, [&](int64_t i, Raw raw) {
+  for_each_element(row, n, [&](int64_t i, typename Format::Raw raw) {
     const float value = value_of<Format>(raw);
-    if (!cut.keeps(key_from_f32(value), i)) return;
+    if (!cut.keeps(key_from_f32(value), first + i)) return;
     const unsigned long long word = scaled_logit_word(scaled_logit(value, reciprocal));
     most = word > most ? word : most;
   });
-  most = block_max_word(s, most);
+  return block_max_word(s, most);
+}
+
+// Every token's mass (0 where `cut` drops it) into masses[i]; returns their totals. Logits need
+// `most`, the largest scaled logit's word (largest_scaled_logit) of the whole row.
+template <class Format>
+__device__ MassTotals row_masses(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                 int64_t first, TopkCutoff cut, bool logits, float reciprocal,
+                                 unsigned long long most, float* masses) {
+  using Raw = typename Format::Raw;
+  clear_exponent_bins(s);
+  uint32_t most_mass = 0u;
   for_each_element(row, n, [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
-    const float mass = cut.keeps(key_from_f32(value), i)
-                           ? softmax_mass(scaled_logit(value, reciprocal), most)
-                           : 0.0f;
+    float mass = 0.0f;
+    if (!logits) {
+      const uint32_t key = rank_key(value, false);
+      if (cut.keeps(key, first + i)) mass = float_from_bits(key);
+    } else if (cut.keeps(key_from_f32(value), first + i)) {
+      mass = softmax_mass(scaled_logit(value, reciprocal), most);
+    }
     masses[i] = mass;
     count_mass(s, mass, most_mass);
   });
@@ -657,9 +662,11 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
       finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);
       return;
     }
-    RowMasses view{a.masses + r * a.masses_row_stride, a.n};
+    RowMasses view{a.masses + r * a.masses_row_stride, a.n, 0};
+    const unsigned long long most =
+        logits ? largest_scaled_logit(s, row, a.n, 0, cut, steps.reciprocal) : 0u;
     const MassTotals totals =
-        row_masses(s, row, a.n, cut, logits, steps.reciprocal, view.masses);
+        row_masses(s, row, a.n, 0, cut, logits, steps.reciprocal, most, view.masses);
     finish_row<kOp>(s, a, r, row, view, totals, false);
   }
 }

@@ -6,11 +6,13 @@
 //   counts and picks the bin, and every block gathers its tokens of that bin and above into
 //   block 0's candidates, where the row then finishes as in sampling_rows.cuh;
 // - top_k_mask_logits' write: every block writes its slice through block 0's cutoff;
-// - a row of probabilities that min-p alone filters: the largest mass and the exact sum of each
-//   slice meet in block 0, and the block whose slice holds the crossing of the cumulative sum
-//   draws from it.
-// A row on the workspace path (top-p without top-k, or a top-k that keeps more than
-// kCandidateCapacity) or sampled greedily runs in block 0 alone.
+// - a row that no top-k filters: every block computes its slice's masses into the workspace
+//   (or, for probabilities that min-p alone filters, reads them from the input), the exponent
+//   bins, totals and largest mass meet in block 0, top-p's cut is searched by the cluster
+//   (ClusterGroup: each pass's bins summed in block 0), min-p and the renormalisation go by
+//   slices, and the block whose slice holds the crossing of the cumulative sum draws from it.
+// A row whose top-k filter keeps more than kCandidateCapacity tokens, or sampled greedily, runs
+// in block 0 alone.
 //
 // Counts and exact sums combine across blocks as they do across threads, and the candidates'
 // order never shows in a result, so every result is the one-block kernel's, bit for bit.
@@ -47,58 +49,159 @@ __device__ __forceinline__ InputRow<Format> slice_input(const InputRow<Format>& 
   return {row.data + slice.begin * row.stride, row.stride};
 }
 
+// Adds `value` to a 64-bit sum in (another block's) shared memory: two 32-bit atomics, the
+// carry of the low word going into the high one, exact once every add is done.
+__device__ __forceinline__ void add_to_shared_sum64(unsigned long long* sum,
+                                                    unsigned long long value) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(sum);  // little-endian: the low word first
+  const uint32_t low = uint32_t(value);
+  const uint32_t before = atomicAdd(&words[0], low);
+  const uint32_t high = uint32_t(value >> 32) + (before + low < before ? 1u : 0u);
+  if (high != 0u) atomicAdd(&words[1], high);
+}
+
+// The exact sum of every slice before this block's, and of the row.
+struct SliceSums {
+  ExactSum before, total;
+};
+
+// The cluster of a row as the group that searches it (sampling_block.cuh's OneBlock), and the
+// other steps that combine the blocks' slices. Block 0's split_* fields carry what the blocks
+// exchange; each has a single writer per row step, and a cluster barrier between a block's last
+// read of one and its next write.
+template <class Cluster>
+struct ClusterGroup {
+  const Cluster& cluster;
+  __device__ bool lead() const { return cluster.block_rank() == 0u; }
+  __device__ SharedState* lead_state(SharedState& s) const {
+    return cluster.map_shared_rank(&s, 0u);
+  }
+  // Block 0's bins take the others' once all have cleared theirs.
+  __device__ void bins_cleared() const { cluster.barrier_arrive(); }
+  __device__ void sum_bins(SharedState& s, bool sums) const {
+    __syncthreads();
+    cluster.barrier_wait();
+    if (!lead()) {
+      SharedState* const l = lead_state(s);
+      for (int b = threadIdx.x; b < kBins; b += kThreads) {
+        if (s.counts[b] != 0u) atomicAdd(&l->counts[b], s.counts[b]);
+        if (sums && s.sums[b] != 0u) add_to_shared_sum64(&l->sums[b], s.sums[b]);
+      }
+    }
+    cluster.sync();  // block 0's bins are the row's
+  }
+  // compute() in every thread of block 0, its result in every thread of the cluster.
+  template <class Compute>
+  __device__ auto broadcast(SharedState& s, Compute compute) const {
+    using Value = decltype(compute());
+    static_assert(sizeof(Value) <= sizeof(s.split_choice), "split_choice holds the value");
+    if (lead()) {
+      const Value v = compute();
+      if (threadIdx.x == 0) memcpy(s.split_choice, &v, sizeof(Value));
+    }
+    cluster.sync();
+    Value v;
+    memcpy(&v, lead_state(s)->split_choice, sizeof(Value));
+    return v;
+  }
+  template <class Scan, class Read>
+  __device__ auto decide(SharedState& s, Scan scan, Read read) const {
+    return broadcast(s, [&] {
+      if (threadIdx.x < 32) scan();
+      __syncthreads();
+      return read(s);
+    });
+  }
+  // The largest of the blocks' `word`s (one per block), in every block; `slot` picks one of
+  // block 0's arrays, each used once a row.
+  __device__ unsigned long long largest(SharedState& s, int slot, unsigned long long word) const {
+    SharedState* const l = lead_state(s);
+    if (threadIdx.x == 0) l->split_words[slot][cluster.block_rank()] = word;
+    cluster.sync();
+    unsigned long long most = 0u;
+    for (unsigned b = 0; b < cluster.num_blocks(); ++b) {
+      most = l->split_words[slot][b] > most ? l->split_words[slot][b] : most;
+    }
+    return most;
+  }
+  // The blocks' exact sums `mine` combined; `slot` as for largest().
+  __device__ SliceSums sum_slices(SharedState& s, int slot, ExactSum mine) const {
+    SharedState* const l = lead_state(s);
+    if (threadIdx.x == 0) l->split_sums[slot][cluster.block_rank()] = mine;
+    cluster.sync();
+    SliceSums sums{exact_zero(), exact_zero()};
+    for (unsigned b = 0; b < cluster.num_blocks(); ++b) {
+      if (b == cluster.block_rank()) sums.before = sums.total;
+      sums.total = exact_add(sums.total, l->split_sums[slot][b]);
+    }
+    return sums;
+  }
+  // After finish_mass_totals in every block: the row's totals in every block, and block 0's
+  // exponent bins the row's (for top-p's cut).
+  __device__ MassTotals sum_mass_totals(SharedState& s, MassTotals mine) const {
+    const MassTotals row{sum_slices(s, 0, mine.total).total, uint32_t(largest(s, 1, mine.most))};
+    if (!lead()) {
+      SharedState* const l = lead_state(s);
+      for (int e = threadIdx.x; e < kExponentBins; e += kThreads) {
+        const unsigned long long sum = s.exponent_sums[0][e];
+        if (sum != 0u) add_to_shared_sum64(&l->exponent_sums[0][e], sum);
+      }
+    }
+    cluster.sync();  // block 0's exponent bins are the row's
+    return row;
+  }
+};
+
 // gather_top_bins over the cluster, each block reading its slice (`part`): true in every block
 // once block 0's candidates hold every token of the k-th key's bin and above; false in every
 // block, nothing gathered, where they would not fit.
 template <class Format, class Cluster>
-__device__ bool gather_top_bins_in_cluster(const Cluster& cluster, SharedState& s,
+__device__ bool gather_top_bins_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                            const InputRow<Format>& part, RowSlice slice,
                                            uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
   constexpr int kShift = 32 - kWideBits;
-  const bool lead = cluster.block_rank() == 0u;
-  SharedState* const lead_state = cluster.map_shared_rank(&s, 0u);
+  SharedState* const lead_state = g.lead_state(s);
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
   if (threadIdx.x == 0) s.candidate_count = 0u;
   __syncthreads();
-  cluster.barrier_arrive();  // block 0's counts may take the others' once all have arrived
+  g.cluster.barrier_arrive();  // block 0's counts may take the others' once all have arrived
   for_each_element(part, slice.size(), [&](int64_t, Raw raw) {
     atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kShift], 1u);
   });
   __syncthreads();
-  cluster.barrier_wait();
-  if (!lead) {
+  g.cluster.barrier_wait();
+  if (!g.lead()) {
     for (int b = threadIdx.x; b < kWideBins; b += kThreads) {
       if (s.wide_counts[b] != 0u) atomicAdd(&lead_state->wide_counts[b], s.wide_counts[b]);
     }
   }
-  cluster.sync();  // block 0 holds the row's counts
-  if (lead) {
-    if (threadIdx.x < 32) {
-      scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
-                           [&](uint32_t total) { return total >= k; });
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      s.split_bin = s.selected_bin;
-      s.split_gathered = s.selected_count_before + s.wide_counts[s.selected_bin];
-    }
-  }
-  cluster.sync();  // block 0's bin is chosen
-  const uint32_t bin = lead_state->split_bin;
-  if (lead_state->split_gathered > uint32_t(kCandidateCapacity)) {
-    cluster.sync();  // every block has read block 0's choice before block 0 goes on
+  g.cluster.sync();  // block 0 holds the row's counts
+  struct TopBins {
+    uint32_t bin, gathered;
+  };
+  const TopBins top = g.decide(
+      s,
+      [&] {
+        scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
+                             [&](uint32_t total) { return total >= k; });
+      },
+      [](const SharedState& l) {
+        return TopBins{l.selected_bin, l.selected_count_before + l.wide_counts[l.selected_bin]};
+      });
+  if (top.gathered > uint32_t(kCandidateCapacity)) {
+    g.cluster.sync();  // every block has read block 0's choice before block 0 goes on
     return false;
   }
   for_each_element(part, slice.size(), [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
-    if ((rank_key(value, logits) >> kShift) >= bin) {
+    if ((rank_key(value, logits) >> kShift) >= top.bin) {
       const uint32_t slot = atomicAdd(&lead_state->candidate_count, 1u);
       lead_state->candidate_index[slot] = uint32_t(slice.begin + i);
       lead_state->candidate_mass[slot] = value;
     }
   });
-  cluster.sync();  // every candidate is in block 0
+  g.cluster.sync();  // every candidate is in block 0
   return true;
 }
 
@@ -106,32 +209,23 @@ __device__ bool gather_top_bins_in_cluster(const Cluster& cluster, SharedState& 
 // alone over the whole row where they do not fit or k exceeds them), every block writes its
 // slice.
 template <class Format, class Cluster>
-__device__ void mask_logits_in_cluster(const Cluster& cluster, SharedState& s,
+__device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                        const SamplingArgs& a, int64_t r,
                                        const InputRow<Format>& row, RowSlice slice) {
   using Raw = typename Format::Raw;
-  const bool lead = cluster.block_rank() == 0u;
   const InputRow<Format> part = slice_input(row, slice);
   const int64_t k = a.top_k.at(r);
   TopkCutoff cut = keep_all();
   if (top_k_filters(k, a.n)) {
     const bool gathered =
         k <= kCandidateCapacity &&
-        gather_top_bins_in_cluster(cluster, s, part, slice, uint32_t(k), true);
-    if (lead) {
-      const TopkCutoff found = gathered
-                                   ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
-                                   : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
-      if (threadIdx.x == 0) {
-        s.split_cut_key = found.key;
-        s.split_cut_last_index = found.last_index;
-      }
-    }
-    cluster.sync();  // block 0's cutoff is found
-    const SharedState* const lead_state = cluster.map_shared_rank(&s, 0u);
-    cut = {lead_state->split_cut_key, lead_state->split_cut_last_index};
+        gather_top_bins_in_cluster(g, s, part, slice, uint32_t(k), true);
+    cut = g.broadcast(s, [&] {
+      return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
+                      : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
+    });
   }
-  cluster.barrier_arrive();  // this block has read block 0's cutoff
+  g.cluster.barrier_arrive();  // this block has read block 0's cutoff
   Raw* const out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
   map_row(part, slice.size(), out + slice.begin * a.output_stride, a.output_stride,
           [&](int64_t i, Raw raw) {
@@ -139,50 +233,91 @@ __device__ void mask_logits_in_cluster(const Cluster& cluster, SharedState& s,
                        ? raw
                        : Raw(Format::kNegativeInfinity);
           });
-  cluster.barrier_wait();  // no block leaves while another may still read its shared memory
+  g.cluster.barrier_wait();  // no block leaves while another may still read its shared memory
 }
 
-// min_p_row over the cluster.
-template <mtk_sampling_op kOp, class Format, class Cluster>
-__device__ void min_p_row_in_cluster(const Cluster& cluster, SharedState& s,
-                                     const SamplingArgs& a, int64_t r,
-                                     const InputRow<Format>& row, RowSlice slice) {
-  const unsigned rank = cluster.block_rank(), blocks = cluster.num_blocks();
-  SharedState* const lead_state = cluster.map_shared_rank(&s, 0u);
-  const InputRow<Format> part = slice_input(row, slice);
-  const uint32_t slice_most = largest_mass(s, part, slice.size());
-  if (threadIdx.x == 0) lead_state->split_most[rank] = slice_most;
-  cluster.sync();  // every slice's largest mass is in block 0
-  uint32_t most = 0u;
-  for (unsigned b = 0; b < blocks; ++b) {
-    most = lead_state->split_most[b] > most ? lead_state->split_most[b] : most;
-  }
-  const InputMasses<Format> view{part, slice.size(), min_p_least(most, a.min_p.at(r)),
-                                 slice.begin};
-  const ExactSum mine = view_total(s, view);
-  if (threadIdx.x == 0) lead_state->split_sums[rank] = mine;
-  cluster.sync();  // every slice's sum is in block 0
-  ExactSum before = exact_zero(), total = exact_zero();
-  for (unsigned b = 0; b < blocks; ++b) {
-    if (b == rank) before = total;
-    total = exact_add(total, lead_state->split_sums[b]);
-  }
-  cluster.barrier_arrive();  // this block has read block 0's
+// The renormalised slice, or the draw: `sums` are the row's kept masses and those of the slices
+// before this block's, `slice_sum` this slice's.
+template <mtk_sampling_op kOp, class Format, class Cluster, class View>
+__device__ void renormalise_or_draw_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
+                                               const SamplingArgs& a, int64_t r,
+                                               const InputRow<Format>& row, const View& view,
+                                               SliceSums sums, ExactSum slice_sum) {
+  g.cluster.barrier_arrive();  // this block has read block 0's
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
-    write_renormalised(view, total, renormalised_row(a, r), a.output_stride);
-  } else if (exact_is_zero(total)) {
-    if (rank == 0u) write_token(a, r, 0u);  // no mass: token 0, the contract's
+    write_renormalised(view, sums.total, renormalised_row(a, r), a.output_stride);
+  } else if (exact_is_zero(sums.total)) {  // no mass: the first token in the contract's order
+    if (g.lead()) {
+      write_token(a, r, kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS ? top1_logit(s, row, a.n) : 0u);
+    }
   } else {
     // draw's threshold for the whole row; the one slice where the cumulative sum crosses it
     // finds the token there, against the threshold less the slices before it.
-    const ExactSum threshold = exact_scaled(total, clamped_uniform(a.uniforms.at(r))).floor;
-    if (exact_compare(before, threshold) <= 0 &&
-        exact_compare(exact_add(before, mine), threshold) > 0) {
-      const ExactSum within = exact_subtract(threshold, before);
+    const ExactSum threshold = exact_scaled(sums.total, clamped_uniform(a.uniforms.at(r))).floor;
+    if (exact_compare(sums.before, threshold) <= 0 &&
+        exact_compare(exact_add(sums.before, slice_sum), threshold) > 0) {
+      const ExactSum within = exact_subtract(threshold, sums.before);
       write_token(a, r, first_exceeding(s, view, [&](ExactSum) { return within; }));
     }
   }
-  cluster.barrier_wait();  // no block leaves while another may still read its shared memory
+  g.cluster.barrier_wait();  // no block leaves while another may still read its shared memory
+}
+
+// end_row over slices: min-p, then the renormalised slice or the draw. `view` holds the block's
+// slice, `totals` are the row's; `slice_sum` is the slice's where `slice_sum_known`.
+template <mtk_sampling_op kOp, class Format, class Cluster, class View>
+__device__ void end_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
+                                   const SamplingArgs& a, int64_t r, const InputRow<Format>& row,
+                                   View& view, MassTotals totals, ExactSum slice_sum,
+                                   bool slice_sum_known) {
+  SliceSums sums{exact_zero(), totals.total};
+  const float min_p = a.min_p.at(r);
+  if (min_p_filters(min_p)) {
+    slice_sum = keep_min_p(s, view, totals.most, min_p_fraction(min_p));
+    sums = g.sum_slices(s, 1, slice_sum);
+  } else if (kOp != MTK_SAMPLING_RENORM_PROBS) {
+    if (!slice_sum_known) slice_sum = view_total(s, view);
+    sums = g.sum_slices(s, 1, slice_sum);
+  }
+  renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, sums, slice_sum);
+}
+
+// A row that no top-k filters, over the cluster. Probabilities that top-p does not filter
+// either read their masses from the input (min_p_row); the others compute them into their
+// slices of the workspace row.
+template <mtk_sampling_op kOp, class Format, class Cluster>
+__device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
+                                          const SamplingArgs& a, int64_t r,
+                                          const InputRow<Format>& row, RowSlice slice,
+                                          const RowSteps& steps) {
+  constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+  const InputRow<Format> part = slice_input(row, slice);
+  if (steps.min_p_alone) {
+    const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
+    const InputMasses<Format> view{part, slice.size(), min_p_least(most, a.min_p.at(r)),
+                                   slice.begin};
+    const ExactSum slice_sum = view_total(s, view);
+    renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
+                                        slice_sum);
+    return;
+  }
+  RowMasses view{a.masses + r * a.masses_row_stride + slice.begin, slice.size(), slice.begin};
+  const unsigned long long most =
+      logits ? g.largest(s, 0, largest_scaled_logit(s, part, slice.size(), slice.begin,
+                                                    keep_all(), steps.reciprocal))
+             : 0u;
+  const MassTotals mine = row_masses(s, part, slice.size(), slice.begin, keep_all(), logits,
+                                     steps.reciprocal, most, view.masses);
+  MassTotals totals = g.sum_mass_totals(s, mine);
+  const float top_p = a.top_p.at(r);
+  if (top_p_filters(top_p) && !exact_is_zero(totals.total)) {
+    const ExactSum target = exact_ceil_scaled(totals.total, top_p_fraction(top_p));
+    CutMasses<RowMasses> kept{&view, top_p_cut(s, view, target, a.n, g)};
+    totals.total = kept.cut.kept;
+    end_row_in_cluster<kOp>(g, s, a, r, row, kept, totals, exact_zero(), false);
+    return;
+  }
+  end_row_in_cluster<kOp>(g, s, a, r, row, view, totals, mine.total, true);
 }
 
 // One row of the sampling operation kOp over the cluster; every thread of every block of the
@@ -190,15 +325,15 @@ __device__ void min_p_row_in_cluster(const Cluster& cluster, SharedState& s,
 template <mtk_sampling_op kOp, class Format, class Cluster>
 __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
                                         const SamplingArgs& a, int64_t r) {
-  const bool lead = cluster.block_rank() == 0u;
+  const ClusterGroup<Cluster> g{cluster};
   const InputRow<Format> row = input_row<Format>(a, r);
   const RowSlice slice = slice_of_row(a.n, cluster.block_rank(), cluster.num_blocks());
   if constexpr (kOp == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
-    mask_logits_in_cluster(cluster, s, a, r, row, slice);
+    mask_logits_in_cluster(g, s, a, r, row, slice);
   } else {
     const RowSteps steps = steps_of_row<kOp>(a, r);
-    if (steps.min_p_alone) {
-      min_p_row_in_cluster<kOp>(cluster, s, a, r, row, slice);
+    if (!steps.greedy && !steps.top_k) {
+      unfiltered_row_in_cluster<kOp>(g, s, a, r, row, slice, steps);
       return;
     }
     if (!steps.greedy && steps.candidates) {
@@ -208,16 +343,16 @@ __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
                    a.output_stride);
       }
       constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-      if (gather_top_bins_in_cluster(cluster, s, slice_input(row, slice), slice,
-                                     uint32_t(steps.k), logits)) {
-        if (lead) {
+      if (gather_top_bins_in_cluster(g, s, slice_input(row, slice), slice, uint32_t(steps.k),
+                                     logits)) {
+        if (g.lead()) {
           cutoff_of_candidates(s, a.n, uint32_t(steps.k), logits, true);
           finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);
         }
         return;
       }
     }
-    if (lead) sampling_row<kOp, Format>(s, a, r);
+    if (g.lead()) sampling_row<kOp, Format>(s, a, r);
   }
 }
 
