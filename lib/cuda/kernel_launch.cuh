@@ -99,6 +99,19 @@ void allow_non_portable_clusters() {
   devices_done.fetch_or(bit, std::memory_order_relaxed);
 }
 
+// Sets Kernel's largest dynamic shared memory to `bytes`, once per device.
+template <auto Kernel>
+void allow_dynamic_shared_bytes(size_t bytes) {
+  static std::atomic<uint64_t> devices_done{0};
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "reading the current device");
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
+  check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+             "allowing the kernel's dynamic shared memory");
+  devices_done.fetch_or(bit, std::memory_order_relaxed);
+}
+
 // Launches Kernel with programmatic stream serialization: the GPU may schedule it while the
 // kernel before it on the stream (the caller's or the library's own) still runs, so its launch
 // latency hides behind that kernel's tail, and the host's enqueue is also cheaper than a plain

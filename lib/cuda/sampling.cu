@@ -38,6 +38,12 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_split_rows_ker
                                                  blockIdx.x / cluster.num_blocks());
 }
 
+// Dynamic shared memory the split kernels reserve and never use, so that no two blocks share an
+// SM (228 KB an SM on the H100 and H200, 37 KB of static shared memory a block): the split
+// spreads a row over SMs, and two of its blocks on one SM share its load units. Measured: 64 rows
+// of min-p at two blocks a row ran slower than at one.
+constexpr size_t kSplitBlockPadding = 80 * 1024;
+
 // A slice of a split row holds at least this many tokens: fewer would cost the cluster's
 // barriers more than the reading they share out.
 constexpr int64_t kMinSliceTokens = 8192;
@@ -101,9 +107,10 @@ void launch_rows(const sampling::SamplingArgs& args, const RowLaunch& l) {
         dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0, l.stream,
         "launching the sampling kernel", args);
   } else {
+    allow_dynamic_shared_bytes<sampling_split_rows_kernel<kOp, Format>>(kSplitBlockPadding);
     launch_overlapped_in_clusters<sampling_split_rows_kernel<kOp, Format>>(
-        l.blocks, dim3(unsigned(l.rows) * l.blocks), dim3(sampling::kThreads), 0, l.stream,
-        "launching the split-row sampling kernel", args);
+        l.blocks, dim3(unsigned(l.rows) * l.blocks), dim3(sampling::kThreads),
+        kSplitBlockPadding, l.stream, "launching the split-row sampling kernel", args);
   }
 }
 
@@ -136,7 +143,9 @@ SplitCapacity sampling_split_capacity() {
   constexpr auto kernel = sampling_split_rows_kernel<MTK_SAMPLING_SAMPLE, sampling::Float32Input>;
   SplitCapacity capacity;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-      cudaSuccess) {
+          cudaSuccess ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kSplitBlockPadding)) != cudaSuccess) {
     cudaGetLastError();
     return capacity;
   }
@@ -145,6 +154,7 @@ SplitCapacity sampling_split_capacity() {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(1u << log2);
     config.blockDim = dim3(sampling::kThreads);
+    config.dynamicSmemBytes = kSplitBlockPadding;
     config.attrs = &cluster;
     config.numAttrs = 1;
     if (cudaOccupancyMaxActiveClusters(&capacity.rows_at_once[log2], kernel, &config) !=

@@ -65,13 +65,13 @@ struct SharedState {
   uint32_t candidate_count, kept_count;
   uint32_t candidate_index[kCandidateCapacity];
   float candidate_mass[kCandidateCapacity];
-  // A row split over a cluster (sampling_split.cuh), in block 0's copy: what block 0 decided
-  // for the cluster (ClusterGroup::decide), and what each block found in its slice (largest
-  // mass or logit, exact sums). Nothing else writes them, so that block 0 may go on while the
-  // others still read them.
+  // A row split over a cluster (sampling_split.cuh): what block 0 decided for the cluster
+  // (ClusterGroup::decide, in block 0's copy), and what each block found in its slice (largest
+  // mass or logit, exact sums; two of each, each written once a row). Nothing else writes them,
+  // so that a block may go on while the others still read them.
   alignas(16) unsigned char split_choice[48];
-  unsigned long long split_words[2][kMaxSplitBlocks];
-  ExactSum split_sums[2][kMaxSplitBlocks];
+  unsigned long long split_words[2];
+  ExactSum split_sums[2];
 };
 
 // ---- warp and block collectives ------------------------------------------------------------
@@ -414,13 +414,18 @@ __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t beg
   for_each_mass_from(view, begin + vectors * 4 + lane, end, lanes, visit);
 }
 
+// A visit that adds each mass to `sum`.
+__device__ __forceinline__ auto mass_adder(ExactSum& sum) {
+  return [&sum](int64_t, float m) {
+    if (bits_from_float(m) != 0u) sum = exact_add_mass(sum, m);
+  };
+}
+
 // The exact sum of the view's masses, in every thread.
 template <class View>
 __device__ ExactSum view_total(SharedState& s, const View& view) {
   ExactSum own = exact_zero();
-  for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads, [&](int64_t, float m) {
-    if (bits_from_float(m) != 0u) own = exact_add_mass(own, m);
-  });
+  for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads, mass_adder(own));
   return block_exact_sum(s, own);
 }
 
@@ -548,43 +553,41 @@ __device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
   return v;
 }
 
-// The index of the first mass, in the view's order (which must be index order), whose exact
-// cumulative sum exceeds threshold_of(total), `total` the view's exact sum (threshold_of must
-// return less than a nonzero total); 0 where the view has no mass. Three levels of ranges, each
-// a prefix scan of exact sums: each warp sums a contiguous range of the view (its lanes read it
-// coalesced) and a scan of those sums picks the range where the cumulative sum crosses; every
-// thread sums a contiguous piece of that range and a block scan picks the piece that crosses;
-// warp 0 reads that piece 32 masses at a time, a warp scan finding the token. The row is read
-// once in full, the crossing range twice, and no thread walks masses one dependent load after
-// another.
-template <class View, class ThresholdOf>
-__device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
-  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
-  const int64_t count = view.count();
-  const int64_t per_warp = ((count + kWarps - 1) / kWarps + 3) / 4 * 4;  // 16-byte aligned
-  const auto range_begin = [&](int w) { return w * per_warp < count ? w * per_warp : count; };
-  const auto range_end = [&](int64_t begin) {
+// The ranges of the view that first_exceeding's warps sum: contiguous, 16-byte aligned.
+struct WarpRanges {
+  int64_t count, per_warp;
+  __device__ explicit WarpRanges(int64_t n)
+      : count(n), per_warp(((n + kWarps - 1) / kWarps + 3) / 4 * 4) {}
+  __device__ int64_t begin(int w) const { return w * per_warp < count ? w * per_warp : count; }
+  __device__ int64_t end(int64_t begin) const {
     return begin + per_warp < count ? begin + per_warp : count;
-  };
-  const auto add_mass = [](ExactSum& sum) {
-    return [&sum](int64_t, float m) {
-      if (bits_from_float(m) != 0u) sum = exact_add_mass(sum, m);
-    };
-  };
+  }
+};
+
+// first_exceeding's first level: each warp's range sum into s.warp_sums, which must stay as they
+// are until first_exceeding_in_ranges; returns the view's exact sum, in every thread.
+template <class View>
+__device__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  const WarpRanges ranges(view.count());
   ExactSum own = exact_zero();
-  const int64_t warp_begin = range_begin(warp);
-  for_each_mass_read(view, warp_begin, range_end(warp_begin), lane, 32, add_mass(own));
+  const int64_t warp_begin = ranges.begin(warp);
+  for_each_mass_read(view, warp_begin, ranges.end(warp_begin), lane, 32, mass_adder(own));
   for (int mask = 16; mask > 0; mask >>= 1) own = exact_add(own, shuffle_exact_xor(own, mask));
   if (lane == 0) s.warp_sums[warp] = own;
-  if (threadIdx.x == 0) s.token = 0u;
   __syncthreads();
   ExactSum total = exact_zero();
   for (int w = 0; w < kWarps; ++w) total = exact_add(total, s.warp_sums[w]);
-  if (exact_is_zero(total)) {
-    __syncthreads();
-    return 0u;
-  }
-  const ExactSum threshold = threshold_of(total);
+  return total;
+}
+
+// first_exceeding after sum_warp_ranges, against `threshold` (less than the view's sum).
+template <class View>
+__device__ uint32_t first_exceeding_in_ranges(SharedState& s, const View& view,
+                                              ExactSum threshold) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  const WarpRanges ranges(view.count());
+  if (threadIdx.x == 0) s.token = 0u;
   ExactSum before = exact_zero();
   int crossing = 0;
   for (; crossing < kWarps - 1; ++crossing) {
@@ -593,12 +596,12 @@ __device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdO
     before = after;
   }
   __syncthreads();
-  const int64_t first = range_begin(crossing), last = range_end(first);
+  const int64_t first = ranges.begin(crossing), last = ranges.end(first);
   const int64_t piece = (last - first + kThreads - 1) / kThreads;
   const int64_t begin = first + threadIdx.x * piece < last ? first + threadIdx.x * piece : last;
   const int64_t end = begin + piece < last ? begin + piece : last;
   ExactSum mine = exact_zero();
-  for_each_mass_from(view, begin, end, 1, add_mass(mine));
+  for_each_mass_from(view, begin, end, 1, mass_adder(mine));
   const ExactSum cumulative = exact_add(before, block_exclusive_exact(s, mine));
   if (exact_compare(cumulative, threshold) <= 0 &&
       exact_compare(exact_add(cumulative, mine), threshold) > 0) {
@@ -628,6 +631,25 @@ __device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdO
   const uint32_t token = s.token;
   __syncthreads();
   return token;
+}
+
+// The index of the first mass, in the view's order (which must be index order), whose exact
+// cumulative sum exceeds threshold_of(total), `total` the view's exact sum (threshold_of must
+// return less than a nonzero total); 0 where the view has no mass. Three levels of ranges, each
+// a prefix scan of exact sums: each warp sums a contiguous range of the view (its lanes read it
+// coalesced) and a scan of those sums picks the range where the cumulative sum crosses; every
+// thread sums a contiguous piece of that range and a block scan picks the piece that crosses;
+// warp 0 reads that piece 32 masses at a time, a warp scan finding the token. The row is read
+// once in full, the crossing range twice, and no thread walks masses one dependent load after
+// another.
+template <class View, class ThresholdOf>
+__device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
+  const ExactSum total = sum_warp_ranges(s, view);
+  if (exact_is_zero(total)) {
+    __syncthreads();
+    return 0u;
+  }
+  return first_exceeding_in_ranges(s, view, threshold_of(total));
 }
 
 // ---- views of a row's masses ---------------------------------------------------------------

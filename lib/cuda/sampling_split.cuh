@@ -66,9 +66,10 @@ struct SliceSums {
 };
 
 // The cluster of a row as the group that searches it (sampling_block.cuh's OneBlock), and the
-// other steps that combine the blocks' slices. Block 0's split_* fields carry what the blocks
+// other steps that combine the blocks' slices. The split_* fields carry what the blocks
 // exchange; each has a single writer per row step, and a cluster barrier between a block's last
-// read of one and its next write.
+// read of one and its next write. No block writes another's shared memory before a cluster
+// barrier (that block may not have started).
 template <class Cluster>
 struct ClusterGroup {
   const Cluster& cluster;
@@ -113,26 +114,26 @@ struct ClusterGroup {
     });
   }
   // The largest of the blocks' `word`s (one per block), in every block; `slot` picks one of
-  // block 0's arrays, each used once a row.
+  // each block's two words. Each block writes its own and reads the others' after the barrier:
+  // another block's shared memory may be written only once it is known to have started.
   __device__ unsigned long long largest(SharedState& s, int slot, unsigned long long word) const {
-    SharedState* const l = lead_state(s);
-    if (threadIdx.x == 0) l->split_words[slot][cluster.block_rank()] = word;
+    if (threadIdx.x == 0) s.split_words[slot] = word;
     cluster.sync();
     unsigned long long most = 0u;
     for (unsigned b = 0; b < cluster.num_blocks(); ++b) {
-      most = l->split_words[slot][b] > most ? l->split_words[slot][b] : most;
+      const unsigned long long other = cluster.map_shared_rank(&s, b)->split_words[slot];
+      most = other > most ? other : most;
     }
     return most;
   }
   // The blocks' exact sums `mine` combined; `slot` as for largest().
   __device__ SliceSums sum_slices(SharedState& s, int slot, ExactSum mine) const {
-    SharedState* const l = lead_state(s);
-    if (threadIdx.x == 0) l->split_sums[slot][cluster.block_rank()] = mine;
+    if (threadIdx.x == 0) s.split_sums[slot] = mine;
     cluster.sync();
     SliceSums sums{exact_zero(), exact_zero()};
     for (unsigned b = 0; b < cluster.num_blocks(); ++b) {
       if (b == cluster.block_rank()) sums.before = sums.total;
-      sums.total = exact_add(sums.total, l->split_sums[slot][b]);
+      sums.total = exact_add(sums.total, cluster.map_shared_rank(&s, b)->split_sums[slot]);
     }
     return sums;
   }
@@ -237,12 +238,14 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
 }
 
 // The renormalised slice, or the draw: `sums` are the row's kept masses and those of the slices
-// before this block's, `slice_sum` this slice's.
+// before this block's, `slice_sum` this slice's; `ranges_summed` where sum_warp_ranges found
+// it (and its warps' sums are still in shared memory).
 template <mtk_sampling_op kOp, class Format, class Cluster, class View>
 __device__ void renormalise_or_draw_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                                const SamplingArgs& a, int64_t r,
                                                const InputRow<Format>& row, const View& view,
-                                               SliceSums sums, ExactSum slice_sum) {
+                                               SliceSums sums, ExactSum slice_sum,
+                                               bool ranges_summed) {
   g.cluster.barrier_arrive();  // this block has read block 0's
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
     write_renormalised(view, sums.total, renormalised_row(a, r), a.output_stride);
@@ -257,7 +260,9 @@ __device__ void renormalise_or_draw_in_cluster(const ClusterGroup<Cluster>& g, S
     if (exact_compare(sums.before, threshold) <= 0 &&
         exact_compare(exact_add(sums.before, slice_sum), threshold) > 0) {
       const ExactSum within = exact_subtract(threshold, sums.before);
-      write_token(a, r, first_exceeding(s, view, [&](ExactSum) { return within; }));
+      write_token(a, r, ranges_summed
+                            ? first_exceeding_in_ranges(s, view, within)
+                            : first_exceeding(s, view, [&](ExactSum) { return within; }));
     }
   }
   g.cluster.barrier_wait();  // no block leaves while another may still read its shared memory
@@ -271,15 +276,19 @@ __device__ void end_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& 
                                    View& view, MassTotals totals, ExactSum slice_sum,
                                    bool slice_sum_known) {
   SliceSums sums{exact_zero(), totals.total};
+  bool ranges_summed = false;
   const float min_p = a.min_p.at(r);
   if (min_p_filters(min_p)) {
     slice_sum = keep_min_p(s, view, totals.most, min_p_fraction(min_p));
     sums = g.sum_slices(s, 1, slice_sum);
   } else if (kOp != MTK_SAMPLING_RENORM_PROBS) {
-    if (!slice_sum_known) slice_sum = view_total(s, view);
+    if (!slice_sum_known) {
+      slice_sum = sum_warp_ranges(s, view);
+      ranges_summed = true;
+    }
     sums = g.sum_slices(s, 1, slice_sum);
   }
-  renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, sums, slice_sum);
+  renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, sums, slice_sum, ranges_summed);
 }
 
 // A row that no top-k filters, over the cluster. Probabilities that top-p does not filter
@@ -296,9 +305,9 @@ __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, Shared
     const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
     const InputMasses<Format> view{part, slice.size(), min_p_least(most, a.min_p.at(r)),
                                    slice.begin};
-    const ExactSum slice_sum = view_total(s, view);
+    const ExactSum slice_sum = sum_warp_ranges(s, view);
     renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
-                                        slice_sum);
+                                        slice_sum, true);
     return;
   }
   RowMasses view{a.masses + r * a.masses_row_stride + slice.begin, slice.size(), slice.begin};
