@@ -85,31 +85,31 @@ inline cudaLaunchAttribute cluster_dimension(unsigned blocks) {
   return cluster;
 }
 
-// Sets Kernel's attribute that allows clusters over the portable size, once per device (the
-// runtime keeps function attributes per device).
-template <auto Kernel>
-void allow_non_portable_clusters() {
+// Sets Kernel's function attribute kAttribute to `value`, once per device (the runtime keeps
+// function attributes per device); each caller passes one value.
+template <auto Kernel, cudaFuncAttribute kAttribute>
+void set_kernel_attribute(int value, const char* what) {
   static std::atomic<uint64_t> devices_done{0};
   int device = 0;
   check_cuda(cudaGetDevice(&device), "reading the current device");
   const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
   if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
-  check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-             "allowing non-portable cluster sizes");
+  check_cuda(cudaFuncSetAttribute(Kernel, kAttribute, value), what);
   devices_done.fetch_or(bit, std::memory_order_relaxed);
 }
 
-// Sets Kernel's largest dynamic shared memory to `bytes`, once per device.
+// Allows Kernel clusters over the portable size.
+template <auto Kernel>
+void allow_non_portable_clusters() {
+  set_kernel_attribute<Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed>(
+      1, "allowing non-portable cluster sizes");
+}
+
+// Allows Kernel `bytes` of dynamic shared memory.
 template <auto Kernel>
 void allow_dynamic_shared_bytes(size_t bytes) {
-  static std::atomic<uint64_t> devices_done{0};
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "reading the current device");
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
-  check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-             "allowing the kernel's dynamic shared memory");
-  devices_done.fetch_or(bit, std::memory_order_relaxed);
+  set_kernel_attribute<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      int(bytes), "allowing the kernel's dynamic shared memory");
 }
 
 // Launches Kernel with programmatic stream serialization: the GPU may schedule it while the

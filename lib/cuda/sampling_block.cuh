@@ -34,11 +34,11 @@ constexpr int kCandidateCapacity = 2048;
 // whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
 // conflict serialises them); the odd stride puts a bin's replicas in different banks.
 constexpr int kExponentBins = 192;
+constexpr int kSumReplicas = 8;
+constexpr int kExponentStride = kExponentBins + 1;
 // A row of a small batch is read by a cluster of up to this many blocks (sampling_split.cuh;
 // over 8, a non-portable cluster size, which the H100 and H200 run).
 constexpr int kMaxSplitBlocks = 16;
-constexpr int kSumReplicas = 8;
-constexpr int kExponentStride = kExponentBins + 1;
 
 struct SharedState {
   // The top-k filter's first histogram, the exponent bins of the filters and totals after it,
@@ -215,7 +215,6 @@ __device__ __forceinline__ void clear_bins(SharedState& s) {
 // what it decided. The searches below are written once for both.
 
 struct OneBlock {
-  __device__ bool lead() const { return true; }
   // After the bins were cleared, before they are filled.
   __device__ void bins_cleared() const {}
   // After every thread filled its share of the bins (and of sums, where `sums`): the lead's bins
@@ -442,6 +441,12 @@ struct MassCut {
   }
 };
 
+// The exponent of top-p's cut and the exact sum of the masses of higher exponents.
+struct ExponentChoice {
+  uint32_t exponent;
+  ExactSum above;
+};
+
 // The cut of the shortest prefix of the view's masses in the contract's order (descending mass,
 // ties to the lower index) whose exact sum reaches `target` (at least one token). The exponent
 // bins of the masses' total (exponent_sums[0], finish_mass_totals) give exact prefix sums by
@@ -449,12 +454,6 @@ struct MassCut {
 // of one unit, so the passes that refine the cut over the significand's bits (8, 8 and 7 of
 // them) compare 64-bit sums. Ties at the cut are broken by index. Nothing is dropped: the cut
 // is applied by whoever reads the masses next (CutMasses).
-// The exponent of top-p's cut and the exact sum of the masses of higher exponents.
-struct ExponentChoice {
-  uint32_t exponent;
-  ExactSum above;
-};
-
 template <class View, class Group = OneBlock>
 __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, int64_t n,
                              const Group& g = {}) {
