@@ -64,8 +64,7 @@ endif
 WARP_EMULATION := $(BUILD)/tests/cuda_warp_emulation
 BLOCK_EMULATION := $(BUILD)/tests/cuda_block_emulation
 EMULATION_HEADERS := tests/cuda/emulation/fiber_cuda.hpp lib/cuda/topk_warp_kernels.cuh \
-  lib/cuda/device_utils.cuh lib/cuda/topk_config.hpp lib/core/ordered_key.hpp lib/core/problem.hpp \
-  lib/core/float_formats.hpp
+  lib/cuda/device_utils.cuh lib/cuda/topk_config.hpp $(wildcard lib/core/*.hpp)
 # The kernels are device code compiled here by a host compiler. GCC does not know nvcc's (and
 # clang's) `#pragma unroll`, a hint only, and it cannot see that the tile kernel reads a lane's
 # raw[j] under the very condition that wrote it (-Wmaybe-uninitialized): both warnings are off
