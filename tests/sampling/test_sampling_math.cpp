@@ -137,6 +137,57 @@ void test_scaled() {
             scaled.floor.limb[2] == 0 && !scaled.fractional, "2^200 * 2^-100");
 }
 
+// s * f for sums in all four limbs and f anywhere in [0, 1), subnormals included: the product
+// s * m formed in six limbs, then shifted right bit by bit (f = m * 2^e).
+void test_scaled_wide() {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 50000; ++trial) {
+    mtk::ExactSum s = mtk::exact_zero();
+    const int used = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < used; ++i) s.limb[i] = rng() >> (rng() % 64);
+    s.limb[3] >>= 12;  // sums stay below 2^244 units
+    const uint32_t fb = static_cast<uint32_t>(rng() % 0x3f800000u);
+    const float f = from_bits(fb);
+    const uint32_t biased = fb >> 23;
+    const uint64_t m = (fb & 0x7fffffu) | (biased != 0 ? 0x800000u : 0u);
+    const int shift = biased != 0 ? 150 - static_cast<int>(biased) : 149;  // f = m / 2^shift
+    uint64_t product[6] = {};
+    uint64_t carry = 0;
+    for (int i = 0; i < 4; ++i) {
+      const unsigned __int128 p = static_cast<unsigned __int128>(s.limb[i]) * m + carry;
+      product[i] = static_cast<uint64_t>(p);
+      carry = static_cast<uint64_t>(p >> 64);
+    }
+    product[4] = carry;
+    auto bit_of = [&](int b) { return b < 384 && ((product[b / 64] >> (b % 64)) & 1u) != 0; };
+    uint64_t floor[4] = {};
+    for (int b = 0; b < 256; ++b) {
+      if (bit_of(b + shift)) floor[b / 64] |= uint64_t{1} << (b % 64);
+    }
+    bool fractional = false;
+    for (int b = 0; b < shift; ++b) fractional = fractional || bit_of(b);
+    const mtk::ScaledSum scaled = mtk::exact_scaled(s, f);
+    for (int i = 0; i < 4; ++i) CHECK(scaled.floor.limb[i] == floor[i], "trial %d limb %d", trial, i);
+    CHECK(scaled.fractional == (m != 0 && fractional), "trial %d fractional", trial);
+    // Rounded to float32: against the sum's top 25 bits and a sticky bit, rounded here.
+    int top = 255;
+    while (top >= 0 && ((s.limb[top / 64] >> (top % 64)) & 1u) == 0) --top;
+    if (top < 0) continue;
+    const int low = top - 24;  // the bit below float32's 24-bit significand
+    uint64_t kept = 0;
+    bool sticky = false;
+    for (int b = top; b >= 0; --b) {
+      const bool set = ((s.limb[b / 64] >> (b % 64)) & 1u) != 0;
+      if (b > low) kept = (kept << 1) | (set ? 1u : 0u);
+      else if (b < low) sticky = sticky || set;
+    }
+    const bool half = low >= 0 && ((s.limb[low / 64] >> (low % 64)) & 1u) != 0;
+    if (low >= 0 && half && (sticky || (kept & 1u) != 0)) ++kept;
+    const float want = std::ldexp(static_cast<float>(kept), (low >= 0 ? low + 1 : 0) - 149);
+    CHECK(mtk::exact_to_f32(s) == want, "trial %d to_f32 %a vs %a", trial, mtk::exact_to_f32(s), want);
+  }
+}
+
 void test_exp() {
   double worst = 0;
   for (uint32_t b = 0; b < 0x42e00000u; b += 97) {
@@ -236,6 +287,7 @@ int main() {
   test_division();
   test_exact_sum();
   test_scaled();
+  test_scaled_wide();
   test_invariant_division();
   test_exponent_binned_sums();
   test_least_mass_bits();
