@@ -38,10 +38,29 @@ struct RowIndexTransform {
   MTK_HOST_DEVICE int64_t apply(int64_t index) const {
     if (kind == MTK_INDEX_TRANSFORM_RAGGED) return ragged_transformed_index(offset, index);
     if (kind != MTK_INDEX_TRANSFORM_PAGE_TABLE) return index;
-    const int64_t at = index / page_size * page_stride;
+    const int64_t page_number = index / page_size;
+    return paged(page_number, index - page_number * page_size);
+  }
+
+  // apply() for a window position below 2^32, as every CUDA kernel's is (a composite holds 32
+  // bits of it), by 32-bit division alone: the GPU has no 64-bit divider, and nvcc's routine for
+  // one took registers from the kernels that write indices.
+  MTK_HOST_DEVICE int64_t apply_to_position(uint32_t index) const {
+    if (kind == MTK_INDEX_TRANSFORM_RAGGED) return ragged_transformed_index(offset, index);
+    if (kind != MTK_INDEX_TRANSFORM_PAGE_TABLE) return index;
+    // Pages of 2^32 or more: every such position is on the first.
+    const uint32_t page_number =
+        uint64_t(page_size) > 0xffffffffu ? 0u : index / uint32_t(page_size);
+    return paged(page_number, index - int64_t(page_number) * page_size);
+  }
+
+ private:
+  // The written index of the position `within` page `page_number` of the row's window.
+  MTK_HOST_DEVICE int64_t paged(int64_t page_number, int64_t within) const {
+    const int64_t at = page_number * page_stride;
     const int64_t page = page_dtype == MTK_INT32 ? static_cast<const int32_t*>(pages)[at]
                                                  : static_cast<const int64_t*>(pages)[at];
-    return paged_transformed_index(page, page_size, index);
+    return paged_transformed_index(page, page_size, within);
   }
 };
 

@@ -36,10 +36,10 @@ MTK_HOST_DEVICE int64_t ragged_transformed_index(int64_t offset, int64_t index) 
   return int64_t(uint64_t(offset) + uint64_t(index));
 }
 
-// page * page_size + index % page_size in 64-bit two's complement, `page` being the table's
-// entry for index / page_size (index >= 0, page_size >= 1).
-MTK_HOST_DEVICE int64_t paged_transformed_index(int64_t page, int64_t page_size, int64_t index) {
-  return int64_t(uint64_t(page) * uint64_t(page_size) + uint64_t(index % page_size));
+// page * page_size + within in 64-bit two's complement, `page` being the table's entry for
+// index / page_size and `within` index % page_size (index >= 0, page_size >= 1).
+MTK_HOST_DEVICE int64_t paged_transformed_index(int64_t page, int64_t page_size, int64_t within) {
+  return int64_t(uint64_t(page) * uint64_t(page_size) + uint64_t(within));
 }
 
 }  // namespace mtk

@@ -76,7 +76,7 @@ struct RowTarget : RowOffsets {
   RowIndexTransform transform;
 
   __device__ __forceinline__ int64_t written_index(uint32_t index) const {
-    return transform.apply(int64_t(index));
+    return transform.apply_to_position(index);
   }
 };
 

@@ -10,7 +10,7 @@ namespace mtk {
 namespace cuda {
 
 template <class T>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kBlockPathMinBlocksPerSm<T>)
     block_select_cached_kernel(RowGeometry g, const T* input, void* values, void* indices,
                                bool index64, bool largest, bool sorted, RaggedRows ragged) {
   wait_for_previous_kernel();

@@ -52,8 +52,22 @@ struct BlockShared {
   uint32_t scan[kBlockThreads / 32];
   BucketChoice choice;
   uint32_t winner_count;
+  RowTarget target;  // see share_row_target
   Comp winners[kSortCapacity];
 };
+
+// device_row_target in shared memory, where a block's threads read it as they use it: held in
+// registers through the radix rounds, its ~20 words a thread kept the block kernels at two
+// blocks of 512 threads an SM (ptxas -v). All threads call.
+template <class Comp>
+__device__ __forceinline__ const RowTarget& share_row_target(BlockShared<Comp>& sh,
+                                                             const RowGeometry& g,
+                                                             const RaggedRows& ragged,
+                                                             int64_t row) {
+  if (threadIdx.x == 0) sh.target = device_row_target(g, ragged, row);
+  __syncthreads();
+  return sh.target;
+}
 
 
 // How many of items[begin, end) rank above c: its rank among them, composites being unique.
@@ -341,7 +355,7 @@ __device__ void block_select_row(const RowGeometry& g, const T* input, void* val
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   __shared__ BlockShared<Comp> sh;
-  const RowTarget o = device_row_target(g, ragged, row);
+  const RowTarget& o = share_row_target(sh, g, ragged, row);
   const InputRow<T> source = input_row(g, input, o, largest);
   if (key_cache == nullptr) {
     select_and_write_row(source, sh, g, input, values, indices, index64, largest, sorted, o);
@@ -356,8 +370,14 @@ __device__ void block_select_row(const RowGeometry& g, const T* input, void* val
                        index64, largest, sorted, o);
 }
 
+// Blocks of the block path an SM holds at once. Left to itself, ptxas gave the kernels 64
+// registers a thread (two blocks of 512 an SM) where the cached keys' shared memory has room for
+// four; with keys of up to 32 bits three compile without spilling (ptxas -v), wider keys spill.
 template <class T>
-__global__ void __launch_bounds__(kBlockThreads)
+constexpr int kBlockPathMinBlocksPerSm = sizeof(typename KeyTraits<T>::Key) <= 4 ? 3 : 1;
+
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads, kBlockPathMinBlocksPerSm<T>)
     block_select_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
                         bool largest, bool sorted, RaggedRows ragged) {
   wait_for_previous_kernel();

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t row = blockIdx.x;
   RowState<Comp>* state = states + row;
   Comp* row_winners = winners + row * g.k;
-  const RowTarget o = device_row_target(g, ragged, row);
+  const RowTarget& o = share_row_target(sh, g, ragged, row);
   const Comp* const row_candidates =
       (state->in_first_output ? first_output : candidates) + row * layout.capacity;
   if constexpr (kFinishByKeyBins<Comp>) {

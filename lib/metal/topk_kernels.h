@@ -180,7 +180,7 @@ inline long transformed_index(constant MtkTopkParams& p, device const uchar* off
                     (index / p.page_size) * p.page_table_page_stride;
     const long page = p.page_table_is_64 != 0u ? ((device const long*)page_table)[at]
                                                : long(((device const int*)page_table)[at]);
-    return mtk::paged_transformed_index(page, p.page_size, index);
+    return mtk::paged_transformed_index(page, p.page_size, index % p.page_size);
   }
   return index;
 }
