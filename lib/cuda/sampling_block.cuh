@@ -398,6 +398,7 @@ __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t beg
   const auto visit_vector = [&](int64_t q, uint4 word) {
     float parts[4];
     memcpy(parts, &word, 16);
+#pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t j = begin + q * 4 + e;
       visit(j, view.mass_of(j, parts[e]));
@@ -405,8 +406,10 @@ __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t beg
   };
   int64_t q = lane;
   for (; q + (kInFlight - 1) * lanes < vectors; q += kInFlight * lanes) {
-    uint4 loaded[kInFlight];
+    uint4 loaded[kInFlight];  // unrolled, as in for_each_element (sampling_rows.cuh)
+#pragma unroll
     for (int b = 0; b < kInFlight; ++b) loaded[b] = words[q + b * lanes];
+#pragma unroll
     for (int b = 0; b < kInFlight; ++b) visit_vector(q + b * lanes, loaded[b]);
   }
   for (; q < vectors; q += lanes) visit_vector(q, words[q]);

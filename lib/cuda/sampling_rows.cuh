@@ -114,6 +114,7 @@ __device__ __forceinline__ void visit_vector(uint4 word, int64_t first, Visit& v
   constexpr int kPerVector = int(16 / sizeof(Raw));
   Raw parts[kPerVector];
   memcpy(parts, &word, 16);
+#pragma unroll
   for (int e = 0; e < kPerVector; ++e) visit(first + e, parts[e]);
 }
 
@@ -128,8 +129,12 @@ __device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit v
   const uint4* words = reinterpret_cast<const uint4*>(row.data);
   int64_t q = threadIdx.x;
   for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
+    // Unrolled, `loaded` is registers; left to nvcc, these loops were not unrolled in the
+    // sample_from_logits kernels, and each load went to local memory and back (nvdisasm).
     uint4 loaded[kInFlight];
+#pragma unroll
     for (int b = 0; b < kInFlight; ++b) loaded[b] = __ldg(words + q + b * kThreads);
+#pragma unroll
     for (int b = 0; b < kInFlight; ++b) {
       visit_vector<Raw>(loaded[b], (q + b * kThreads) * kPerVector, visit);
     }
@@ -323,14 +328,17 @@ __device__ void map_row(const InputRow<Format>& row, int64_t n, typename Format:
   const auto map_vector = [&](int64_t q, uint4 word) {
     Raw parts[kPerVector];
     memcpy(parts, &word, 16);
+#pragma unroll
     for (int e = 0; e < kPerVector; ++e) parts[e] = transform(q * kPerVector + e, parts[e]);
     memcpy(&word, parts, 16);
     out_words[q] = word;
   };
   int64_t q = threadIdx.x;
   for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
-    uint4 loaded[kInFlight];
+    uint4 loaded[kInFlight];  // unrolled, as in for_each_element
+#pragma unroll
     for (int b = 0; b < kInFlight; ++b) loaded[b] = __ldg(in_words + q + b * kThreads);
+#pragma unroll
     for (int b = 0; b < kInFlight; ++b) map_vector(q + b * kThreads, loaded[b]);
   }
   for (; q < vectors; q += kThreads) map_vector(q, __ldg(in_words + q));
