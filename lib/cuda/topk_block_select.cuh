@@ -388,7 +388,8 @@ __device__ void block_select_row(const RowGeometry& g, const T* input, void* val
 
 // Blocks of the block path an SM holds at once. Left to itself, ptxas gave the kernels 64
 // registers a thread (two blocks of 512 an SM) where the cached keys' shared memory has room for
-// four; with keys of up to 32 bits three compile without spilling (ptxas -v), wider keys spill.
+// four; with keys of up to 32 bits three compile in 40 registers with at most 20 bytes of
+// spills (ptxas -v; four spilled 60-100 bytes), wider keys spill more.
 template <class T>
 constexpr int kBlockPathMinBlocksPerSm = sizeof(typename KeyTraits<T>::Key) <= 4 ? 3 : 1;
 

@@ -15,7 +15,8 @@
 #        NCCL world of bench/distributed_topk.py), and ncu and ncu-source (kernels named in
 #        $NCU_SHAPES: counters, or stall samples per SASS instruction summarised by
 #        bench/gpu/sass_stalls.py), and split (each kernel's own duration, $NCU_SHAPES being
-#        shapes). Logs and the benchmark JSON go to $OUT (or ./gpu-out).
+#        shapes); split-ragged and ncu-source-prefill do the same on the peers harness's ragged
+#        shapes. Logs and the benchmark JSON go to $OUT (or ./gpu-out).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -153,6 +154,24 @@ for s in $STEPS; do
           --print-source sass --csv "$BUILD/bench/gpu/bench_c_abi" --calls 3 --reps 1 --singles 1 \
           "$shape" && python3 bench/gpu/sass_stalls.py "$OUT/$name.log" 30 > "$OUT/$name.txt"
       done ;;
+    split-ragged)
+      # Every kernel's duration on the peers harness's ragged shapes named in RAGGED_FILTERS
+      # (peers_bench --filter texts), metaltopk's launches and the peers' (bench/peers/run.sh
+      # builds peers_bench), one launch of each call.
+      for filter in ${RAGGED_FILTERS:-decode_64x131072 decode_256x131072 prefill dsv4}; do
+        name="split-ragged-$filter"
+        step "$name" 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+          bench/peers/bin/peers_bench --only ragged --filter "${filter//_/ }" --calls 1 --reps 1 \
+          --graph-calls 1 --replays 1 &&
+          python3 bench/gpu/kernel_durations.py "$OUT/$name.log" | tee -a "$SUMMARY"
+      done ;;
+    ncu-source-prefill)
+      # ncu-source for the block kernel of the ragged prefill (8192 causal rows, one block each).
+      step ncu-source-prefill 120 ncu --clock-control none --launch-skip 2 --launch-count 1 \
+        -k regex:block_select --section SourceCounters --section WarpStateStats --page source \
+        --print-source sass --csv bench/peers/bin/peers_bench --only ragged --filter prefill \
+        --calls 3 --reps 1 &&
+        python3 bench/gpu/sass_stalls.py "$OUT/ncu-source-prefill.log" 30 > "$OUT/ncu-source-prefill.txt" ;;
     *) note "unknown step $s" ;;
   esac
 done
