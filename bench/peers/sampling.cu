@@ -590,10 +590,27 @@ bool bench_sampling(const Settings& st, mtk_context ctx, cudaStream_t stream, si
                     const std::function<bool(const std::string&)>& wanted, Output& out) {
   Context cpu(MTK_BACKEND_CPU);  // the reference
   bool ok = true;
+  constexpr Op kOps[] = {Op::top_k_top_p_sample, Op::top_k_mask, Op::top_k_renorm,
+                         Op::top_p_renorm, Op::min_p_sample};
   for (int64_t rows : {1, 64, 256}) {
     for (int64_t n : {151936, 262144}) {
       const std::string label = "sampling " + std::to_string(rows) + "x" + std::to_string(n);
-      if (!wanted(label)) continue;
+      // A filter may name a whole case ("sampling 64x151936 min_p_sampling_from_probs f32
+      // scalar"), so the shape's inputs are made where any of its cases is wanted.
+      const auto name_of = [&](Op op, bool bf16, bool per_row) {
+        return label + " " + op_name(op) + (bf16 ? " bf16" : " f32") +
+               (per_row ? " per-row" : " scalar");
+      };
+      bool shape_wanted = false;
+      for (bool per_row : {false, true}) {
+        for (Op op : kOps) {
+          for (bool bf16 : {false, true}) {
+            if (bf16 && !reads_logits(op)) continue;
+            shape_wanted = shape_wanted || wanted(name_of(op, bf16, per_row));
+          }
+        }
+      }
+      if (!shape_wanted) continue;
       const size_t count = size_t(rows * n);
       const uint64_t seed = uint64_t(rows * 7919 + n) * 16 + 5;
       // Standard-normal logits (as FlashInfer's and vLLM's own sampling tests and benchmarks
@@ -609,13 +626,11 @@ bool bench_sampling(const Settings& st, mtk_context ctx, cudaStream_t stream, si
       });
       for (bool per_row : {false, true}) {
         const Filters filters(rows, per_row);
-        for (Op op : {Op::top_k_top_p_sample, Op::top_k_mask, Op::top_k_renorm, Op::top_p_renorm,
-                      Op::min_p_sample}) {
+        for (Op op : kOps) {
           for (bool bf16 : {false, true}) {
             if (bf16 && !reads_logits(op)) continue;
             const Rotation& input = !reads_logits(op) ? probs : bf16 ? logits_bf16 : logits_f32;
-            const std::string name = label + " " + op_name(op) + (bf16 ? " bf16" : " f32") +
-                                     (per_row ? " per-row" : " scalar");
+            const std::string name = name_of(op, bf16, per_row);
             if (!wanted(name)) continue;
             try {
               ok = bench_case({rows, n, bf16, op, filters, input}, ctx, cpu.get(), stream, st,
