@@ -304,6 +304,43 @@ MTK_HOST_DEVICE ExactSum exact_of_exponent_sum(uint64_t significands, uint32_t b
 
 MTK_HOST_DEVICE ExactSum exact_of_mass(float mass) { return exact_add_mass(exact_zero(), mass); }
 
+// Masses known to lie between two bounds (min-p's: at least its least kept mass, at most the
+// row's largest) sum exactly in one 64-bit word: each is its significand shifted up from the
+// position of the lower bound's binade. Where `count` such terms must stay below 2^64, a mass
+// costs a shift and an add instead of exact_add_mass's carries through four words.
+struct MassWindow {
+  int base;   // the position (units of 2^-149) of the lower bound's binade
+  bool fits;  // whether `count` masses inside the bounds sum below 2^64
+};
+
+MTK_HOST_DEVICE MassWindow mass_window(uint32_t least_bits, uint32_t most_bits, int64_t count) {
+  MassWindow w;
+  w.base = mass_position(least_bits >> 23);
+  const int span = mass_position(most_bits >> 23) - w.base;
+  int count_bits = 0;  // count < 2^count_bits
+  while (count_bits < 63 && (int64_t(1) << count_bits) <= count) ++count_bits;
+  // A significand is below 2^24, so a term below 2^(24 + span) and the sum below
+  // 2^(count_bits + 24 + span).
+  w.fits = least_bits != 0u && span >= 0 && count_bits + 24 + span <= 64;
+  return w;
+}
+
+MTK_HOST_DEVICE MassWindow no_mass_window() {
+  MassWindow w;
+  w.base = 0;
+  w.fits = false;
+  return w;
+}
+
+// A window sum plus the mass with nonzero bits `bits` inside the window's bounds.
+MTK_HOST_DEVICE uint64_t window_add_mass(uint64_t sum, uint32_t bits, int base) {
+  return sum + (mass_significand(bits) << (mass_position(bits >> 23) - base));
+}
+
+MTK_HOST_DEVICE ExactSum exact_of_window_sum(uint64_t sum, int base) {
+  return exact_add_shifted(exact_zero(), sum, base);
+}
+
 // -1, 0 or 1 as a < b, a == b, a > b.
 MTK_HOST_DEVICE int exact_compare(ExactSum a, ExactSum b) {
   for (int i = 3; i >= 0; --i) {

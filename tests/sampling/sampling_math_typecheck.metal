@@ -26,5 +26,11 @@ kernel void mtk_sampling_math_typecheck(device const float* masses [[buffer(0)]]
   if (units != 0u && mtk::least_mass_bits_reaching(binned) <= bits) {
     result = mtk::divide_by(result, mtk::mass_divisor(2.0f));
   }
+  // The window sums.
+  const mtk::MassWindow window = bits != 0u ? mtk::mass_window(bits, bits, 1) : mtk::no_mass_window();
+  if (window.fits && mtk::exact_compare(mtk::exact_of_window_sum(
+                         mtk::window_add_mass(0u, bits, window.base), window.base), binned) == 0) {
+    result += 1.0f;
+  }
   out[index] = result;
 }

@@ -263,6 +263,52 @@ void test_exponent_binned_sums() {
   }
 }
 
+// Masses between two bounds summed in one word (mass_window) equal their exact sum wherever the
+// window says it fits, up to the largest sum it allows; windows too wide for the count refuse.
+void test_window_sums() {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int count = 1 + static_cast<int>(rng() % 3000);
+    uint32_t least = 1u + static_cast<uint32_t>(rng() % mtk::kMaxMassBits);
+    if (trial % 4 == 0) least = 1u + static_cast<uint32_t>(rng() % 0x00ffffffu);  // subnormal
+    const uint32_t span_bits = static_cast<uint32_t>(rng() % 40) << 23;
+    uint32_t most = least + span_bits + static_cast<uint32_t>(rng() % 0x800000u);
+    if (most > mtk::kMaxMassBits) most = mtk::kMaxMassBits;
+    const mtk::MassWindow window = mtk::mass_window(least, most, count);
+    int count_bits = 0;
+    while ((int64_t(1) << count_bits) <= count) ++count_bits;
+    const int span = mtk::mass_position(most >> 23) - mtk::mass_position(least >> 23);
+    CHECK(window.fits == (count_bits + 24 + span <= 64), "fits, trial %d", trial);
+    if (!window.fits) continue;
+    uint64_t windowed = 0u;
+    mtk::ExactSum direct = mtk::exact_zero();
+    for (int i = 0; i < count; ++i) {
+      // Half the trials at the top of the window, where the word comes closest to overflowing.
+      const uint32_t b =
+          trial % 2 ? most : least + static_cast<uint32_t>(rng() % (most - least + 1u));
+      windowed = mtk::window_add_mass(windowed, b, window.base);
+      direct = mtk::exact_add_mass(direct, from_bits(b));
+    }
+    CHECK(mtk::exact_compare(mtk::exact_of_window_sum(windowed, window.base), direct) == 0,
+          "trial %d: %d masses in [%08x, %08x]", trial, count, least, most);
+  }
+  // The widest window a count allows, filled with its largest mass: the word's last bit is used.
+  const uint32_t least = 0x3c000000u, most = least + (27u << 23) + 0x7fffffu;
+  const mtk::MassWindow window = mtk::mass_window(least, most, 8191);
+  CHECK(window.fits, "13 + 24 + 27 bits fit");
+  CHECK(!mtk::mass_window(least, most, 8192).fits, "14 + 24 + 27 bits do not");
+  CHECK(!mtk::mass_window(0u, most, 1).fits, "no lower bound");
+  uint64_t windowed = 0u;
+  mtk::ExactSum direct = mtk::exact_zero();
+  for (int i = 0; i < 8191; ++i) {
+    windowed = mtk::window_add_mass(windowed, most, window.base);
+    direct = mtk::exact_add_mass(direct, from_bits(most));
+  }
+  CHECK(windowed >> 63 == 1u, "the top bit is reached");
+  CHECK(mtk::exact_compare(mtk::exact_of_window_sum(windowed, window.base), direct) == 0,
+        "the fullest window");
+}
+
 // The least mass reaching an exact bound: it reaches the bound and the mass below it does not.
 void test_least_mass_bits() {
   std::mt19937_64 rng(6);
@@ -290,6 +336,7 @@ int main() {
   test_wide_sums();
   test_invariant_division();
   test_exponent_binned_sums();
+  test_window_sums();
   test_least_mass_bits();
   test_exp();
   if (failures != 0) {
