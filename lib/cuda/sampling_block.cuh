@@ -423,12 +423,30 @@ __device__ __forceinline__ auto mass_adder(ExactSum& sum) {
   };
 }
 
+// The exact sum of this thread's share (as for_each_mass_read) of the view's masses in
+// [begin, end): in one word where the view's masses lie in a window that fits (mass_window), which
+// makes the pass a read rather than four-word carries per mass.
+template <class View>
+__device__ ExactSum sum_of_masses(const View& view, int64_t begin, int64_t end, int lane,
+                                  int lanes) {
+  const MassWindow window = view.window();
+  if (window.fits) {
+    uint64_t own = 0u;
+    for_each_mass_read(view, begin, end, lane, lanes, [&](int64_t, float m) {
+      const uint32_t bits = bits_from_float(m);
+      if (bits != 0u) own = window_add_mass(own, bits, window.base);
+    });
+    return exact_of_window_sum(own, window.base);
+  }
+  ExactSum own = exact_zero();
+  for_each_mass_read(view, begin, end, lane, lanes, mass_adder(own));
+  return own;
+}
+
 // The exact sum of the view's masses, in every thread.
 template <class View>
 __device__ ExactSum view_total(SharedState& s, const View& view) {
-  ExactSum own = exact_zero();
-  for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads, mass_adder(own));
-  return block_exact_sum(s, own);
+  return block_exact_sum(s, sum_of_masses(view, 0, view.count(), threadIdx.x, kThreads));
 }
 
 // ---- top-p over a set of masses ---------------------------------------------------------------
@@ -572,9 +590,8 @@ template <class View>
 __device__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
   const WarpRanges ranges(view.count());
-  ExactSum own = exact_zero();
   const int64_t warp_begin = ranges.begin(warp);
-  for_each_mass_read(view, warp_begin, ranges.end(warp_begin), lane, 32, mass_adder(own));
+  ExactSum own = sum_of_masses(view, warp_begin, ranges.end(warp_begin), lane, 32);
   for (int mask = 16; mask > 0; mask >>= 1) own = exact_add(own, shuffle_exact_xor(own, mask));
   if (lane == 0) s.warp_sums[warp] = own;
   __syncthreads();
@@ -670,6 +687,7 @@ struct RowMasses {
   __device__ float mass_of(int64_t, float stored) const { return stored; }
   __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
   __device__ void drop(int64_t j) const { masses[j] = 0.0f; }
+  __device__ MassWindow window() const { return no_mass_window(); }  // softmax masses span widely
 };
 
 // A view with a top-p cut applied: the masses it does not keep read as 0. Every top-p token keeps
@@ -689,6 +707,7 @@ struct CutMasses {
   }
   __device__ uint32_t index(int64_t j) const { return base->index(j); }
   __device__ void drop(int64_t j) const { base->drop(j); }
+  __device__ MassWindow window() const { return base->window(); }  // a subset of the base's
 };
 
 // The tokens a top-k filter kept, in shared memory (in index order once sorted).
@@ -700,6 +719,7 @@ struct Candidates {
   __device__ float mass_of(int64_t, float stored) const { return stored; }
   __device__ uint32_t index(int64_t j) const { return s->candidate_index[j]; }
   __device__ void drop(int64_t j) const { s->candidate_mass[j] = 0.0f; }
+  __device__ MassWindow window() const { return no_mass_window(); }
 };
 
 // Sorts the candidates by index (a bitonic sort of index-and-mass words), so that a draw can

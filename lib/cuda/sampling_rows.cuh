@@ -541,6 +541,7 @@ struct InputMasses {
   int64_t n;
   uint32_t least;
   int64_t first;
+  MassWindow bounds;  // the masses it keeps: at least `least`, at most the row's largest
   __device__ int64_t count() const { return n; }
   __device__ float mass(int64_t j) const { return kept(value_of<Format>(row.raw(j))); }
   // Probabilities come as float32; a row of them is stored contiguously where its stride is 1.
@@ -557,6 +558,7 @@ struct InputMasses {
     return bits >= least ? float_from_bits(bits) : 0.0f;
   }
   __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
+  __device__ MassWindow window() const { return bounds; }
 };
 
 // The bits of the largest mass among n probabilities of the row (0 where none has mass), in
@@ -579,6 +581,15 @@ __device__ __forceinline__ uint32_t min_p_least(uint32_t most, float min_p) {
       exact_ceil_scaled(exact_of_mass(float_from_bits(most)), min_p_fraction(min_p)));
 }
 
+// The min-p view of n masses of a row (`first` its first token) whose largest mass has the bits
+// `most`.
+template <class Format>
+__device__ InputMasses<Format> min_p_masses(const InputRow<Format>& row, int64_t n, int64_t first,
+                                            uint32_t most, float min_p) {
+  const uint32_t least = min_p_least(most, min_p);
+  return {row, n, least, first, mass_window(least, most, n)};
+}
+
 // A row of probabilities that neither top-k nor top-p filters. min-p needs only the largest
 // mass, so one read finds it and the next reads the input as the masses min-p keeps: for the
 // draw, or for the total and then the renormalised row. No workspace, and no sum of a mass that
@@ -586,8 +597,8 @@ __device__ __forceinline__ uint32_t min_p_least(uint32_t most, float min_p) {
 template <mtk_sampling_op kOp, class Format>
 __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
                           const InputRow<Format>& row) {
-  const uint32_t least = min_p_least(largest_mass(s, row, a.n), a.min_p.at(r));
-  const InputMasses<Format> view{row, a.n, least, 0};
+  const InputMasses<Format> view =
+      min_p_masses(row, a.n, 0, largest_mass(s, row, a.n), a.min_p.at(r));
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
     write_renormalised(view, view_total(s, view), renormalised_row(a, r), a.output_stride);
   } else {

@@ -303,8 +303,8 @@ __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, Shared
   const InputRow<Format> part = slice_input(row, slice);
   if (steps.min_p_alone) {
     const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
-    const InputMasses<Format> view{part, slice.size(), min_p_least(most, a.min_p.at(r)),
-                                   slice.begin};
+    const InputMasses<Format> view =
+        min_p_masses(part, slice.size(), slice.begin, most, a.min_p.at(r));
     const ExactSum slice_sum = sum_warp_ranges(s, view);
     renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
                                         slice_sum, true);
