@@ -29,6 +29,13 @@ constexpr int kWideBits = 12;
 constexpr int kWideBins = 1 << kWideBits;
 // Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
 constexpr int kCandidateCapacity = 2048;
+// A top-k filter that keeps at most half that many tokens of a row of at least
+// kMinSampledTokens first guesses which tokens to gather from the keys of kSampleKeys of them
+// (shared out among the blocks of a split row), taken in runs of kSampleRun (one coalesced load
+// a warp): sampling_rows.cuh, gather_top_bins.
+constexpr int kSampleKeys = 4096;
+constexpr int kSampleRun = 32;
+constexpr int64_t kMinSampledTokens = 4 * kSampleKeys;
 // Exact sums of masses go through 64-bit sums of significands, one bin per exponent field
 // (masses are at most 2^64: fields 0 to 191). Each bin is replicated so that the lanes of a warp,
 // whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
@@ -45,6 +52,7 @@ struct SharedState {
   // and the candidates' sort: never live at once.
   union {
     uint32_t wide_counts[kWideBins];
+    uint32_t sample_keys[kSampleKeys];
     unsigned long long exponent_sums[kSumReplicas][kExponentStride];
     unsigned long long sort_words[kCandidateCapacity];
   };

@@ -176,15 +176,106 @@ __device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, ui
   return {kth.value, last_index};
 }
 
-// The first step of a top-k filter that keeps at most kCandidateCapacity tokens, in two reads
-// of the row: a histogram of the keys' top 12 bits finds the bin of the k-th key, and if that
-// bin and those above hold at most kCandidateCapacity tokens, they become the candidates
-// (index and value). False (and nothing gathered) when they do not fit.
+// ---- the top-k filter's candidates -------------------------------------------------------------
+// The first step of a top-k filter that keeps k <= kCandidateCapacity tokens gathers the tokens
+// of every key from some key up (index and input value) into the candidates, where they hold
+// the row's k largest and every token tied with the k-th, so that the filter's cutoff is found
+// among them alone (cutoff_of_candidates). Two ways: a guess from a sample of the keys, in one
+// read of the row, where k is at most half the capacity and the row long; else, or where the
+// guess gathered fewer than k tokens or more than fit, a histogram of the keys' top 12 bits, in
+// two reads.
+
+// Whether a top-k filter keeping k of a row of n tokens guesses from a sample first.
+__device__ __forceinline__ bool guesses_from_sample(int64_t n, uint32_t k) {
+  return k <= uint32_t(kCandidateCapacity / 2) && n >= kMinSampledTokens;
+}
+
+// Tokens to aim the guess at: as far from k as from the capacity, so that the sample's error
+// (about 15% at k = 1024 on the benchmark's rows) stays inside both.
+__device__ __forceinline__ uint32_t sample_target(uint32_t k) {
+  return (k + uint32_t(kCandidateCapacity)) / 2;
+}
+
+// Keys are guessed and gathered by their top 16 bits: fine enough to place a threshold between
+// neighbouring ranks of the sample, and every token of one key falls on the same side.
+constexpr int kGuessShift = 16;
+
+// The keys each of `blocks` blocks samples: a whole number of runs, kSampleKeys in all (or just
+// under). A block's share of a row of kMinSampledTokens or more then holds at least four times
+// its sample, so that its runs never overlap.
+__device__ __forceinline__ int sample_keys_per_block(unsigned blocks) {
+  return kSampleKeys / int(blocks) / kSampleRun * kSampleRun;
+}
+
+// The 16-bit key prefix at or above which about sample_target(k) of the row's n tokens lie,
+// from `keys` keys of the `size` tokens of `part` in every block of the group (`sampled` keys in
+// all): keys / kSampleRun runs spread evenly over `part`.
+template <class Format, class Group>
+__device__ uint32_t sampled_key_prefix(SharedState& s, const InputRow<Format>& part, int64_t size,
+                                       int keys, int64_t n, int64_t sampled, uint32_t k,
+                                       bool logits, const Group& g) {
+  constexpr int kMostPerThread = kSampleKeys / kThreads;
+  const int64_t run_stride = size / (keys / kSampleRun);
+  uint32_t loaded[kMostPerThread];  // every load in flight before the first store
+#pragma unroll
+  for (int u = 0; u < kMostPerThread; ++u) {
+    const int j = int(threadIdx.x) + u * kThreads;
+    const int64_t i = (j / kSampleRun) * run_stride + j % kSampleRun;
+    loaded[u] = j < keys ? rank_key(value_of<Format>(part.raw(i)), logits) >> kGuessShift : 0u;
+  }
+#pragma unroll
+  for (int u = 0; u < kMostPerThread; ++u) {
+    const int j = int(threadIdx.x) + u * kThreads;
+    if (j < keys) s.sample_keys[j] = loaded[u];
+  }
+  __syncthreads();
+  const auto for_each_sample = [&](auto&& f) {
+    for (int j = threadIdx.x; j < keys; j += kThreads) f(s.sample_keys[j]);
+  };
+  // The sample's rank matching the target (at least 1; at most an eighth of the sample, as the
+  // row holds at least four samples' worth and the target is at most the capacity).
+  const int64_t rank = (int64_t(sample_target(k)) * sampled + n - 1) / n;
+  return select_by_count(s, for_each_sample, 32 - kGuessShift, uint32_t(rank), true, g).value;
+}
+
+// Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
+// prefix is at least `prefix`. Past the capacity it only counts them.
+template <class Format>
+__device__ void gather_from_prefix(SharedState* lead, const InputRow<Format>& part, int64_t size,
+                                   int64_t first, uint32_t prefix, bool logits) {
+  for_each_element(part, size, [&](int64_t i, typename Format::Raw raw) {
+    const float value = value_of<Format>(raw);
+    if ((rank_key(value, logits) >> kGuessShift) >= prefix) {
+      const uint32_t slot = atomicAdd(&lead->candidate_count, 1u);
+      if (slot < uint32_t(kCandidateCapacity)) {
+        lead->candidate_index[slot] = uint32_t(first + i);
+        lead->candidate_mass[slot] = value;
+      }
+    }
+  });
+}
+
+__device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
+  return gathered >= k && gathered <= uint32_t(kCandidateCapacity);
+}
+
+// The candidates of the row's top k (see above), in one block: false (nothing gathered) when
+// they do not fit.
 template <class Format>
 __device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int64_t n,
                                 uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
   constexpr int kShift = 32 - kWideBits;
+  if (guesses_from_sample(n, k)) {
+    if (threadIdx.x == 0) s.candidate_count = 0u;  // the selection's barriers order it first
+    const uint32_t prefix =
+        sampled_key_prefix(s, row, n, kSampleKeys, n, kSampleKeys, k, logits, OneBlock{});
+    gather_from_prefix(&s, row, n, 0, prefix, logits);
+    __syncthreads();
+    const bool held = guess_holds(s.candidate_count, k);
+    __syncthreads();  // every thread has read the count before the histogram's reset
+    if (held) return true;
+  }
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
   if (threadIdx.x == 0) s.candidate_count = 0u;
   __syncthreads();
@@ -269,9 +360,9 @@ __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64
 }
 
 // The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
-// tokens are also left in the candidates. The two-read path of gather_top_bins is tried first
-// where k allows; else, or where its bins hold too many tokens, the threshold search reads the
-// row once per 8 bits of key.
+// tokens are also left in the candidates. The candidates (gather_top_bins) are tried first
+// where k allows; else, or where they do not fit, the threshold search reads the row once per
+// 8 bits of key.
 template <class Format>
 __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
                                    uint32_t k, bool logits, bool gather) {

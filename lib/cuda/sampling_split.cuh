@@ -153,16 +153,30 @@ struct ClusterGroup {
   }
 };
 
-// gather_top_bins over the cluster, each block reading its slice (`part`): true in every block
-// once block 0's candidates hold every token of the k-th key's bin and above; false in every
-// block, nothing gathered, where they would not fit.
+// gather_top_bins over the cluster, each block reading its slice (`part`) of the row's n
+// tokens: true in every block once block 0's candidates hold the row's top k and every token
+// tied with the k-th; false in every block, nothing gathered, where they would not fit.
 template <class Format, class Cluster>
 __device__ bool gather_top_bins_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                            const InputRow<Format>& part, RowSlice slice,
-                                           uint32_t k, bool logits) {
+                                           int64_t n, uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
   constexpr int kShift = 32 - kWideBits;
   SharedState* const lead_state = g.lead_state(s);
+  if (guesses_from_sample(n, k)) {
+    // Block 0's count is reset before the selection's cluster barriers, every block gathers
+    // after them.
+    if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
+    const unsigned blocks = g.cluster.num_blocks();
+    const int keys = sample_keys_per_block(blocks);
+    const uint32_t prefix = sampled_key_prefix(s, part, slice.size(), keys, n,
+                                               int64_t(keys) * blocks, k, logits, g);
+    gather_from_prefix(lead_state, part, slice.size(), slice.begin, prefix, logits);
+    g.cluster.sync();  // every block's tokens are in block 0
+    const bool held = guess_holds(lead_state->candidate_count, k);
+    g.cluster.sync();  // every block has read the count before block 0 goes on with it
+    if (held) return true;
+  }
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
   if (threadIdx.x == 0) s.candidate_count = 0u;
   __syncthreads();
@@ -220,7 +234,7 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
   if (top_k_filters(k, a.n)) {
     const bool gathered =
         k <= kCandidateCapacity &&
-        gather_top_bins_in_cluster(g, s, part, slice, uint32_t(k), true);
+        gather_top_bins_in_cluster(g, s, part, slice, a.n, uint32_t(k), true);
     cut = g.broadcast(s, [&] {
       return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
                       : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
@@ -352,8 +366,8 @@ __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
                    a.output_stride);
       }
       constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-      if (gather_top_bins_in_cluster(g, s, slice_input(row, slice), slice, uint32_t(steps.k),
-                                     logits)) {
+      if (gather_top_bins_in_cluster(g, s, slice_input(row, slice), slice, a.n,
+                                     uint32_t(steps.k), logits)) {
         if (g.lead()) {
           cutoff_of_candidates(s, a.n, uint32_t(steps.k), logits, true);
           finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);

@@ -88,7 +88,17 @@ uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
 
 // Rows whose top-p cut is their very first token (one mass dwarfs the rest) or needs their very
 // last (equal masses and one small one at the end, reached by top_p just below 1).
+// Kind 11: rows that mislead the top-k filter's guess from a sample in one block (the sample's
+// runs of kSampleRun every n / (kSampleKeys / kSampleRun) tokens): runs valued 1000 down to 873,
+// the row's other tokens low but for a value just under the third run's at every 97th, so that
+// the guess gathers the first three runs and those, about 780 tokens: fewer than k = 1024.
 uint32_t edge_value(int kind, bool probs, int64_t i, int64_t n, uint32_t body) {
+  if (kind == 11) {
+    const int64_t stride = n / (kSampleKeys / kSampleRun);
+    const float scale = probs ? 1e-6f : 1.0f;
+    if (i % stride < kSampleRun) return bits_of(scale * float(1000 - i / stride));
+    return bits_of(i % 97 == 0 ? scale * 997.5f : scale * float(i % 13));
+  }
   if (kind == 8 && i == 0) return bits_of(probs ? 0x1p60f : 0.0f);
   if (kind == 8) return bits_of(probs ? 1.0f : -30.0f);
   if (kind == 9 && i == n - 1) return bits_of(probs ? 0x1p-10f : -6.9314718f);
@@ -377,6 +387,35 @@ int main(int argc, char** argv) {
         }
         check(cpu, c, rng);
       }
+    }
+  }
+  // The top-k filter's guess from a sample of keys (k at most half the candidates' capacity, at
+  // least kMinSampledTokens tokens a block: 70000 tokens guess in one block and in clusters of 2
+  // to 4): gaussian rows, where the guess holds, and rows of ties, specials, every binade and
+  // near-equal values, where it may gather too many or too few and the histogram takes over; k
+  // at the guess's limits (1, and half the capacity, and one past it); kind 11 gathers fewer than
+  // k = 1024 but more than 700.
+  for (mtk_sampling_op op : ops) {
+    const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
+                        op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
+    for (const int kind : {0, 1, 2, 6, 10, 11}) {
+      Case c{};
+      c.op = op;
+      c.dtype = logits && kind == 0 ? MTK_BFLOAT16 : MTK_FLOAT32;
+      const int64_t misled_ks[] = {kCandidateCapacity / 2, kCandidateCapacity / 2, 700};
+      c.rows = 3;
+      c.n = 70000;
+      c.per_row = true;
+      c.kind = kind;
+      const int64_t ks[] = {1, kCandidateCapacity / 2, 50, kCandidateCapacity / 2 + 1, 700};
+      for (int64_t r = 0; r < c.rows; ++r) {
+        c.top_k.push_back(kind == 11 ? misled_ks[r] : ks[size_t(r + kind) % 5]);
+        c.top_p.push_back(r == 1 ? 0.9f : 1.0f);
+        c.min_p.push_back(0.0f);
+        c.temperature.push_back(1.0f);
+        c.uniforms.push_back(float(rng() % 1000) / 1000.0f);
+      }
+      check(cpu, c, rng);
     }
   }
   // Probabilities that neither top-k nor top-p filters (min_p_row reads the input alone): every
