@@ -572,6 +572,12 @@ __device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float 
 }
 
 // v of lane `source`, in every lane of the warp.
+__device__ __forceinline__ unsigned long long shuffle_word_from(unsigned long long v, int source) {
+  const uint32_t low = __shfl_sync(kFullWarp, uint32_t(v), source);
+  const uint32_t high = __shfl_sync(kFullWarp, uint32_t(v >> 32), source);
+  return (uint64_t(high) << 32) | low;
+}
+
 __device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
   for (int i = 0; i < 4; ++i) {
     const uint32_t low = __shfl_sync(kFullWarp, uint32_t(v.limb[i]), source);

@@ -732,12 +732,182 @@ __device__ __forceinline__ InputRow<Format> input_row(const SamplingArgs& a, int
           a.input_stride};
 }
 
+// ---- a few candidates, finished by one warp ----------------------------------------------------
+// A top-k filter that keeps at most kWarpCandidates tokens (the engines' common top_k = 50)
+// leaves little work after it, but finish_row's block passes (top-p's search, the sort by index,
+// the draw's scans) take some sixty block barriers. Warp 0 does the same alone: two candidates a
+// lane, sorted by warp-wide bitonic sorts, cut and drawn through warp scans of the same exact
+// sums, so the results are finish_row's bit for bit.
+constexpr int kWarpCandidates = 64;
+
+// Sorts the warp's 64 words, word t of lane l at position 2l + t, descending.
+__device__ __forceinline__ void warp_sort_descending(unsigned long long (&w)[2]) {
+  const int lane = int(threadIdx.x & 31);
+#pragma unroll
+  for (int size = 2; size <= kWarpCandidates; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      if (stride == 1) {  // positions 2l and 2l + 1: both in this lane
+        const bool descending = ((2 * lane) & size) == 0;
+        if ((w[0] < w[1]) == descending) {
+          const unsigned long long t = w[0];
+          w[0] = w[1];
+          w[1] = t;
+        }
+        continue;
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const unsigned long long other = __shfl_xor_sync(kFullWarp, w[t], stride >> 1);
+        const int position = 2 * lane + t;
+        const bool larger_here = ((position & stride) == 0) == ((position & size) == 0);
+        w[t] = larger_here ? (w[t] > other ? w[t] : other) : (w[t] < other ? w[t] : other);
+      }
+    }
+  }
+}
+
+// The exact sums of the masses up to and including each of the lane's two positions, in the
+// order of the warp's positions (2l + t).
+struct WarpPrefix {
+  ExactSum through[2];
+};
+
+__device__ __forceinline__ WarpPrefix warp_prefix_sums(float first, float second) {
+  const int lane = int(threadIdx.x & 31);
+  const ExactSum own_first =
+      bits_from_float(first) != 0u ? exact_of_mass(first) : exact_zero();
+  const ExactSum own_both =
+      bits_from_float(second) != 0u ? exact_add_mass(own_first, second) : own_first;
+  const ExactSum inclusive = warp_inclusive_exact(own_both);
+  ExactSum before = shuffle_exact_up(inclusive, 1);
+  if (lane == 0) before = exact_zero();
+  return {{exact_add(before, own_first), exact_add(before, own_both)}};
+}
+
+// The first of the warp's positions whose prefix sum passes `test`, in every lane (64 where
+// none does).
+template <class Passes>
+__device__ __forceinline__ int first_position(const WarpPrefix& prefix, Passes passes) {
+  const unsigned at_first = __ballot_sync(kFullWarp, passes(prefix.through[0]));
+  const unsigned at_second = __ballot_sync(kFullWarp, passes(prefix.through[1]));
+  const int first = at_first != 0u ? 2 * (__ffs(at_first) - 1) : kWarpCandidates;
+  const int second = at_second != 0u ? 2 * (__ffs(at_second) - 1) + 1 : kWarpCandidates;
+  return first < second ? first : second;
+}
+
+// Whether finish_in_one_warp finishes this row: few enough candidates with mass, and min-p
+// keeping the largest (where it keeps nothing, the row's draw falls back to its first token,
+// which the block finds).
+__device__ __forceinline__ bool finishes_in_one_warp(const SharedState& s, const SamplingArgs& a,
+                                                     int64_t r, const MassTotals& totals) {
+  return s.candidate_count <= uint32_t(kWarpCandidates) && !exact_is_zero(totals.total) &&
+         min_p_least(totals.most, a.min_p.at(r)) <= totals.most;
+}
+
+// finish_row on the candidates (at most kWarpCandidates, their masses computed, with mass in
+// all), by warp 0 alone: top-p's cut (the shortest prefix in descending mass, ties to the lower
+// index, whose sum reaches its target), min-p, then the renormalised masses or the draw (the
+// first token in index order whose cumulative mass exceeds the uniform's share of the total).
+template <mtk_sampling_op kOp>
+__device__ void finish_in_one_warp(SharedState& s, const SamplingArgs& a, int64_t r,
+                                   const MassTotals& totals) {
+  const int lane = int(threadIdx.x & 31);
+  const int count = int(s.candidate_count);
+  uint32_t index[2];
+  float mass[2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const int j = 2 * lane + t;
+    index[t] = j < count ? s.candidate_index[j] : 0u;
+    mass[t] = j < count ? s.candidate_mass[j] : 0.0f;
+  }
+  ExactSum total = totals.total;
+  const float top_p = a.top_p.at(r);
+  if (top_p_filters(top_p)) {
+    ExactSum target = exact_ceil_scaled(total, top_p_fraction(top_p));
+    if (exact_is_zero(target)) target.limb[0] = 1u;  // "reaches 0" keeps the first token alone
+    unsigned long long order[2];  // descending mass, ties to the lower index; empty slots last
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      order[t] = 2 * lane + t < count
+                     ? (uint64_t(bits_from_float(mass[t])) << 32) | (0xffffffffu - index[t])
+                     : 0u;
+    }
+    warp_sort_descending(order);
+    const WarpPrefix prefix =
+        warp_prefix_sums(float_from_bits(uint32_t(order[0] >> 32)),
+                         float_from_bits(uint32_t(order[1] >> 32)));
+    const int last = first_position(
+        prefix, [&](const ExactSum& sum) { return exact_compare(sum, target) >= 0; });
+    // The cut's word: candidates at or above it in the order are kept.
+    // Positions picked by value, not by indexing: an array indexed at run time would live in
+    // local memory.
+    const bool second = (last & 1) != 0;
+    const unsigned long long cut = shuffle_word_from(second ? order[1] : order[0], last >> 1);
+    total = shuffle_exact_from(second ? prefix.through[1] : prefix.through[0], last >> 1);
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const unsigned long long word =
+          (uint64_t(bits_from_float(mass[t])) << 32) | (0xffffffffu - index[t]);
+      if (word < cut) mass[t] = 0.0f;
+    }
+  }
+  const float min_p = a.min_p.at(r);
+  if (min_p_filters(min_p)) {
+    const uint32_t least = min_p_least(totals.most, min_p);
+    ExactSum own = exact_zero();
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      if (bits_from_float(mass[t]) < least) mass[t] = 0.0f;
+      if (bits_from_float(mass[t]) != 0u) own = exact_add_mass(own, mass[t]);
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      own = exact_add(own, shuffle_exact_xor(own, offset));
+    }
+    total = own;
+  }
+  if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
+    const float sum = exact_to_f32(total);
+    const MassDivisor divisor = mass_divisor(bits_from_float(sum) != 0u ? sum : 1.0f);
+    float* const out = renormalised_row(a, r);
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      if (2 * lane + t < count) {
+        out[int64_t(index[t]) * a.output_stride] =
+            bits_from_float(mass[t]) != 0u ? divide_by(mass[t], divisor) : 0.0f;
+      }
+    }
+  } else {
+    unsigned long long order[2];  // index order; empty slots last
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      order[t] = 2 * lane + t < count
+                     ? (uint64_t(0xffffffffu - index[t]) << 32) | bits_from_float(mass[t])
+                     : 0u;
+    }
+    warp_sort_descending(order);
+    const WarpPrefix prefix = warp_prefix_sums(float_from_bits(uint32_t(order[0])),
+                                               float_from_bits(uint32_t(order[1])));
+    const ExactSum threshold = exact_scaled(total, clamped_uniform(a.uniforms.at(r))).floor;
+    const int token_at = first_position(
+        prefix, [&](const ExactSum& sum) { return exact_compare(sum, threshold) > 0; });
+    const unsigned long long word =
+        shuffle_word_from((token_at & 1) != 0 ? order[1] : order[0], token_at >> 1);
+    write_token(a, r, 0xffffffffu - uint32_t(word >> 32));
+  }
+}
+
 // The end of a row whose top-k filter left exactly the kept tokens in the candidates.
 template <mtk_sampling_op kOp, class Format>
 __device__ void finish_on_candidates(SharedState& s, const SamplingArgs& a, int64_t r,
                                      const InputRow<Format>& row, float reciprocal) {
   const MassTotals totals =
       candidate_masses(s, kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS, reciprocal);
+  if (finishes_in_one_warp(s, a, r, totals)) {
+    if (threadIdx.x < 32) finish_in_one_warp<kOp>(s, a, r, totals);
+    return;
+  }
   Candidates view{&s};
   finish_row<kOp>(s, a, r, row, view, totals, true);
 }
