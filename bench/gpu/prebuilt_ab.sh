@@ -13,6 +13,8 @@
 #       then `bench/peers/run.sh` with PARTS ($PARTS, default sampling-flashinfer) for each
 #       revision in turn, $ROUNDS times (default 2), and prints each case's time per revision
 #       and the geometric mean of each revision against the first and against the fastest peer.
+#       SANITIZE=1 then runs compute-sanitizer memcheck (--quick) and racecheck (--sanitize) on
+#       the last revision's sampling conformance.
 # Logs and each run's JSON go to $OUT (default ./gpu-out/ab).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -104,10 +106,20 @@ for name in names:
     print(f"{name}: {base:.3f}x the first revision, {peer:.3f}x the fastest peer "
           f"(geometric means over {len(pairs)} cases)")
 PY
+  if [ -n "${SANITIZE:-}" ]; then
+    local tool
+    for tool in memcheck:--quick racecheck:--sanitize; do
+      LD_LIBRARY_PATH=$ROOT/build-ab/$last timeout 320 compute-sanitizer --tool "${tool%%:*}" \
+        --error-exitcode 9 "build-ab/$last/cuda_sampling_conformance" "${tool#*:}" \
+        > "$out/${tool%%:*}-sampling.log" 2>&1
+      echo "[run] ${tool%%:*} of the sampling conformance (${tool#*:}): exit $?"
+      tail -n 3 "$out/${tool%%:*}-sampling.log"
+    done
+  fi
 }
 
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) run ;;
-  *) sed -n 2,16p "$0"; exit 2 ;;
+  *) sed -n 2,18p "$0"; exit 2 ;;
 esac
