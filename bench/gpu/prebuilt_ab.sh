@@ -25,6 +25,7 @@ pack() {
   local work=${AB_WORK:-/tmp/prebuilt-ab} names=() last=""
   rm -rf build-ab
   mkdir -p "$work" .carry
+  git worktree prune
   for spec in "$@"; do
     local name=${spec%%=*} rev=${spec#*=}
     names+=("$name")
