@@ -107,9 +107,15 @@ __device__ __forceinline__ ExactSum warp_inclusive_exact(ExactSum v) {
   return v;
 }
 
+// The warp's total, in every lane.
+__device__ __forceinline__ ExactSum warp_exact_sum(ExactSum v) {
+  for (int mask = 16; mask > 0; mask >>= 1) v = exact_add(v, shuffle_exact_xor(v, mask));
+  return v;
+}
+
 // The block's total, in every thread.
 __device__ __forceinline__ ExactSum block_exact_sum(SharedState& s, ExactSum v) {
-  for (int mask = 16; mask > 0; mask >>= 1) v = exact_add(v, shuffle_exact_xor(v, mask));
+  v = warp_exact_sum(v);
   if ((threadIdx.x & 31) == 0) s.warp_sums[threadIdx.x >> 5] = v;
   __syncthreads();
   ExactSum total = exact_zero();
@@ -579,11 +585,7 @@ __device__ __forceinline__ unsigned long long shuffle_word_from(unsigned long lo
 }
 
 __device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t low = __shfl_sync(kFullWarp, uint32_t(v.limb[i]), source);
-    const uint32_t high = __shfl_sync(kFullWarp, uint32_t(v.limb[i] >> 32), source);
-    v.limb[i] = (uint64_t(high) << 32) | low;
-  }
+  for (int i = 0; i < 4; ++i) v.limb[i] = shuffle_word_from(v.limb[i], source);
   return v;
 }
 
@@ -606,7 +608,7 @@ __device__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
   const WarpRanges ranges(view.count());
   const int64_t warp_begin = ranges.begin(warp);
   ExactSum own = sum_of_masses(view, warp_begin, ranges.end(warp_begin), lane, 32);
-  for (int mask = 16; mask > 0; mask >>= 1) own = exact_add(own, shuffle_exact_xor(own, mask));
+  own = warp_exact_sum(own);
   if (lane == 0) s.warp_sums[warp] = own;
   __syncthreads();
   ExactSum total = exact_zero();

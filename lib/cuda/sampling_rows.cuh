@@ -816,24 +816,24 @@ __device__ void finish_in_one_warp(SharedState& s, const SamplingArgs& a, int64_
   const int count = int(s.candidate_count);
   uint32_t index[2];
   float mass[2];
+  // Each candidate's place in top-p's order: descending mass, ties to the lower index; empty
+  // slots last.
+  unsigned long long rank_word[2];
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
     const int j = 2 * lane + t;
     index[t] = j < count ? s.candidate_index[j] : 0u;
     mass[t] = j < count ? s.candidate_mass[j] : 0.0f;
+    rank_word[t] = j < count
+                       ? (uint64_t(bits_from_float(mass[t])) << 32) | (0xffffffffu - index[t])
+                       : 0u;
   }
   ExactSum total = totals.total;
   const float top_p = a.top_p.at(r);
   if (top_p_filters(top_p)) {
     ExactSum target = exact_ceil_scaled(total, top_p_fraction(top_p));
     if (exact_is_zero(target)) target.limb[0] = 1u;  // "reaches 0" keeps the first token alone
-    unsigned long long order[2];  // descending mass, ties to the lower index; empty slots last
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      order[t] = 2 * lane + t < count
-                     ? (uint64_t(bits_from_float(mass[t])) << 32) | (0xffffffffu - index[t])
-                     : 0u;
-    }
+    unsigned long long order[2] = {rank_word[0], rank_word[1]};
     warp_sort_descending(order);
     const WarpPrefix prefix =
         warp_prefix_sums(float_from_bits(uint32_t(order[0] >> 32)),
@@ -848,9 +848,7 @@ __device__ void finish_in_one_warp(SharedState& s, const SamplingArgs& a, int64_
     total = shuffle_exact_from(second ? prefix.through[1] : prefix.through[0], last >> 1);
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      const unsigned long long word =
-          (uint64_t(bits_from_float(mass[t])) << 32) | (0xffffffffu - index[t]);
-      if (word < cut) mass[t] = 0.0f;
+      if (rank_word[t] < cut) mass[t] = 0.0f;
     }
   }
   const float min_p = a.min_p.at(r);
@@ -862,10 +860,7 @@ __device__ void finish_in_one_warp(SharedState& s, const SamplingArgs& a, int64_
       if (bits_from_float(mass[t]) < least) mass[t] = 0.0f;
       if (bits_from_float(mass[t]) != 0u) own = exact_add_mass(own, mass[t]);
     }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      own = exact_add(own, shuffle_exact_xor(own, offset));
-    }
-    total = own;
+    total = warp_exact_sum(own);
   }
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
     const float sum = exact_to_f32(total);
