@@ -38,6 +38,18 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_split_rows_ker
                                                  blockIdx.x / cluster.num_blocks());
 }
 
+// Rows of probabilities that min-p alone filters (every_row_reads_input_alone), a row to a block,
+// in a kernel of their own: the registers and spills of the other steps stay out of its two
+// reads.
+template <mtk_sampling_op kOp>
+__global__ __launch_bounds__(sampling::kThreads, 2) void min_p_rows_kernel(
+    sampling::SamplingArgs args) {
+  __shared__ sampling::SharedState shared;
+  wait_for_previous_kernel();
+  sampling::min_p_row<kOp>(shared, args, blockIdx.x,
+                           sampling::input_row<sampling::Float32Input>(args, blockIdx.x));
+}
+
 // Dynamic shared memory the split kernels reserve and never use, so that no two blocks share an
 // SM (228 KB an SM on the H100 and H200, 37 KB of static shared memory a block): the split
 // spreads a row over SMs, and two of its blocks on one SM share its load units. Measured: 64 rows
@@ -131,6 +143,12 @@ template <mtk_sampling_op kOp>
 bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingProblem& p,
                              const RowLaunch& l) {
   if (p.dtype != MTK_FLOAT32) return false;
+  if (l.blocks == 1u && every_row_reads_input_alone(p)) {
+    launch_overlapped<min_p_rows_kernel<kOp>>(dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0,
+                                              l.stream, "launching the min-p sampling kernel",
+                                              args);
+    return true;
+  }
   launch_rows<kOp, sampling::Float32Input>(args, l);
   return true;
 }

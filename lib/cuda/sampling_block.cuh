@@ -30,9 +30,9 @@ constexpr int kWideBins = 1 << kWideBits;
 // Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
 constexpr int kCandidateCapacity = 2048;
 // A top-k filter that keeps at most half that many tokens of a row of at least
-// kMinSampledTokens first guesses which tokens to gather from the keys of kSampleKeys of them
-// (shared out among the blocks of a split row), taken in runs of kSampleRun (one coalesced load
-// a warp): sampling_rows.cuh, gather_top_bins.
+// kMinSampledTokens a block first guesses which tokens to gather from the keys of kSampleKeys of
+// them (shared out among the blocks of a split row), taken in runs of kSampleRun (one coalesced
+// load a warp): sampling_rows.cuh, gather_top_bins.
 constexpr int kSampleKeys = 4096;
 constexpr int kSampleRun = 32;
 constexpr int64_t kMinSampledTokens = 4 * kSampleKeys;

@@ -181,24 +181,28 @@ __device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, ui
 // of every key from some key up (index and input value) into the candidates, where they hold
 // the row's k largest and every token tied with the k-th, so that the filter's cutoff is found
 // among them alone (cutoff_of_candidates). Two ways: a guess from a sample of the keys, in one
-// read of the row, where k is at most half the capacity and the row long; else, or where the
-// guess gathered fewer than k tokens or more than fit, a histogram of the keys' top 12 bits, in
-// two reads.
+// read of the row, where k is at most half the capacity and the row long (a second guess, aimed
+// by how many the first gathered, where that was fewer than k or more than fit); else, or where
+// both missed, a histogram of the keys' top 12 bits, in two reads.
 
-// Whether a top-k filter keeping k of a row of n tokens guesses from a sample first.
+// Whether a top-k filter keeping k of a row of n tokens (of each block's slice, in a cluster)
+// guesses from a sample first.
 __device__ __forceinline__ bool guesses_from_sample(int64_t n, uint32_t k) {
   return k <= uint32_t(kCandidateCapacity / 2) && n >= kMinSampledTokens;
 }
 
-// Tokens to aim the guess at: as far from k as from the capacity, so that the sample's error
-// (about 15% at k = 1024 on the benchmark's rows) stays inside both.
+// Tokens to aim the guess at: as many times k as the capacity is times the aim, so that the
+// sample's error stays inside both bounds with the fewest candidates to finish on.
 __device__ __forceinline__ uint32_t sample_target(uint32_t k) {
-  return (k + uint32_t(kCandidateCapacity)) / 2;
+  return uint32_t(sqrtf(float(k) * float(kCandidateCapacity)));
 }
 
 // Keys are guessed and gathered by their top 16 bits: fine enough to place a threshold between
 // neighbouring ranks of the sample, and every token of one key falls on the same side.
 constexpr int kGuessShift = 16;
+
+// Guesses a row may take before the histogram: the second aims by what the first gathered.
+constexpr int kGuesses = 2;
 
 // The keys each of `blocks` blocks samples: a whole number of runs, kSampleKeys in all (or just
 // under). A block's share of a row of kMinSampledTokens or more then holds at least four times
@@ -207,13 +211,11 @@ __device__ __forceinline__ int sample_keys_per_block(unsigned blocks) {
   return kSampleKeys / int(blocks) / kSampleRun * kSampleRun;
 }
 
-// The 16-bit key prefix at or above which about sample_target(k) of the row's n tokens lie,
-// from `keys` keys of the `size` tokens of `part` in every block of the group (`sampled` keys in
-// all): keys / kSampleRun runs spread evenly over `part`.
-template <class Format, class Group>
-__device__ uint32_t sampled_key_prefix(SharedState& s, const InputRow<Format>& part, int64_t size,
-                                       int keys, int64_t n, int64_t sampled, uint32_t k,
-                                       bool logits, const Group& g) {
+// Loads into s.sample_keys the top 16 bits of `keys` keys of the `size` tokens of `part`:
+// keys / kSampleRun runs spread evenly over it.
+template <class Format>
+__device__ void load_key_sample(SharedState& s, const InputRow<Format>& part, int64_t size,
+                                int keys, bool logits) {
   constexpr int kMostPerThread = kSampleKeys / kThreads;
   const int64_t run_stride = size / (keys / kSampleRun);
   uint32_t loaded[kMostPerThread];  // every load in flight before the first store
@@ -229,13 +231,37 @@ __device__ uint32_t sampled_key_prefix(SharedState& s, const InputRow<Format>& p
     if (j < keys) s.sample_keys[j] = loaded[u];
   }
   __syncthreads();
+}
+
+// The 16-bit key prefix of the rank-th largest of the group's sample (`keys` in each block).
+template <class Group>
+__device__ CountSelection sample_prefix(SharedState& s, int keys, uint32_t rank, const Group& g) {
   const auto for_each_sample = [&](auto&& f) {
     for (int j = threadIdx.x; j < keys; j += kThreads) f(s.sample_keys[j]);
   };
-  // The sample's rank matching the target (at least 1; at most an eighth of the sample, as the
-  // row holds at least four samples' worth and the target is at most the capacity).
-  const int64_t rank = (int64_t(sample_target(k)) * sampled + n - 1) / n;
-  return select_by_count(s, for_each_sample, 32 - kGuessShift, uint32_t(rank), true, g).value;
+  return select_by_count(s, for_each_sample, 32 - kGuessShift, rank, true, g);
+}
+
+// The sample's rank to aim a row's first guess at (at least 1; at most an eighth of the sample,
+// as the row holds at least four samples' worth and the target is at most the capacity).
+__device__ __forceinline__ uint32_t first_sample_rank(uint32_t k, int64_t n, int64_t sampled) {
+  return uint32_t((int64_t(sample_target(k)) * sampled + n - 1) / n);
+}
+
+// The rank for the next guess, after `guess` gathered `gathered` tokens (fewer than k or more
+// than fit): the sample's keys at or above the guess's prefix scaled by how far the gathered
+// count missed the target, moved past the prefix's own keys; 0 where no other prefix is left.
+__device__ __forceinline__ uint32_t next_sample_rank(CountSelection guess, uint32_t gathered,
+                                                     uint32_t k, int64_t sampled) {
+  const uint64_t at_or_above = uint64_t(guess.before) + guess.equal;
+  uint64_t rank = at_or_above * sample_target(k) / (gathered == 0u ? 1u : gathered);
+  if (gathered > uint32_t(kCandidateCapacity)) {
+    if (guess.before == 0u) return 0u;
+    return uint32_t(rank < 1u ? 1u : rank > guess.before ? guess.before : rank);
+  }
+  if (at_or_above >= uint64_t(sampled)) return 0u;
+  return uint32_t(rank <= at_or_above ? at_or_above + 1u
+                                      : rank > uint64_t(sampled) ? uint64_t(sampled) : rank);
 }
 
 // Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
@@ -267,14 +293,18 @@ __device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int
   using Raw = typename Format::Raw;
   constexpr int kShift = 32 - kWideBits;
   if (guesses_from_sample(n, k)) {
-    if (threadIdx.x == 0) s.candidate_count = 0u;  // the selection's barriers order it first
-    const uint32_t prefix =
-        sampled_key_prefix(s, row, n, kSampleKeys, n, kSampleKeys, k, logits, OneBlock{});
-    gather_from_prefix(&s, row, n, 0, prefix, logits);
-    __syncthreads();
-    const bool held = guess_holds(s.candidate_count, k);
-    __syncthreads();  // every thread has read the count before the histogram's reset
-    if (held) return true;
+    load_key_sample(s, row, n, kSampleKeys, logits);
+    uint32_t rank = first_sample_rank(k, n, kSampleKeys);
+    for (int guess = 0; guess < kGuesses && rank != 0u; ++guess) {
+      if (threadIdx.x == 0) s.candidate_count = 0u;  // the selection's barriers order it first
+      const CountSelection prefix = sample_prefix(s, kSampleKeys, rank, OneBlock{});
+      gather_from_prefix(&s, row, n, 0, prefix.value, logits);
+      __syncthreads();
+      const uint32_t gathered = s.candidate_count;
+      __syncthreads();  // every thread has read the count before it is reset
+      if (guess_holds(gathered, k)) return true;
+      rank = next_sample_rank(prefix, gathered, k, kSampleKeys);
+    }
   }
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
   if (threadIdx.x == 0) s.candidate_count = 0u;

@@ -163,19 +163,25 @@ __device__ bool gather_top_bins_in_cluster(const ClusterGroup<Cluster>& g, Share
   using Raw = typename Format::Raw;
   constexpr int kShift = 32 - kWideBits;
   SharedState* const lead_state = g.lead_state(s);
-  if (guesses_from_sample(n, k)) {
-    // Block 0's count is reset before the selection's cluster barriers, every block gathers
-    // after them.
-    if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
-    const unsigned blocks = g.cluster.num_blocks();
+  const unsigned blocks = g.cluster.num_blocks();
+  // Where each block's slice is short, its read costs less than the sample's cluster barriers.
+  if (guesses_from_sample(n / blocks, k)) {
     const int keys = sample_keys_per_block(blocks);
-    const uint32_t prefix = sampled_key_prefix(s, part, slice.size(), keys, n,
-                                               int64_t(keys) * blocks, k, logits, g);
-    gather_from_prefix(lead_state, part, slice.size(), slice.begin, prefix, logits);
-    g.cluster.sync();  // every block's tokens are in block 0
-    const bool held = guess_holds(lead_state->candidate_count, k);
-    g.cluster.sync();  // every block has read the count before block 0 goes on with it
-    if (held) return true;
+    const int64_t sampled = int64_t(keys) * blocks;
+    load_key_sample(s, part, slice.size(), keys, logits);
+    uint32_t rank = first_sample_rank(k, n, sampled);
+    for (int guess = 0; guess < kGuesses && rank != 0u; ++guess) {
+      // Block 0's count is reset before the selection's cluster barriers, every block gathers
+      // after them.
+      if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
+      const CountSelection prefix = sample_prefix(s, keys, rank, g);
+      gather_from_prefix(lead_state, part, slice.size(), slice.begin, prefix.value, logits);
+      g.cluster.sync();  // every block's tokens are in block 0
+      const uint32_t gathered = lead_state->candidate_count;
+      g.cluster.sync();  // every block has read the count before block 0 resets or goes on
+      if (guess_holds(gathered, k)) return true;
+      rank = next_sample_rank(prefix, gathered, k, sampled);
+    }
   }
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
   if (threadIdx.x == 0) s.candidate_count = 0u;
