@@ -181,9 +181,9 @@ __device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, ui
 // of every key from some key up (index and input value) into the candidates, where they hold
 // the row's k largest and every token tied with the k-th, so that the filter's cutoff is found
 // among them alone (cutoff_of_candidates). Two ways: a guess from a sample of the keys, in one
-// read of the row, where k is at most half the capacity and the row long (a second guess, aimed
-// by how many the first gathered, where that was fewer than k or more than fit); else, or where
-// both missed, a histogram of the keys' top 12 bits, in two reads.
+// read of the row, where k is at most half the capacity and the row long (another guess, aimed
+// by how many the last gathered, where that was fewer than k or more than fit); else, or where
+// kGuesses missed, a histogram of the keys' top 12 bits, in two reads.
 
 // Whether a top-k filter keeping k of a row of n tokens (of each block's slice, in a cluster)
 // guesses from a sample first.
@@ -201,8 +201,9 @@ __device__ __forceinline__ uint32_t sample_target(uint32_t k) {
 // neighbouring ranks of the sample, and every token of one key falls on the same side.
 constexpr int kGuessShift = 16;
 
-// Guesses a row may take before the histogram: the second aims by what the first gathered.
-constexpr int kGuesses = 2;
+// Guesses a row may take before the histogram: each after the first aims by what the one
+// before gathered.
+constexpr int kGuesses = 3;
 
 // The keys each of `blocks` blocks samples: a whole number of runs, kSampleKeys in all (or just
 // under). A block's share of a row of kMinSampledTokens or more then holds at least four times
@@ -249,19 +250,20 @@ __device__ __forceinline__ uint32_t first_sample_rank(uint32_t k, int64_t n, int
 }
 
 // The rank for the next guess, after `guess` gathered `gathered` tokens (fewer than k or more
-// than fit): the sample's keys at or above the guess's prefix scaled by how far the gathered
-// count missed the target, moved past the prefix's own keys; 0 where no other prefix is left.
+// than fit): the sample holds one key in every n / sampled of the row's, so the target lies
+// about (target - gathered) * sampled / n keys past the guess's own, whatever the guess's luck;
+// at least one key past its prefix; 0 where no other prefix is left.
 __device__ __forceinline__ uint32_t next_sample_rank(CountSelection guess, uint32_t gathered,
-                                                     uint32_t k, int64_t sampled) {
-  const uint64_t at_or_above = uint64_t(guess.before) + guess.equal;
-  uint64_t rank = at_or_above * sample_target(k) / (gathered == 0u ? 1u : gathered);
+                                                     uint32_t k, int64_t n, int64_t sampled) {
+  const int64_t at_or_above = int64_t(guess.before) + guess.equal;
+  const int64_t rank =
+      at_or_above + (int64_t(sample_target(k)) - int64_t(gathered)) * sampled / n;
   if (gathered > uint32_t(kCandidateCapacity)) {
     if (guess.before == 0u) return 0u;
-    return uint32_t(rank < 1u ? 1u : rank > guess.before ? guess.before : rank);
+    return uint32_t(rank < 1 ? 1 : rank > int64_t(guess.before) ? int64_t(guess.before) : rank);
   }
-  if (at_or_above >= uint64_t(sampled)) return 0u;
-  return uint32_t(rank <= at_or_above ? at_or_above + 1u
-                                      : rank > uint64_t(sampled) ? uint64_t(sampled) : rank);
+  if (at_or_above >= sampled) return 0u;
+  return uint32_t(rank <= at_or_above ? at_or_above + 1 : rank > sampled ? sampled : rank);
 }
 
 // Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
@@ -303,7 +305,7 @@ __device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int
       const uint32_t gathered = s.candidate_count;
       __syncthreads();  // every thread has read the count before it is reset
       if (guess_holds(gathered, k)) return true;
-      rank = next_sample_rank(prefix, gathered, k, kSampleKeys);
+      rank = next_sample_rank(prefix, gathered, k, n, kSampleKeys);
     }
   }
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;

@@ -180,7 +180,7 @@ __device__ bool gather_top_bins_in_cluster(const ClusterGroup<Cluster>& g, Share
       const uint32_t gathered = lead_state->candidate_count;
       g.cluster.sync();  // every block has read the count before block 0 resets or goes on
       if (guess_holds(gathered, k)) return true;
-      rank = next_sample_rank(prefix, gathered, k, sampled);
+      rank = next_sample_rank(prefix, gathered, k, n, sampled);
     }
   }
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;

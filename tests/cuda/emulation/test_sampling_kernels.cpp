@@ -90,15 +90,15 @@ uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
 // last (equal masses and one small one at the end, reached by top_p just below 1).
 // Kind 11: rows that mislead the top-k filter's guess from a sample in one block (the sample's
 // runs of kSampleRun every n / (kSampleKeys / kSampleRun) tokens): runs valued 1000 down to 873,
-// the row's other tokens low but for a value just under the third run's at every 97th, so that
-// the guess gathers a few runs and those, about 840 tokens, and the second guess, aimed by that
-// count, about 970: both fewer than k = 1024.
+// the row's other tokens low but for a value just under the third run's at every 113th, so that
+// the guess gathers a few runs and those, about 740 tokens, and the next two, each aimed by the
+// count before, about 870 and 1000: all fewer than k = 1024.
 uint32_t edge_value(int kind, bool probs, int64_t i, int64_t n, uint32_t body) {
   if (kind == 11) {
     const int64_t stride = n / (kSampleKeys / kSampleRun);
     const float scale = probs ? 1e-6f : 1.0f;
     if (i % stride < kSampleRun) return bits_of(scale * float(1000 - i / stride));
-    return bits_of(i % 97 == 0 ? scale * 997.5f : scale * float(i % 13));
+    return bits_of(i % 113 == 0 ? scale * 997.5f : scale * float(i % 13));
   }
   if (kind == 8 && i == 0) return bits_of(probs ? 0x1p60f : 0.0f);
   if (kind == 8) return bits_of(probs ? 1.0f : -30.0f);
@@ -395,7 +395,7 @@ int main(int argc, char** argv) {
   // to 4): gaussian rows, where the guess holds, and rows of ties, specials, every binade and
   // near-equal values, where it may gather too many or too few and the histogram takes over; k
   // at the guess's limits (1, and half the capacity, and one past it); kind 11 gathers fewer than
-  // k = 1024 twice (then the histogram) but more than 700.
+  // k = 1024 on every guess (then the histogram) but more than 700.
   for (mtk_sampling_op op : ops) {
     const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
                         op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
