@@ -316,6 +316,45 @@ void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<u
   }
 }
 
+// The rank of the top-k filter's next guess (next_sample_rank): it moves by the sample's known
+// rate whatever the last guess's luck, always past the prefix that missed, within the sample,
+// and gives up where no other prefix is left. A wrong rank never breaks a result (a guess
+// holds only when its gathered count fits), so only these cases see it.
+void check_next_sample_rank() {
+  struct RankCase {
+    CountSelection guess;  // the prefix that missed: sample keys above it and at it
+    uint32_t gathered, k;
+    int64_t n, sampled;
+    uint32_t want;
+  };
+  const RankCase rank_cases[] = {
+      // One sampled key in 64; k = 50 aims at 320 tokens: the 5th key's prefix gathered 45, so
+      // 275 more lie about 4 keys further down (the ratio 5 keys : 45 tokens would say 35).
+      {{0u, 4u, 1u}, 45u, 50u, 262144, 4096, 9u},
+      // 2191 gathered at the 35th key: 1871 too many, 29 keys back up.
+      {{0u, 34u, 1u}, 2191u, 50u, 262144, 4096, 6u},
+      // A step under one key still leaves the prefix: one key past its own keys ...
+      {{0u, 8u, 2u}, 1000u, 1024u, int64_t(1) << 30, 4096, 11u},
+      // ... or the last key above it.
+      {{0u, 3u, 2u}, 2100u, 1024u, int64_t(1) << 30, 4096, 3u},
+      // A step past either end of the sample stops at it.
+      {{0u, 3990u, 10u}, 20u, 1024u, 16384, 4096, 4096u},
+      {{0u, 40u, 1u}, 60000u, 50u, 262144, 4096, 1u},
+      // No key above a prefix that gathered too many, or none below one that gathered too few.
+      {{0u, 0u, 3u}, 2500u, 50u, 262144, 4096, 0u},
+      {{0u, 4000u, 96u}, 20u, 50u, 262144, 4096, 0u},
+  };
+  for (const RankCase& c : rank_cases) {
+    ++cases;
+    const uint32_t got = next_sample_rank(c.guess, c.gathered, c.k, c.n, c.sampled);
+    if (got != c.want) {
+      ++failures;
+      std::fprintf(stderr, "FAIL next_sample_rank(before %u, equal %u, gathered %u, k %u): %u, "
+                   "want %u\n", c.guess.before, c.guess.equal, c.gathered, c.k, got, c.want);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -324,6 +363,7 @@ int main(int argc, char** argv) {
   CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu));
   emu::fiber_stack_bytes = 256 * 1024;  // the row function inlines deep chains of exact sums
   std::mt19937_64 rng(33);
+  check_next_sample_rank();
   const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS,
                                  MTK_SAMPLING_SAMPLE, MTK_SAMPLING_SAMPLE_FROM_LOGITS};
   // 2500 tokens: the two-read top-k both fits and overflows; 20000 (full runs): rows shaped as
