@@ -32,7 +32,7 @@ constexpr int kCandidateCapacity = 2048;
 // A top-k filter that keeps at most half that many tokens of a row of at least
 // kMinSampledTokens a block first guesses which tokens to gather from the keys of kSampleKeys of
 // them (shared out among the blocks of a split row), taken in runs of kSampleRun (one coalesced
-// load a warp): sampling_rows.cuh, gather_top_bins.
+// load a warp): sampling_rows.cuh, gather_top_candidates.
 constexpr int kSampleKeys = 4096;
 constexpr int kSampleRun = 32;
 constexpr int64_t kMinSampledTokens = 4 * kSampleKeys;
@@ -229,11 +229,19 @@ __device__ __forceinline__ void clear_bins(SharedState& s) {
 // what it decided. The searches below are written once for both.
 
 struct OneBlock {
+  __device__ bool lead() const { return true; }
+  __device__ SharedState* lead_state(SharedState& s) const { return &s; }
+  __device__ unsigned blocks() const { return 1u; }
+  // Every thread of the group waits for the others.
+  __device__ void sync() const { __syncthreads(); }
   // After the bins were cleared, before they are filled.
   __device__ void bins_cleared() const {}
   // After every thread filled its share of the bins (and of sums, where `sums`): the lead's bins
   // are the row's.
   __device__ void sum_bins(SharedState&, bool) const { __syncthreads(); }
+  // The same for wide_counts, cleared before bins_cleared() where `after_bins_cleared`, else
+  // before the group's last sync().
+  __device__ void sum_wide_counts(SharedState&, bool) const { __syncthreads(); }
   // warp 0 of the lead runs scan(), then read(lead's state) in every thread of the group.
   template <class Scan, class Read>
   __device__ auto decide(SharedState& s, Scan scan, Read read) const {

@@ -181,9 +181,19 @@ __device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, ui
 // of every key from some key up (index and input value) into the candidates, where they hold
 // the row's k largest and every token tied with the k-th, so that the filter's cutoff is found
 // among them alone (cutoff_of_candidates). Two ways: a guess from a sample of the keys, in one
-// read of the row, where k is at most half the capacity and the row long (another guess, aimed
-// by how many the last gathered, where that was fewer than k or more than fit); else, or where
-// kGuesses missed, a histogram of the keys' top 12 bits, in two reads.
+// read of the row, where k is at most half the capacity and the row long; else, or where the
+// guess missed (fewer than k gathered, or more than fit), a histogram of the keys' top 12 bits,
+// which takes a read to count and one to gather. One block searches a row, or a cluster of
+// blocks each its slice of it (the Group: OneBlock, or sampling_split.cuh's ClusterGroup), the
+// candidates and counts meeting in the lead block.
+
+// The part of a row one block of its group reads (the whole row for one block). In a cluster: a
+// whole number of 8-token pieces (at least 16 bytes), so that the slices of an aligned row start
+// aligned for 16-byte loads.
+struct RowSlice {
+  int64_t begin, end;
+  __device__ int64_t size() const { return end - begin; }
+};
 
 // Whether a top-k filter keeping k of a row of n tokens (of each block's slice, in a cluster)
 // guesses from a sample first.
@@ -204,6 +214,17 @@ constexpr int kGuessShift = 16;
 // Guesses a row may take before the histogram: each after the first aims by what the one
 // before gathered.
 constexpr int kGuesses = 3;
+
+// The largest k that guesses from the sample alone. Up to it the target lies 2.8 times or more
+// from both bounds and a miss is rare; above it about one row in eight misses at k = 1024 (the
+// target 1.4 times from both), and a batch waits for its slowest row. So above it a row guesses
+// once, and that read also counts the histogram: a miss then costs the histogram's gather, one
+// read, where guessing again could cost several.
+constexpr uint32_t kSureGuessMostK = kCandidateCapacity / 8;
+
+// The fewest sample keys a first guess aims at, where those stand for at most half the capacity:
+// fewer misjudge the row's rate (the 5th key of one benchmark row stood for 45 tokens, not 320).
+constexpr int64_t kLeastFirstRank = 16;
 
 // The keys each of `blocks` blocks samples: a whole number of runs, kSampleKeys in all (or just
 // under). A block's share of a row of kMinSampledTokens or more then holds at least four times
@@ -243,10 +264,14 @@ __device__ CountSelection sample_prefix(SharedState& s, int keys, uint32_t rank,
   return select_by_count(s, for_each_sample, 32 - kGuessShift, rank, true, g);
 }
 
-// The sample's rank to aim a row's first guess at (at least 1; at most an eighth of the sample,
-// as the row holds at least four samples' worth and the target is at most the capacity).
+// The sample's rank to aim a row's first guess at: where the target lies by the sample's rate,
+// but at least kLeastFirstRank where those keys stand for at most half the capacity (at least 1;
+// at most an eighth of the sample, as the row holds at least four samples' worth).
 __device__ __forceinline__ uint32_t first_sample_rank(uint32_t k, int64_t n, int64_t sampled) {
-  return uint32_t((int64_t(sample_target(k)) * sampled + n - 1) / n);
+  const int64_t aimed = (int64_t(sample_target(k)) * sampled + n - 1) / n;
+  const int64_t half_capacity = int64_t(kCandidateCapacity / 2) * sampled / n;
+  const int64_t least = half_capacity < kLeastFirstRank ? half_capacity : kLeastFirstRank;
+  return uint32_t(aimed > least ? aimed : least);
 }
 
 // The rank for the next guess, after `guess` gathered `gathered` tokens (fewer than k or more
@@ -266,14 +291,24 @@ __device__ __forceinline__ uint32_t next_sample_rank(CountSelection guess, uint3
   return uint32_t(rank <= at_or_above ? at_or_above + 1 : rank > sampled ? sampled : rank);
 }
 
+// The histogram's bin of a key.
+constexpr int kWideShift = 32 - kWideBits;
+
+__device__ __forceinline__ void clear_wide_counts(SharedState& s) {
+  for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
+}
+
 // Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
-// prefix is at least `prefix`. Past the capacity it only counts them.
-template <class Format>
-__device__ void gather_from_prefix(SharedState* lead, const InputRow<Format>& part, int64_t size,
-                                   int64_t first, uint32_t prefix, bool logits) {
+// prefix is at least `prefix`; past the capacity it only counts them. kCount: also counts every
+// token into this block's histogram (s.wide_counts).
+template <bool kCount, class Format>
+__device__ void gather_from_prefix(SharedState& s, SharedState* lead, const InputRow<Format>& part,
+                                   int64_t size, int64_t first, uint32_t prefix, bool logits) {
   for_each_element(part, size, [&](int64_t i, typename Format::Raw raw) {
     const float value = value_of<Format>(raw);
-    if ((rank_key(value, logits) >> kGuessShift) >= prefix) {
+    const uint32_t key = rank_key(value, logits);
+    if (kCount) atomicAdd(&s.wide_counts[key >> kWideShift], 1u);
+    if ((key >> kGuessShift) >= prefix) {
       const uint32_t slot = atomicAdd(&lead->candidate_count, 1u);
       if (slot < uint32_t(kCandidateCapacity)) {
         lead->candidate_index[slot] = uint32_t(first + i);
@@ -287,52 +322,81 @@ __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
   return gathered >= k && gathered <= uint32_t(kCandidateCapacity);
 }
 
-// The candidates of the row's top k (see above), in one block: false (nothing gathered) when
-// they do not fit.
-template <class Format>
-__device__ bool gather_top_bins(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                uint32_t k, bool logits) {
+// The candidates of the row's top k (see above), every block of the group reading its slice
+// (`part`, tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
+// candidates hold them; false in every block, nothing gathered, where they would not fit.
+template <class Format, class Group>
+__device__ bool gather_top_candidates(const Group& g, SharedState& s, const InputRow<Format>& part,
+                                      RowSlice slice, int64_t n, uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
-  constexpr int kShift = 32 - kWideBits;
-  if (guesses_from_sample(n, k)) {
-    load_key_sample(s, row, n, kSampleKeys, logits);
-    uint32_t rank = first_sample_rank(k, n, kSampleKeys);
+  SharedState* const lead_state = g.lead_state(s);
+  bool counted = false;  // by the guess's read
+  // In a cluster whose slices are short, each block's read costs less than the sample's barriers.
+  if (guesses_from_sample(n / g.blocks(), k)) {
+    const int keys = sample_keys_per_block(g.blocks());
+    const int64_t sampled = int64_t(keys) * g.blocks();
+    const bool count_while_guessing = k > kSureGuessMostK;
+    load_key_sample(s, part, slice.size(), keys, logits);
+    uint32_t rank = first_sample_rank(k, n, sampled);
     for (int guess = 0; guess < kGuesses && rank != 0u; ++guess) {
-      if (threadIdx.x == 0) s.candidate_count = 0u;  // the selection's barriers order it first
-      const CountSelection prefix = sample_prefix(s, kSampleKeys, rank, OneBlock{});
-      gather_from_prefix(&s, row, n, 0, prefix.value, logits);
-      __syncthreads();
-      const uint32_t gathered = s.candidate_count;
-      __syncthreads();  // every thread has read the count before it is reset
+      // The lead's count is reset before the selection's barriers, every block gathers after.
+      if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
+      const CountSelection prefix = sample_prefix(s, keys, rank, g);
+      if (count_while_guessing) {
+        clear_wide_counts(s);  // over the sample, which every thread has read for the last time
+        __syncthreads();
+        gather_from_prefix<true>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
+                                 logits);
+      } else {
+        gather_from_prefix<false>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
+                                  logits);
+      }
+      g.sync();  // every block's tokens are in the lead's candidates
+      const uint32_t gathered = lead_state->candidate_count;
+      g.sync();  // every block has read the count before the lead resets it or goes on
       if (guess_holds(gathered, k)) return true;
-      rank = next_sample_rank(prefix, gathered, k, n, kSampleKeys);
+      if (count_while_guessing) {
+        counted = true;
+        break;
+      }
+      rank = next_sample_rank(prefix, gathered, k, n, sampled);
     }
   }
-  for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
-  if (threadIdx.x == 0) s.candidate_count = 0u;
-  __syncthreads();
-  for_each_element(row, n, [&](int64_t, Raw raw) {
-    atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kShift], 1u);
-  });
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
-                         [&](uint32_t total) { return total >= k; });
+  if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
+  if (!counted) {
+    clear_wide_counts(s);
+    __syncthreads();
+    g.bins_cleared();
+    for_each_element(part, slice.size(), [&](int64_t, Raw raw) {
+      atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kWideShift], 1u);
+    });
   }
-  __syncthreads();
-  const uint32_t bin = s.selected_bin;
-  const uint32_t gathered = s.selected_count_before + s.wide_counts[bin];
-  __syncthreads();
-  if (gathered > uint32_t(kCandidateCapacity)) return false;
-  for_each_element(row, n, [&](int64_t i, Raw raw) {
+  g.sum_wide_counts(s, !counted);
+  struct TopBins {
+    uint32_t bin, gathered;
+  };
+  const TopBins top = g.decide(
+      s,
+      [&] {
+        scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
+                             [&](uint32_t total) { return total >= k; });
+      },
+      [](const SharedState& l) {
+        return TopBins{l.selected_bin, l.selected_count_before + l.wide_counts[l.selected_bin]};
+      });
+  if (top.gathered > uint32_t(kCandidateCapacity)) {
+    g.sync();  // every block has read the lead's choice before the lead goes on
+    return false;
+  }
+  for_each_element(part, slice.size(), [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
-    if ((rank_key(value, logits) >> kShift) >= bin) {
-      const uint32_t slot = atomicAdd(&s.candidate_count, 1u);
-      s.candidate_index[slot] = uint32_t(i);
-      s.candidate_mass[slot] = value;
+    if ((rank_key(value, logits) >> kWideShift) >= top.bin) {
+      const uint32_t slot = atomicAdd(&lead_state->candidate_count, 1u);
+      lead_state->candidate_index[slot] = uint32_t(slice.begin + i);
+      lead_state->candidate_mass[slot] = value;
     }
   });
-  __syncthreads();
+  g.sync();  // every candidate is in the lead's
   return true;
 }
 
@@ -377,7 +441,8 @@ __device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, i
   __syncthreads();
 }
 
-// The top-k filter's cutoff from candidates that hold the row's k largest (gather_top_bins);
+// The top-k filter's cutoff from candidates that hold the row's k largest
+// (gather_top_candidates);
 // with `keep`, the candidates are left holding exactly the kept tokens.
 __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64_t n, uint32_t k,
                                                            bool logits, bool keep) {
@@ -392,14 +457,15 @@ __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64
 }
 
 // The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
-// tokens are also left in the candidates. The candidates (gather_top_bins) are tried first
+// tokens are also left in the candidates. The candidates (gather_top_candidates) are tried first
 // where k allows; else, or where they do not fit, the threshold search reads the row once per
 // 8 bits of key.
 template <class Format>
 __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
                                    uint32_t k, bool logits, bool gather) {
   using Raw = typename Format::Raw;
-  if (k <= uint32_t(kCandidateCapacity) && gather_top_bins(s, row, n, k, logits)) {
+  if (k <= uint32_t(kCandidateCapacity) &&
+      gather_top_candidates(OneBlock{}, s, row, RowSlice{0, n}, n, k, logits)) {
     return cutoff_of_candidates(s, n, k, logits, gather);
   }
   const auto for_each_token = [&](auto&& f) {

@@ -30,13 +30,6 @@ namespace mtk {
 namespace cuda {
 namespace sampling {
 
-// The part of a row one block of its cluster reads: a whole number of 8-token pieces (at least
-// 16 bytes), so that the slices of an aligned row start aligned for 16-byte loads.
-struct RowSlice {
-  int64_t begin, end;
-  __device__ int64_t size() const { return end - begin; }
-};
-
 __device__ __forceinline__ RowSlice slice_of_row(int64_t n, unsigned rank, unsigned blocks) {
   const int64_t per_block = ((n + blocks - 1) / blocks + 7) / 8 * 8;
   const int64_t begin = int64_t(rank) * per_block < n ? int64_t(rank) * per_block : n;
@@ -77,8 +70,21 @@ struct ClusterGroup {
   __device__ SharedState* lead_state(SharedState& s) const {
     return cluster.map_shared_rank(&s, 0u);
   }
+  __device__ unsigned blocks() const { return cluster.num_blocks(); }
+  __device__ void sync() const { cluster.sync(); }
   // Block 0's bins take the others' once all have cleared theirs.
   __device__ void bins_cleared() const { cluster.barrier_arrive(); }
+  __device__ void sum_wide_counts(SharedState& s, bool after_bins_cleared) const {
+    __syncthreads();
+    if (after_bins_cleared) cluster.barrier_wait();
+    if (!lead()) {
+      SharedState* const l = lead_state(s);
+      for (int b = threadIdx.x; b < kWideBins; b += kThreads) {
+        if (s.wide_counts[b] != 0u) atomicAdd(&l->wide_counts[b], s.wide_counts[b]);
+      }
+    }
+    cluster.sync();  // block 0 holds the row's counts
+  }
   __device__ void sum_bins(SharedState& s, bool sums) const {
     __syncthreads();
     cluster.barrier_wait();
@@ -153,79 +159,6 @@ struct ClusterGroup {
   }
 };
 
-// gather_top_bins over the cluster, each block reading its slice (`part`) of the row's n
-// tokens: true in every block once block 0's candidates hold the row's top k and every token
-// tied with the k-th; false in every block, nothing gathered, where they would not fit.
-template <class Format, class Cluster>
-__device__ bool gather_top_bins_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
-                                           const InputRow<Format>& part, RowSlice slice,
-                                           int64_t n, uint32_t k, bool logits) {
-  using Raw = typename Format::Raw;
-  constexpr int kShift = 32 - kWideBits;
-  SharedState* const lead_state = g.lead_state(s);
-  const unsigned blocks = g.cluster.num_blocks();
-  // Where each block's slice is short, its read costs less than the sample's cluster barriers.
-  if (guesses_from_sample(n / blocks, k)) {
-    const int keys = sample_keys_per_block(blocks);
-    const int64_t sampled = int64_t(keys) * blocks;
-    load_key_sample(s, part, slice.size(), keys, logits);
-    uint32_t rank = first_sample_rank(k, n, sampled);
-    for (int guess = 0; guess < kGuesses && rank != 0u; ++guess) {
-      // Block 0's count is reset before the selection's cluster barriers, every block gathers
-      // after them.
-      if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
-      const CountSelection prefix = sample_prefix(s, keys, rank, g);
-      gather_from_prefix(lead_state, part, slice.size(), slice.begin, prefix.value, logits);
-      g.cluster.sync();  // every block's tokens are in block 0
-      const uint32_t gathered = lead_state->candidate_count;
-      g.cluster.sync();  // every block has read the count before block 0 resets or goes on
-      if (guess_holds(gathered, k)) return true;
-      rank = next_sample_rank(prefix, gathered, k, n, sampled);
-    }
-  }
-  for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
-  if (threadIdx.x == 0) s.candidate_count = 0u;
-  __syncthreads();
-  g.cluster.barrier_arrive();  // block 0's counts may take the others' once all have arrived
-  for_each_element(part, slice.size(), [&](int64_t, Raw raw) {
-    atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kShift], 1u);
-  });
-  __syncthreads();
-  g.cluster.barrier_wait();
-  if (!g.lead()) {
-    for (int b = threadIdx.x; b < kWideBins; b += kThreads) {
-      if (s.wide_counts[b] != 0u) atomicAdd(&lead_state->wide_counts[b], s.wide_counts[b]);
-    }
-  }
-  g.cluster.sync();  // block 0 holds the row's counts
-  struct TopBins {
-    uint32_t bin, gathered;
-  };
-  const TopBins top = g.decide(
-      s,
-      [&] {
-        scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
-                             [&](uint32_t total) { return total >= k; });
-      },
-      [](const SharedState& l) {
-        return TopBins{l.selected_bin, l.selected_count_before + l.wide_counts[l.selected_bin]};
-      });
-  if (top.gathered > uint32_t(kCandidateCapacity)) {
-    g.cluster.sync();  // every block has read block 0's choice before block 0 goes on
-    return false;
-  }
-  for_each_element(part, slice.size(), [&](int64_t i, Raw raw) {
-    const float value = value_of<Format>(raw);
-    if ((rank_key(value, logits) >> kShift) >= top.bin) {
-      const uint32_t slot = atomicAdd(&lead_state->candidate_count, 1u);
-      lead_state->candidate_index[slot] = uint32_t(slice.begin + i);
-      lead_state->candidate_mass[slot] = value;
-    }
-  });
-  g.cluster.sync();  // every candidate is in block 0
-  return true;
-}
-
 // mask_logits over the cluster: block 0 finds the cutoff (from the cluster's candidates, or
 // alone over the whole row where they do not fit or k exceeds them), every block writes its
 // slice.
@@ -240,7 +173,7 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
   if (top_k_filters(k, a.n)) {
     const bool gathered =
         k <= kCandidateCapacity &&
-        gather_top_bins_in_cluster(g, s, part, slice, a.n, uint32_t(k), true);
+        gather_top_candidates(g, s, part, slice, a.n, uint32_t(k), true);
     cut = g.broadcast(s, [&] {
       return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
                       : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
@@ -372,8 +305,8 @@ __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
                    a.output_stride);
       }
       constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-      if (gather_top_bins_in_cluster(g, s, slice_input(row, slice), slice, a.n,
-                                     uint32_t(steps.k), logits)) {
+      if (gather_top_candidates(g, s, slice_input(row, slice), slice, a.n, uint32_t(steps.k),
+                                logits)) {
         if (g.lead()) {
           cutoff_of_candidates(s, a.n, uint32_t(steps.k), logits, true);
           finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);

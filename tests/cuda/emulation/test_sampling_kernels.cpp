@@ -91,8 +91,8 @@ uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
 // Kind 11: rows that mislead the top-k filter's guess from a sample in one block (the sample's
 // runs of kSampleRun every n / (kSampleKeys / kSampleRun) tokens): runs valued 1000 down to 873,
 // the row's other tokens low but for a value just under the third run's at every 113th, so that
-// the guess gathers a few runs and those, about 740 tokens, and the next two, each aimed by the
-// count before, about 870 and 1000: all fewer than k = 1024.
+// a first guess for k = 1024 gathers a few runs and those, about 740 tokens (870 of
+// probabilities), fewer than k; one for k = 128 the first run alone, 32 tokens.
 uint32_t edge_value(int kind, bool probs, int64_t i, int64_t n, uint32_t body) {
   if (kind == 11) {
     const int64_t stride = n / (kSampleKeys / kSampleRun);
@@ -320,6 +320,31 @@ void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<u
 // rate whatever the last guess's luck, always past the prefix that missed, within the sample,
 // and gives up where no other prefix is left. A wrong rank never breaks a result (a guess
 // holds only when its gathered count fits), so only these cases see it.
+// The first guess's rank: by the sample's rate, and from at least 16 keys where those stand for
+// at most half the capacity.
+void check_first_sample_rank() {
+  struct RankCase {
+    uint32_t k;
+    int64_t n, sampled;
+    uint32_t want;
+  };
+  const RankCase rank_cases[] = {
+      {50u, 262144, 4096, 16u},     // the rate says 5 (320 tokens at one key in 64)
+      {1024u, 262144, 4096, 23u},   // 1448 tokens: the rate's
+      {50u, 1 << 20, 4096, 4u},     // 16 keys would be 4096 tokens: as many as half the capacity
+      {1u, int64_t(1) << 30, 4096, 1u},  // one key stands for more than the capacity
+  };
+  for (const RankCase& c : rank_cases) {
+    ++cases;
+    const uint32_t got = first_sample_rank(c.k, c.n, c.sampled);
+    if (got != c.want) {
+      ++failures;
+      std::fprintf(stderr, "FAIL first_sample_rank(k %u, n %lld, sampled %lld): %u, want %u\n",
+                   c.k, (long long)c.n, (long long)c.sampled, got, c.want);
+    }
+  }
+}
+
 void check_next_sample_rank() {
   struct RankCase {
     CountSelection guess;  // the prefix that missed: sample keys above it and at it
@@ -363,6 +388,7 @@ int main(int argc, char** argv) {
   CHECK_OK(mtk_context_create(MTK_BACKEND_CPU, 0, &cpu));
   emu::fiber_stack_bytes = 256 * 1024;  // the row function inlines deep chains of exact sums
   std::mt19937_64 rng(33);
+  check_first_sample_rank();
   check_next_sample_rank();
   const mtk_sampling_op ops[] = {MTK_SAMPLING_TOP_K_MASK_LOGITS, MTK_SAMPLING_RENORM_PROBS,
                                  MTK_SAMPLING_SAMPLE, MTK_SAMPLING_SAMPLE_FROM_LOGITS};
@@ -434,8 +460,9 @@ int main(int argc, char** argv) {
   // least kMinSampledTokens tokens a block: 70000 tokens guess in one block and in clusters of 2
   // to 4): gaussian rows, where the guess holds, and rows of ties, specials, every binade and
   // near-equal values, where it may gather too many or too few and the histogram takes over; k
-  // at the guess's limits (1, and half the capacity, and one past it); kind 11 gathers fewer than
-  // k = 1024 on every guess (then the histogram) but more than 700.
+  // at the guess's limits (1, and half the capacity, and one past it). Kind 11's first guess
+  // gathers fewer than k = 1024 (then the histogram its read counted) and than k = 128 (then a
+  // second guess), but more than 700.
   for (mtk_sampling_op op : ops) {
     const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
                         op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
@@ -443,7 +470,7 @@ int main(int argc, char** argv) {
       Case c{};
       c.op = op;
       c.dtype = logits && kind == 0 ? MTK_BFLOAT16 : MTK_FLOAT32;
-      const int64_t misled_ks[] = {kCandidateCapacity / 2, kCandidateCapacity / 2, 700};
+      const int64_t misled_ks[] = {kCandidateCapacity / 2, 128, 700};
       c.rows = 3;
       c.n = 70000;
       c.per_row = true;
