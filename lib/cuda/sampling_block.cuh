@@ -496,13 +496,18 @@ struct ExponentChoice {
 // exponent: the scan finds the exponent of the cut. Within one exponent masses are significands
 // of one unit, so the passes that refine the cut over the significand's bits (8, 8 and 7 of
 // them) compare 64-bit sums. Ties at the cut are broken by index. Nothing is dropped: the cut
-// is applied by whoever reads the masses next (CutMasses).
+// is applied by whoever reads the masses next (CutMasses). The second pass also gathers the
+// masses it refines (those of the first pass's bin, where they fit) into the lead's candidates,
+// unless the view is the candidates: the third pass and the ties then read those alone.
 template <class View, class Group = OneBlock>
 __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, int64_t n,
                              const Group& g = {}) {
   ExactSum one = exact_zero();
   one.limb[0] = 1u;
   if (exact_is_zero(target)) target = one;  // "reaches 0" keeps the first token alone
+  constexpr bool kMayGather = !View::kHoldsCandidates;
+  SharedState* const lead = g.lead_state(s);
+  if (kMayGather && g.lead() && threadIdx.x == 0) s.candidate_count = 0u;  // before the barriers
   const ExponentChoice found = g.decide(
       s,
       [&] {
@@ -521,20 +526,44 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
   unsigned long long units_before = 0u;
   uint32_t prefix = exponent << 23;
   uint32_t equal = 0u;
+  bool from_candidates = false;  // the lead's candidates hold every mass left to refine
+  // f(mass, token) for every mass with a prefix left to refine: from the view, or from the
+  // candidates (in the lead; the other blocks of a cluster have none).
+  const auto for_each_refined = [&](auto&& f) {
+    if (!from_candidates) {
+      for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads,
+                         [&](int64_t j, float mass) { f(mass, j); });
+    } else if (g.lead()) {
+      for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
+        f(s.candidate_mass[j], int64_t(-1) - int64_t(j));
+      }
+    }
+  };
+  // The token of for_each_refined's position: j >= 0 in the view, -1 - j in the candidates.
+  const auto token_of = [&](int64_t at) {
+    return at >= 0 ? view.index(at) : s.candidate_index[-1 - at];
+  };
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 15 : (pass == 1 ? 7 : 0);
     const int width = pass == 2 ? 7 : kDigitBits;
     const int decided = shift + width;  // the bits above are the prefix's
+    const bool gathers = kMayGather && pass == 1 && equal <= uint32_t(kCandidateCapacity);
     clear_bins(s);
     g.bins_cleared();
-    for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads, [&](int64_t, float mass) {
+    for_each_refined([&](float mass, int64_t at) {
       const uint32_t bits = bits_from_float(mass);
       if (bits == 0u || (bits >> decided) != (prefix >> decided)) return;
       const uint32_t bin = (bits >> shift) & ((1u << width) - 1u);
       atomicAdd(&s.counts[bin], 1u);
       add_to_shared_sum(&s.sums[bin], uint32_t(mass_significand(bits)));
+      if (gathers) {
+        const uint32_t slot = atomicAdd(&lead->candidate_count, 1u);
+        lead->candidate_index[slot] = token_of(at);
+        lead->candidate_mass[slot] = mass;
+      }
     });
-    g.sum_bins(s, true);
+    g.sum_bins(s, true);  // and every gathered mass is in the lead's candidates
+    from_candidates = from_candidates || gathers;
     const BinChoice choice = g.decide(
         s,
         [&] {
@@ -553,8 +582,8 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
   uint32_t last_index = 0xffffffffu;
   if (ties_kept < equal) {
     const auto for_each_tie = [&](auto&& f) {
-      for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads, [&](int64_t j, float m) {
-        if (bits_from_float(m) == prefix) f(view.index(j));
+      for_each_refined([&](float m, int64_t at) {
+        if (bits_from_float(m) == prefix) f(token_of(at));
       });
     };
     last_index = select_by_count(s, for_each_tie, index_bits(n), ties_kept, false, g).value;
@@ -568,20 +597,27 @@ __device__ MassCut top_p_cut(SharedState& s, const View& view, ExactSum target, 
 
 // min-p: drops the masses below min_p times the largest (`most`, the bits of the view's largest
 // mass), compared exactly (as float bits against the least mass that reaches the bound), and
-// returns the exact sum kept.
+// returns the exact sum kept. A view that reads the input (kDropsInPlace false) cannot write
+// it: its least kept mass rises instead, so that the masses below read as 0.
 template <class View>
 __device__ ExactSum keep_min_p(SharedState& s, View& view, uint32_t most, float fraction) {
   const ExactSum largest = exact_of_mass(float_from_bits(most));
   const uint32_t least = least_mass_bits_reaching(exact_ceil_scaled(largest, fraction));
   clear_exponent_bins(s);
-  for_each_mass(view, [&](int64_t j, float mass) {
-    const uint32_t bits = bits_from_float(mass);
-    if (bits < least) {
-      if (bits != 0u) view.drop(j);
-    } else {
-      add_to_exponent_bin(s, bits);
-    }
-  });
+  if constexpr (View::kDropsInPlace) {
+    for_each_mass(view, [&](int64_t j, float mass) {
+      const uint32_t bits = bits_from_float(mass);
+      if (bits < least) {
+        if (bits != 0u) view.drop(j);
+      } else {
+        add_to_exponent_bin(s, bits);
+      }
+    });
+  } else {
+    view.raise_least(least);
+    for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads,
+                       [&](int64_t, float mass) { add_to_exponent_bin(s, bits_from_float(mass)); });
+  }
   return merge_exponent_bins(s);
 }
 
@@ -702,6 +738,8 @@ __device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdO
 // The tokens of the row (or of a slice of it), their masses in the workspace: position j is token
 // first + j.
 struct RowMasses {
+  static constexpr bool kDropsInPlace = true;
+  static constexpr bool kHoldsCandidates = false;
   float* masses;
   int64_t n;
   int64_t first;
@@ -718,6 +756,8 @@ struct RowMasses {
 // the view's largest mass (the first in the order), so min-p after it sees the same largest.
 template <class View>
 struct CutMasses {
+  static constexpr bool kDropsInPlace = View::kDropsInPlace;
+  static constexpr bool kHoldsCandidates = View::kHoldsCandidates;
   View* base;
   MassCut cut;
   __device__ int64_t count() const { return base->count(); }
@@ -731,11 +771,14 @@ struct CutMasses {
   }
   __device__ uint32_t index(int64_t j) const { return base->index(j); }
   __device__ void drop(int64_t j) const { base->drop(j); }
+  __device__ void raise_least(uint32_t bits) const { base->raise_least(bits); }
   __device__ MassWindow window() const { return base->window(); }  // a subset of the base's
 };
 
 // The tokens a top-k filter kept, in shared memory (in index order once sorted).
 struct Candidates {
+  static constexpr bool kDropsInPlace = true;
+  static constexpr bool kHoldsCandidates = true;
   SharedState* s;
   __device__ int64_t count() const { return s->candidate_count; }
   __device__ float mass(int64_t j) const { return s->candidate_mass[j]; }

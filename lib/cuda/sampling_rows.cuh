@@ -9,8 +9,9 @@
 // the search finishes there, and everything after (softmax, top-p, min-p, renormalisation or
 // the draw) runs on the kept tokens alone: two reads of the row. Where that bin holds too many
 // tokens, the search reads the row once per 8 bits of key (ties at the threshold broken by a
-// search over their indices). Without a top-k filter, or a larger one, the row's masses go to
-// the workspace and the same steps run over all of them.
+// search over their indices). Without a top-k filter, or a larger one, the same steps run over
+// all of the row's masses: probabilities without a top-k filter are their own masses, read from
+// the input; the others' masses go to the workspace.
 //
 // No filter adds 256-bit sums element by element: the pass that computes the masses also sums
 // them exactly by exponent (64-bit significand sums in shared memory, converted once per
@@ -20,9 +21,9 @@
 // applied by the next reader. min-p is one pass (a comparison of float bits, binned sums of what
 // it keeps). The renormalisation divides by a reciprocal of the sum computed once; the draw
 // scans exact sums of ranges in vocabulary order. Without top-k, top_p_renorm_probs reads the
-// input once and the workspace four times. Probabilities that neither top-k nor top-p filters
-// (min-p alone, or no filter) need no workspace: one read finds the largest mass, the next
-// draws (or sums, and a third writes the renormalised row) from the input itself.
+// input five times and writes the row once. Probabilities that neither top-k nor top-p filters
+// (min-p alone, or no filter): one read finds the largest mass, the next draws (or sums, and a
+// third writes the renormalised row).
 #pragma once
 
 #include <cstdint>
@@ -661,14 +662,49 @@ __device__ MassTotals row_masses(SharedState& s, const InputRow<Format>& row, in
 // ---- the end of a row: filters, then renormalisation or the draw ------------------------------
 
 // Every kept mass divided by the view's total rounded to float32 (divide_f32's rounding, by a
-// reciprocal computed once).
+// reciprocal computed once). Where the masses are stored (whose tokens are consecutive) and both
+// rows are contiguous and aligned, 16-byte loads and stores, several in flight (as map_row): a
+// block alone on a row is bound by the bytes it keeps in flight.
 template <class View>
 __device__ void write_renormalised(const View& view, ExactSum total, float* out, int64_t stride) {
   const float sum = exact_to_f32(total);
   const MassDivisor divisor = mass_divisor(bits_from_float(sum) != 0u ? sum : 1.0f);
-  for_each_mass(view, [&](int64_t j, float m) {
-    out[int64_t(view.index(j)) * stride] = bits_from_float(m) != 0u ? divide_by(m, divisor) : 0.0f;
-  });
+  const auto renormalised = [&](float m) {
+    return bits_from_float(m) != 0u ? divide_by(m, divisor) : 0.0f;
+  };
+  const float* stored = view.stored();
+  float* const row_out = stored != nullptr ? out + int64_t(view.index(0)) * stride : out;
+  if (stored == nullptr || stride != 1 ||
+      ((reinterpret_cast<uintptr_t>(stored) | reinterpret_cast<uintptr_t>(row_out)) & 15u) != 0u) {
+    for_each_mass(view, [&](int64_t j, float m) {
+      out[int64_t(view.index(j)) * stride] = renormalised(m);
+    });
+    return;
+  }
+  constexpr int kInFlight = 4;
+  const uint4* words = reinterpret_cast<const uint4*>(stored);
+  uint4* out_words = reinterpret_cast<uint4*>(row_out);
+  const int64_t vectors = view.count() / 4;
+  const auto write_vector = [&](int64_t q, uint4 word) {
+    float parts[4];
+    memcpy(parts, &word, 16);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) parts[e] = renormalised(view.mass_of(q * 4 + e, parts[e]));
+    memcpy(&word, parts, 16);
+    out_words[q] = word;
+  };
+  int64_t q = threadIdx.x;
+  for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
+    uint4 loaded[kInFlight];  // unrolled, as in for_each_element
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) loaded[b] = words[q + b * kThreads];
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) write_vector(q + b * kThreads, loaded[b]);
+  }
+  for (; q < vectors; q += kThreads) write_vector(q, words[q]);
+  for (int64_t j = vectors * 4 + threadIdx.x; j < view.count(); j += kThreads) {
+    row_out[j] = renormalised(view.mass(j));
+  }
 }
 
 // Row r of a renormalisation's output.
@@ -724,13 +760,16 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
 
 // A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0;
 // position j is token first + j (first is not 0 in a slice of the row, sampling_split.cuh).
+// `most`: the bits of the row's largest mass, where known (else 0).
 template <class Format>
 struct InputMasses {
+  static constexpr bool kDropsInPlace = false;
+  static constexpr bool kHoldsCandidates = false;
   InputRow<Format> row;
   int64_t n;
   uint32_t least;
   int64_t first;
-  MassWindow bounds;  // the masses it keeps: at least `least`, at most the row's largest
+  uint32_t most;
   __device__ int64_t count() const { return n; }
   __device__ float mass(int64_t j) const { return kept(value_of<Format>(row.raw(j))); }
   // Probabilities come as float32; a row of them is stored contiguously where its stride is 1.
@@ -747,8 +786,29 @@ struct InputMasses {
     return bits >= least ? float_from_bits(bits) : 0.0f;
   }
   __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
-  __device__ MassWindow window() const { return bounds; }
+  // The masses it keeps: at least `least`, at most the row's largest.
+  __device__ MassWindow window() const {
+    return most != 0u ? mass_window(least, most, n) : no_mass_window();
+  }
+  __device__ void raise_least(uint32_t bits) { least = bits > least ? bits : least; }
 };
+
+// Every mass of the row read from the input (before any filter), the row's largest not yet known.
+template <class Format>
+__device__ __forceinline__ InputMasses<Format> input_masses(const InputRow<Format>& row, int64_t n,
+                                                            int64_t first) {
+  return {row, n, 1u, first, 0u};
+}
+
+// The totals of a view's masses (those of finish_mass_totals) in one read.
+template <class View>
+__device__ MassTotals view_mass_totals(SharedState& s, const View& view) {
+  clear_exponent_bins(s);
+  uint32_t most = 0u;
+  for_each_mass_read(view, 0, view.count(), threadIdx.x, kThreads,
+                     [&](int64_t, float mass) { count_mass(s, mass, most); });
+  return finish_mass_totals(s, most);
+}
 
 // The bits of the largest mass among n probabilities of the row (0 where none has mass), in
 // every thread.
@@ -775,8 +835,7 @@ __device__ __forceinline__ uint32_t min_p_least(uint32_t most, float min_p) {
 template <class Format>
 __device__ InputMasses<Format> min_p_masses(const InputRow<Format>& row, int64_t n, int64_t first,
                                             uint32_t most, float min_p) {
-  const uint32_t least = min_p_least(most, min_p);
-  return {row, n, least, first, mass_window(least, most, n)};
+  return {row, n, min_p_least(most, min_p), first, most};
 }
 
 // A row of probabilities that neither top-k nor top-p filters. min-p needs only the largest
@@ -1023,6 +1082,15 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
     if (steps.min_p_alone) {
       min_p_row<kOp>(s, a, r, row);
       return;
+    }
+    if constexpr (!logits) {
+      if (!steps.top_k) {  // top-p filters: its passes read the input as the masses
+        InputMasses<Format> view = input_masses(row, a.n, 0);
+        const MassTotals totals = view_mass_totals(s, view);
+        view.most = totals.most;
+        finish_row<kOp>(s, a, r, row, view, totals, false);
+        return;
+      }
     }
     // A renormalised row that finishes on candidates is zeros but for them (write_renormalised).
     if (kOp == MTK_SAMPLING_RENORM_PROBS && steps.candidates) {

@@ -244,9 +244,27 @@ __device__ void end_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& 
   renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, sums, slice_sum, ranges_summed);
 }
 
-// A row that no top-k filters, over the cluster. Probabilities that top-p does not filter
-// either read their masses from the input (min_p_row); the others compute them into their
-// slices of the workspace row.
+// finish_row over slices: top-p's cut searched by the cluster, then end_row_in_cluster. `view`
+// holds the block's slice, `totals` are the row's and `slice_total` the slice's.
+template <mtk_sampling_op kOp, class Format, class Cluster, class View>
+__device__ void finish_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
+                                      const SamplingArgs& a, int64_t r,
+                                      const InputRow<Format>& row, View& view, MassTotals totals,
+                                      ExactSum slice_total) {
+  const float top_p = a.top_p.at(r);
+  if (top_p_filters(top_p) && !exact_is_zero(totals.total)) {
+    const ExactSum target = exact_ceil_scaled(totals.total, top_p_fraction(top_p));
+    CutMasses<View> kept{&view, top_p_cut(s, view, target, a.n, g)};
+    totals.total = kept.cut.kept;
+    end_row_in_cluster<kOp>(g, s, a, r, row, kept, totals, exact_zero(), false);
+    return;
+  }
+  end_row_in_cluster<kOp>(g, s, a, r, row, view, totals, slice_total, true);
+}
+
+// A row that no top-k filters, over the cluster. Probabilities read their masses from the input
+// (min_p_row where top-p does not filter either); logits compute theirs into their slices of the
+// workspace row.
 template <mtk_sampling_op kOp, class Format, class Cluster>
 __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                           const SamplingArgs& a, int64_t r,
@@ -263,23 +281,21 @@ __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, Shared
                                         slice_sum, true);
     return;
   }
-  RowMasses view{a.masses + r * a.masses_row_stride + slice.begin, slice.size(), slice.begin};
-  const unsigned long long most =
-      logits ? g.largest(s, 0, largest_scaled_logit(s, part, slice.size(), slice.begin,
-                                                    keep_all(), steps.reciprocal))
-             : 0u;
-  const MassTotals mine = row_masses(s, part, slice.size(), slice.begin, keep_all(), logits,
-                                     steps.reciprocal, most, view.masses);
-  MassTotals totals = g.sum_mass_totals(s, mine);
-  const float top_p = a.top_p.at(r);
-  if (top_p_filters(top_p) && !exact_is_zero(totals.total)) {
-    const ExactSum target = exact_ceil_scaled(totals.total, top_p_fraction(top_p));
-    CutMasses<RowMasses> kept{&view, top_p_cut(s, view, target, a.n, g)};
-    totals.total = kept.cut.kept;
-    end_row_in_cluster<kOp>(g, s, a, r, row, kept, totals, exact_zero(), false);
-    return;
+  if constexpr (logits) {
+    RowMasses view{a.masses + r * a.masses_row_stride + slice.begin, slice.size(), slice.begin};
+    const unsigned long long most = g.largest(s, 0, largest_scaled_logit(s, part, slice.size(),
+                                                                         slice.begin, keep_all(),
+                                                                         steps.reciprocal));
+    const MassTotals mine = row_masses(s, part, slice.size(), slice.begin, keep_all(), true,
+                                       steps.reciprocal, most, view.masses);
+    finish_row_in_cluster<kOp>(g, s, a, r, row, view, g.sum_mass_totals(s, mine), mine.total);
+  } else {
+    InputMasses<Format> view = input_masses(part, slice.size(), slice.begin);
+    const MassTotals mine = view_mass_totals(s, view);
+    const MassTotals totals = g.sum_mass_totals(s, mine);
+    view.most = totals.most;
+    finish_row_in_cluster<kOp>(g, s, a, r, row, view, totals, mine.total);
   }
-  end_row_in_cluster<kOp>(g, s, a, r, row, view, totals, mine.total, true);
 }
 
 // One row of the sampling operation kOp over the cluster; every thread of every block of the
