@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Replays the CUDA top-k filter's sampled guess (lib/cuda/sampling_rows.cuh, gather_top_bins and
-its cluster twin) in numpy on the peers benchmark's own float32 logits (bench/gpu/c_abi_bench.hpp's
-generator and bench/peers/sampling.cu's seeds), and prints which rows miss which guess.
+"""Replays the CUDA top-k filter's sampled guess (lib/cuda/sampling_rows.cuh,
+gather_top_candidates) in numpy on the peers benchmark's own logits (bench/gpu/c_abi_bench.hpp's
+generator, bench/peers/sampling.cu's seeds and k, every buffer it rotates through), and prints
+which rows miss which guess and how many reads of the row the slowest row takes: a batch, split
+or not, waits for its slowest row.
 
-    python3 bench/gpu/guess_replay.py ROWS N K BLOCKS [bf16]     e.g. 64 262144 50 2, 64 262144 per-row 2 bf16
+    python3 bench/gpu/guess_replay.py ROWS N K [bf16]     e.g. 64 262144 50, 64 262144 per-row bf16
 
-A model of the kernel's rule, not the kernel: the numbers it gives (row 35 of 64x262144 at k = 50,
-about one first guess in eight missing at k = 1024 on 262144 tokens) are why a batch waits."""
+A model of the kernel's rule, not the kernel. It showed why 64x262144 with per-row k up to 1024
+was slow (one row in two of the four buffers missed three guesses, then read the row twice more)."""
 import math
 import sys
 
@@ -53,65 +55,52 @@ def key_prefixes(values):
     return np.where(bits & 0x80000000, (~bits) & 0xFFFFFFFF, bits | 0x80000000) >> 16
 
 
-def replay_row(row, k, blocks, n):
-    """The guesses that miss on one row: (guess, rank, gathered) each."""
-    keys = SAMPLE_KEYS // blocks // SAMPLE_RUN * SAMPLE_RUN
-    sampled, size = keys * blocks, n // blocks
-    j = np.arange(keys)
+def replay_row(row, k, n):
+    """The guesses that miss on one row, (guess, rank, gathered) each, and the reads of the row
+    its gather takes: one a guess; where every guess missed, the histogram's gather and, unless
+    the one guess above SURE_GUESS_MOST_K counted it, its count."""
     target = int(math.sqrt(k * CAPACITY))
     prefixes = key_prefixes(row)
-    stride = size // (keys // SAMPLE_RUN)
-    sample = np.sort(np.concatenate(
-        [prefixes[b * size + (j // SAMPLE_RUN) * stride + j % SAMPLE_RUN] for b in range(blocks)]))[::-1]
-    rank = max((target * sampled + n - 1) // n, min(LEAST_FIRST_RANK, CAPACITY // 2 * sampled // n))
+    j = np.arange(SAMPLE_KEYS)
+    stride = n // (SAMPLE_KEYS // SAMPLE_RUN)
+    sample = np.sort(prefixes[(j // SAMPLE_RUN) * stride + j % SAMPLE_RUN])[::-1]
+    rank = max((target * SAMPLE_KEYS + n - 1) // n,
+               min(LEAST_FIRST_RANK, CAPACITY // 2 * SAMPLE_KEYS // n))
+    guesses = GUESSES if k <= SURE_GUESS_MOST_K else 1
     missed = []
-    for guess in range(GUESSES if k <= SURE_GUESS_MOST_K else 1):
+    while len(missed) < guesses and rank != 0:
         prefix = sample[rank - 1]
         before, at_or_above = int((sample > prefix).sum()), int((sample >= prefix).sum())
         gathered = int((prefixes >= prefix).sum())
         if k <= gathered <= CAPACITY:
-            break
-        missed.append((guess, rank, gathered))
-        step = at_or_above + int((target - gathered) * sampled / n)
+            return missed, len(missed) + 1
+        missed.append((len(missed), rank, gathered))
+        step = at_or_above + int((target - gathered) * SAMPLE_KEYS / n)
         if gathered > CAPACITY:
             rank = min(max(step, 1), before) if before else 0
+        elif at_or_above < SAMPLE_KEYS:
+            rank = at_or_above + 1 if step <= at_or_above else min(step, SAMPLE_KEYS)
         else:
-            rank = (at_or_above + 1 if step <= at_or_above else min(step, sampled)) if at_or_above < sampled else 0
-        if rank == 0:
-            break
-    return missed
-
-
-def reads_of_row(k, misses, guesses_from_sample):
-    """Reads of its slice the row's gather takes: one a guess; where every guess missed, the
-    histogram's count (unless the guess's read counted it, k above SURE_GUESS_MOST_K) and gather."""
-    if not guesses_from_sample:
-        return 2
-    guesses = len(misses) + (0 if misses and len(misses) == (GUESSES if k <= SURE_GUESS_MOST_K else 1) else 1)
-    if guesses > len(misses):
-        return guesses
-    return guesses + (1 if k > SURE_GUESS_MOST_K else 2)
+            rank = 0
+    return missed, len(missed) + (1 if k > SURE_GUESS_MOST_K else 2)
 
 
 def main():
-    rows, n, blocks = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
-    bf16 = sys.argv[5:] == ["bf16"]
+    rows, n, bf16 = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4:] == ["bf16"]
     top_k = benchmark_top_k(rows, sys.argv[3])
     buffers = 4 if rows * n * (2 if bf16 else 4) <= L2_BYTES else 1
-    sampled_rows = n // blocks >= 4 * SAMPLE_KEYS
     for buffer in range(buffers):
         misses, slowest = [0] * GUESSES, 0
         logits = benchmark_logits(rows, n, buffer)
         for r, row in enumerate(bfloat16_rounded(logits) if bf16 else logits):
             k = top_k[r]
-            guessed = sampled_rows and k <= CAPACITY // 2
-            missed = replay_row(row, k, blocks, n) if guessed else []
+            missed, reads = replay_row(row, k, n) if k <= CAPACITY // 2 and n >= 4 * SAMPLE_KEYS else ([], 2)
             for guess, rank, gathered in missed:
                 misses[guess] += 1
                 print(f"buffer {buffer} row {r} (k {k}): guess {guess} at rank {rank} gathered {gathered}")
-            slowest = max(slowest, reads_of_row(k, missed, guessed))
-        print(f"{rows}x{n} {'bf16' if bf16 else 'f32'} k={sys.argv[3]} blocks={blocks} buffer {buffer} of "
-              f"{buffers}: misses by guess {misses}, the slowest row reads its slice {slowest} times")
+            slowest = max(slowest, reads)
+        print(f"{rows}x{n} {'bf16' if bf16 else 'f32'} k={sys.argv[3]} buffer {buffer} of {buffers}: "
+              f"misses by guess {misses}, the slowest row reads the row {slowest} times")
 
 
 if __name__ == "__main__":

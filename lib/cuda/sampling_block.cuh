@@ -30,9 +30,9 @@ constexpr int kWideBins = 1 << kWideBits;
 // Rows whose top-k filter keeps at most this many tokens finish on those tokens in shared memory.
 constexpr int kCandidateCapacity = 2048;
 // A top-k filter that keeps at most half that many tokens of a row of at least
-// kMinSampledTokens a block first guesses which tokens to gather from the keys of kSampleKeys of
-// them (shared out among the blocks of a split row), taken in runs of kSampleRun (one coalesced
-// load a warp): sampling_rows.cuh, gather_top_candidates.
+// kMinSampledTokens first guesses which tokens to gather from the keys of kSampleKeys of them
+// (every block of a split row samples the same keys), taken in runs of kSampleRun (one
+// coalesced load a warp): sampling_rows.cuh, gather_top_candidates.
 constexpr int kSampleKeys = 4096;
 constexpr int kSampleRun = 32;
 constexpr int64_t kMinSampledTokens = 4 * kSampleKeys;
@@ -234,6 +234,9 @@ struct OneBlock {
   __device__ unsigned blocks() const { return 1u; }
   // Every thread of the group waits for the others.
   __device__ void sync() const { __syncthreads(); }
+  // A barrier in two halves: what a thread wrote before arrive() every thread sees after wait().
+  __device__ void arrive() const {}
+  __device__ void wait() const { __syncthreads(); }
   // After the bins were cleared, before they are filled.
   __device__ void bins_cleared() const {}
   // After every thread filled its share of the bins (and of sums, where `sums`): the lead's bins

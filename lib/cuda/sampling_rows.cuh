@@ -196,8 +196,13 @@ struct RowSlice {
   __device__ int64_t size() const { return end - begin; }
 };
 
-// Whether a top-k filter keeping k of a row of n tokens (of each block's slice, in a cluster)
-// guesses from a sample first.
+template <class Format>
+__device__ __forceinline__ InputRow<Format> slice_input(const InputRow<Format>& row,
+                                                        RowSlice slice) {
+  return {row.data + slice.begin * row.stride, row.stride};
+}
+
+// Whether a top-k filter keeping k of a row of n tokens guesses from a sample first.
 __device__ __forceinline__ bool guesses_from_sample(int64_t n, uint32_t k) {
   return k <= uint32_t(kCandidateCapacity / 2) && n >= kMinSampledTokens;
 }
@@ -227,42 +232,31 @@ constexpr uint32_t kSureGuessMostK = kCandidateCapacity / 8;
 // fewer misjudge the row's rate (the 5th key of one benchmark row stood for 45 tokens, not 320).
 constexpr int64_t kLeastFirstRank = 16;
 
-// The keys each of `blocks` blocks samples: a whole number of runs, kSampleKeys in all (or just
-// under). A block's share of a row of kMinSampledTokens or more then holds at least four times
-// its sample, so that its runs never overlap.
-__device__ __forceinline__ int sample_keys_per_block(unsigned blocks) {
-  return kSampleKeys / int(blocks) / kSampleRun * kSampleRun;
-}
-
-// Loads into s.sample_keys the top 16 bits of `keys` keys of the `size` tokens of `part`:
-// keys / kSampleRun runs spread evenly over it.
+// Loads into s.sample_keys the top 16 bits of kSampleKeys keys of the row's n tokens (at least
+// kMinSampledTokens, so that the runs never overlap): runs of kSampleRun spread evenly over it.
 template <class Format>
-__device__ void load_key_sample(SharedState& s, const InputRow<Format>& part, int64_t size,
-                                int keys, bool logits) {
-  constexpr int kMostPerThread = kSampleKeys / kThreads;
-  const int64_t run_stride = size / (keys / kSampleRun);
-  uint32_t loaded[kMostPerThread];  // every load in flight before the first store
+__device__ void load_key_sample(SharedState& s, const InputRow<Format>& row, int64_t n,
+                                bool logits) {
+  constexpr int kPerThread = kSampleKeys / kThreads;
+  const int64_t run_stride = n / (kSampleKeys / kSampleRun);
+  uint32_t loaded[kPerThread];  // every load in flight before the first store
 #pragma unroll
-  for (int u = 0; u < kMostPerThread; ++u) {
+  for (int u = 0; u < kPerThread; ++u) {
     const int j = int(threadIdx.x) + u * kThreads;
     const int64_t i = (j / kSampleRun) * run_stride + j % kSampleRun;
-    loaded[u] = j < keys ? rank_key(value_of<Format>(part.raw(i)), logits) >> kGuessShift : 0u;
+    loaded[u] = rank_key(value_of<Format>(row.raw(i)), logits) >> kGuessShift;
   }
 #pragma unroll
-  for (int u = 0; u < kMostPerThread; ++u) {
-    const int j = int(threadIdx.x) + u * kThreads;
-    if (j < keys) s.sample_keys[j] = loaded[u];
-  }
+  for (int u = 0; u < kPerThread; ++u) s.sample_keys[int(threadIdx.x) + u * kThreads] = loaded[u];
   __syncthreads();
 }
 
-// The 16-bit key prefix of the rank-th largest of the group's sample (`keys` in each block).
-template <class Group>
-__device__ CountSelection sample_prefix(SharedState& s, int keys, uint32_t rank, const Group& g) {
+// The 16-bit key prefix of the rank-th largest of the block's sample.
+__device__ CountSelection sample_prefix(SharedState& s, uint32_t rank) {
   const auto for_each_sample = [&](auto&& f) {
-    for (int j = threadIdx.x; j < keys; j += kThreads) f(s.sample_keys[j]);
+    for (int j = threadIdx.x; j < kSampleKeys; j += kThreads) f(s.sample_keys[j]);
   };
-  return select_by_count(s, for_each_sample, 32 - kGuessShift, rank, true, g);
+  return select_by_count(s, for_each_sample, 32 - kGuessShift, rank, true);
 }
 
 // The sample's rank to aim a row's first guess at: where the target lies by the sample's rate,
@@ -324,25 +318,26 @@ __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
 }
 
 // The candidates of the row's top k (see above), every block of the group reading its slice
-// (`part`, tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
+// (tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
 // candidates hold them; false in every block, nothing gathered, where they would not fit.
 template <class Format, class Group>
-__device__ bool gather_top_candidates(const Group& g, SharedState& s, const InputRow<Format>& part,
+__device__ bool gather_top_candidates(const Group& g, SharedState& s, const InputRow<Format>& row,
                                       RowSlice slice, int64_t n, uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
+  const InputRow<Format> part = slice_input(row, slice);
   SharedState* const lead_state = g.lead_state(s);
   bool counted = false;  // by the guess's read
-  // In a cluster whose slices are short, each block's read costs less than the sample's barriers.
-  if (guesses_from_sample(n / g.blocks(), k)) {
-    const int keys = sample_keys_per_block(g.blocks());
-    const int64_t sampled = int64_t(keys) * g.blocks();
+  if (guesses_from_sample(n, k)) {
     const bool count_while_guessing = k > kSureGuessMostK;
-    load_key_sample(s, part, slice.size(), keys, logits);
-    uint32_t rank = first_sample_rank(k, n, sampled);
+    // Every block samples the whole row and selects from it alike, so that no cluster barrier
+    // waits on the selection: the blocks agree on every guess's prefix.
+    load_key_sample(s, row, n, logits);
+    uint32_t rank = first_sample_rank(k, n, kSampleKeys);
     for (int guess = 0; guess < kGuesses && rank != 0u; ++guess) {
-      // The lead's count is reset before the selection's barriers, every block gathers after.
       if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
-      const CountSelection prefix = sample_prefix(s, keys, rank, g);
+      g.arrive();
+      const CountSelection prefix = sample_prefix(s, rank);
+      g.wait();  // the lead's count is reset before any block gathers
       if (count_while_guessing) {
         clear_wide_counts(s);  // over the sample, which every thread has read for the last time
         __syncthreads();
@@ -360,7 +355,7 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
         counted = true;
         break;
       }
-      rank = next_sample_rank(prefix, gathered, k, n, sampled);
+      rank = next_sample_rank(prefix, gathered, k, n, kSampleKeys);
     }
   }
   if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;

@@ -36,12 +36,6 @@ __device__ __forceinline__ RowSlice slice_of_row(int64_t n, unsigned rank, unsig
   return {begin, begin + per_block < n ? begin + per_block : n};
 }
 
-template <class Format>
-__device__ __forceinline__ InputRow<Format> slice_input(const InputRow<Format>& row,
-                                                        RowSlice slice) {
-  return {row.data + slice.begin * row.stride, row.stride};
-}
-
 // Adds `value` to a 64-bit sum in (another block's) shared memory: two 32-bit atomics, the
 // carry of the low word going into the high one, exact once every add is done.
 __device__ __forceinline__ void add_to_shared_sum64(unsigned long long* sum,
@@ -72,6 +66,9 @@ struct ClusterGroup {
   }
   __device__ unsigned blocks() const { return cluster.num_blocks(); }
   __device__ void sync() const { cluster.sync(); }
+  // A barrier in two halves: what a block wrote before arrive() every block sees after wait().
+  __device__ void arrive() const { cluster.barrier_arrive(); }
+  __device__ void wait() const { cluster.barrier_wait(); }
   // Block 0's bins take the others' once all have cleared theirs.
   __device__ void bins_cleared() const { cluster.barrier_arrive(); }
   __device__ void sum_wide_counts(SharedState& s, bool after_bins_cleared) const {
@@ -173,7 +170,7 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
   if (top_k_filters(k, a.n)) {
     const bool gathered =
         k <= kCandidateCapacity &&
-        gather_top_candidates(g, s, part, slice, a.n, uint32_t(k), true);
+        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true);
     cut = g.broadcast(s, [&] {
       return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
                       : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
@@ -321,8 +318,7 @@ __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
                    a.output_stride);
       }
       constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-      if (gather_top_candidates(g, s, slice_input(row, slice), slice, a.n, uint32_t(steps.k),
-                                logits)) {
+      if (gather_top_candidates(g, s, row, slice, a.n, uint32_t(steps.k), logits)) {
         if (g.lead()) {
           cutoff_of_candidates(s, a.n, uint32_t(steps.k), logits, true);
           finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);
