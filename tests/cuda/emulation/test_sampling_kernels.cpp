@@ -93,7 +93,17 @@ uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
 // the row's other tokens low but for a value just under the third run's at every 113th, so that
 // a first guess for k = 1024 gathers a few runs and those, about 740 tokens (870 of
 // probabilities), fewer than k; one for k = 128 the first run alone, 32 tokens.
+// Kind 12: the runs valued 1000 down by 8 each, the rest low: the guess gathers a few runs
+// (fewer than k = 128 on all three guesses), and for k = 700 and 1024 the row's k-th key lies
+// under the counting guess's floor (the sample's key at four times its rank), so the histogram
+// is counted again, whole.
 uint32_t edge_value(int kind, bool probs, int64_t i, int64_t n, uint32_t body) {
+  if (kind == 12) {
+    const int64_t stride = n / (kSampleKeys / kSampleRun);
+    const float scale = probs ? 1e-6f : 1.0f;
+    if (i % stride < kSampleRun) return bits_of(scale * float(1000 - 8 * (i / stride)));
+    return bits_of(scale * float(i % 13));
+  }
   if (kind == 11) {
     const int64_t stride = n / (kSampleKeys / kSampleRun);
     const float scale = probs ? 1e-6f : 1.0f;
@@ -462,11 +472,12 @@ int main(int argc, char** argv) {
   // near-equal values, where it may gather too many or too few and the histogram takes over; k
   // at the guess's limits (1, and half the capacity, and one past it). Kind 11's first guess
   // gathers fewer than k = 1024 (then the histogram its read counted) and than k = 128 (then a
-  // second guess), but more than 700.
+  // second guess), but more than 700; kind 12 misleads all three guesses for k = 128 and the
+  // counting guess's floor for k = 700 and 1024.
   for (mtk_sampling_op op : ops) {
     const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
                         op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-    for (const int kind : {0, 1, 2, 6, 10, 11}) {
+    for (const int kind : {0, 1, 2, 6, 10, 11, 12}) {
       Case c{};
       c.op = op;
       c.dtype = logits && kind == 0 ? MTK_BFLOAT16 : MTK_FLOAT32;
@@ -477,7 +488,7 @@ int main(int argc, char** argv) {
       c.kind = kind;
       const int64_t ks[] = {1, kCandidateCapacity / 2, 50, kCandidateCapacity / 2 + 1, 700};
       for (int64_t r = 0; r < c.rows; ++r) {
-        c.top_k.push_back(kind == 11 ? misled_ks[r] : ks[size_t(r + kind) % 5]);
+        c.top_k.push_back(kind >= 11 ? misled_ks[r] : ks[size_t(r + kind) % 5]);
         c.top_p.push_back(r == 1 ? 0.9f : 1.0f);
         c.min_p.push_back(0.0f);
         c.temperature.push_back(1.0f);
