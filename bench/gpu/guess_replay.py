@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 CAPACITY, SAMPLE_KEYS, SAMPLE_RUN, GUESSES = 2048, 4096, 32, 3
-LEAST_FIRST_RANK, SURE_GUESS_MOST_K, COUNT_FLOOR_FACTOR = 16, CAPACITY // 8, 4
+LEAST_FIRST_RANK, SURE_GUESS_MOST_K = 16, CAPACITY // 8
 L2_BYTES = 50 << 20  # H100's and H200's: inputs that fit rotate over 4 buffers
 
 
@@ -58,8 +58,7 @@ def key_prefixes(values):
 def replay_row(row, k, n):
     """The guesses that miss on one row, (guess, rank, gathered) each, and the reads of the row
     its gather takes: one a guess; where every guess missed, the histogram's gather and, unless
-    the one guess above SURE_GUESS_MOST_K counted it (from the bin of the sample's key at
-    COUNT_FLOOR_FACTOR times its rank, and the row's k-th key lies there), its count."""
+    the one guess above SURE_GUESS_MOST_K counted it, its count."""
     target = int(math.sqrt(k * CAPACITY))
     prefixes = key_prefixes(row)
     j = np.arange(SAMPLE_KEYS)
@@ -76,10 +75,6 @@ def replay_row(row, k, n):
         if k <= gathered <= CAPACITY:
             return missed, len(missed) + 1
         missed.append((len(missed), rank, gathered))
-        if k > SURE_GUESS_MOST_K:
-            floor_bin = sample[min(COUNT_FLOOR_FACTOR * rank, SAMPLE_KEYS) - 1] >> 4
-            counted = int((prefixes >> 4 >= floor_bin).sum())
-            return missed, 2 if counted >= k else 3
         step = at_or_above + int((target - gathered) * SAMPLE_KEYS / n)
         if gathered > CAPACITY:
             rank = min(max(step, 1), before) if before else 0

@@ -179,8 +179,8 @@ __device__ __forceinline__ void store_before(SharedState& s, ExactSum v) {
 
 // Walks the Bins bins in order (the last first when from_top) accumulating bin_value(bin), and
 // records in s the first bin whose running total `reaches`, with the total of the bins before
-// it (selected_bin, selected_*_before). `reaches` must be monotone; where the total does not
-// reach it, nothing is recorded. Run by warp 0 only; the caller synchronises after.
+// it (selected_bin, selected_*_before). `reaches` must be monotone and reached by the total.
+// Run by warp 0 only; the caller synchronises after.
 template <int Bins = kBins, class Acc, class BinValue, class Reaches>
 __device__ __forceinline__ void scan_bins(SharedState& s, bool from_top, Acc zero,
                                           BinValue bin_value, Reaches reaches) {

@@ -293,23 +293,16 @@ __device__ __forceinline__ void clear_wide_counts(SharedState& s) {
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
 }
 
-// A guess that also counts the histogram counts only the keys of its bin of the sample's key at
-// kCountFloorFactor times its rank and above: the k-th key lies there unless the sample is off
-// fourfold (then the histogram is counted again, whole), and the count costs the few tokens
-// there an atomic rather than every token.
-constexpr uint32_t kCountFloorFactor = 4;
-
 // Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
-// prefix is at least `prefix`; past the capacity it only counts them. kCount: also counts the
-// tokens of histogram bin `floor_bin` and above into this block's histogram (s.wide_counts).
+// prefix is at least `prefix`; past the capacity it only counts them. kCount: also counts every
+// token into this block's histogram (s.wide_counts).
 template <bool kCount, class Format>
 __device__ void gather_from_prefix(SharedState& s, SharedState* lead, const InputRow<Format>& part,
-                                   int64_t size, int64_t first, uint32_t prefix,
-                                   uint32_t floor_bin, bool logits) {
+                                   int64_t size, int64_t first, uint32_t prefix, bool logits) {
   for_each_element(part, size, [&](int64_t i, typename Format::Raw raw) {
     const float value = value_of<Format>(raw);
     const uint32_t key = rank_key(value, logits);
-    if (kCount && (key >> kWideShift) >= floor_bin) atomicAdd(&s.wide_counts[key >> kWideShift], 1u);
+    if (kCount) atomicAdd(&s.wide_counts[key >> kWideShift], 1u);
     if ((key >> kGuessShift) >= prefix) {
       const uint32_t slot = atomicAdd(&lead->candidate_count, 1u);
       if (slot < uint32_t(kCandidateCapacity)) {
@@ -324,29 +317,6 @@ __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
   return gathered >= k && gathered <= uint32_t(kCandidateCapacity);
 }
 
-// The histogram's bin of the row's k-th key (bins from the top, in the lead's wide_counts) and
-// the tokens of that bin and above; bin kWideBins where the bins hold fewer than k.
-struct TopBins {
-  uint32_t bin, gathered;
-};
-
-template <class Group>
-__device__ TopBins top_wide_bins(const Group& g, SharedState& s, uint32_t k) {
-  return g.decide(
-      s,
-      [&] {
-        if (threadIdx.x == 0) s.selected_bin = kWideBins;
-        __syncwarp();
-        scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
-                             [&](uint32_t total) { return total >= k; });
-      },
-      [](const SharedState& l) {
-        return l.selected_bin == uint32_t(kWideBins)
-                   ? TopBins{l.selected_bin, 0u}
-                   : TopBins{l.selected_bin, l.selected_count_before + l.wide_counts[l.selected_bin]};
-      });
-}
-
 // The candidates of the row's top k (see above), every block of the group reading its slice
 // (tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
 // candidates hold them; false in every block, nothing gathered, where they would not fit.
@@ -356,7 +326,7 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
   using Raw = typename Format::Raw;
   const InputRow<Format> part = slice_input(row, slice);
   SharedState* const lead_state = g.lead_state(s);
-  TopBins top{kWideBins, 0u};
+  bool counted = false;  // by the guess's read
   if (guesses_from_sample(n, k)) {
     const bool count_while_guessing = k > kSureGuessMostK;
     // Every block samples the whole row and selects from it alike, so that no cluster barrier
@@ -367,47 +337,49 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
       if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
       g.arrive();
       const CountSelection prefix = sample_prefix(s, rank);
-      uint32_t floor_bin = 0u;
+      g.wait();  // the lead's count is reset before any block gathers
       if (count_while_guessing) {
-        const uint32_t floor_rank = kCountFloorFactor * rank < uint32_t(kSampleKeys)
-                                        ? kCountFloorFactor * rank
-                                        : uint32_t(kSampleKeys);
-        floor_bin = sample_prefix(s, floor_rank).value >> (kWideShift - kGuessShift);
         clear_wide_counts(s);  // over the sample, which every thread has read for the last time
         __syncthreads();
-      }
-      g.wait();  // the lead's count is reset before any block gathers, the counts are clear
-      if (count_while_guessing) {
         gather_from_prefix<true>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                 floor_bin, logits);
+                                 logits);
       } else {
         gather_from_prefix<false>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                  0u, logits);
+                                  logits);
       }
       g.sync();  // every block's tokens are in the lead's candidates
       const uint32_t gathered = lead_state->candidate_count;
       g.sync();  // every block has read the count before the lead resets it or goes on
       if (guess_holds(gathered, k)) return true;
       if (count_while_guessing) {
-        if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
-        g.sum_wide_counts(s, false);
-        top = top_wide_bins(g, s, k);
+        counted = true;
         break;
       }
       rank = next_sample_rank(prefix, gathered, k, n, kSampleKeys);
     }
   }
-  if (top.bin == uint32_t(kWideBins)) {  // not counted, or the k-th key lies under the floor
-    if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
+  if (g.lead() && threadIdx.x == 0) s.candidate_count = 0u;
+  if (!counted) {
     clear_wide_counts(s);
     __syncthreads();
     g.bins_cleared();
     for_each_element(part, slice.size(), [&](int64_t, Raw raw) {
       atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kWideShift], 1u);
     });
-    g.sum_wide_counts(s, true);
-    top = top_wide_bins(g, s, k);
   }
+  g.sum_wide_counts(s, !counted);
+  struct TopBins {
+    uint32_t bin, gathered;
+  };
+  const TopBins top = g.decide(
+      s,
+      [&] {
+        scan_bins<kWideBins>(s, true, 0u, [&](int bin) { return s.wide_counts[bin]; },
+                             [&](uint32_t total) { return total >= k; });
+      },
+      [](const SharedState& l) {
+        return TopBins{l.selected_bin, l.selected_count_before + l.wide_counts[l.selected_bin]};
+      });
   if (top.gathered > uint32_t(kCandidateCapacity)) {
     g.sync();  // every block has read the lead's choice before the lead goes on
     return false;

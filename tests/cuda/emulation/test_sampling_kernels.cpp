@@ -93,10 +93,9 @@ uint32_t make_value(int kind, bool probs, std::mt19937_64& rng,
 // the row's other tokens low but for a value just under the third run's at every 113th, so that
 // a first guess for k = 1024 gathers a few runs and those, about 740 tokens (870 of
 // probabilities), fewer than k; one for k = 128 the first run alone, 32 tokens.
-// Kind 12: the runs valued 1000 down by 8 each, the rest low: the guess gathers a few runs
-// (fewer than k = 128 on all three guesses), and for k = 700 and 1024 the row's k-th key lies
-// under the counting guess's floor (the sample's key at four times its rank), so the histogram
-// is counted again, whole.
+// Kind 12: the runs valued 1000 down by 8 each, the rest low: the guess gathers a few runs,
+// fewer than k = 128 on all three guesses and fewer than k = 700 or 1024 on the one guess that
+// counts the histogram.
 uint32_t edge_value(int kind, bool probs, int64_t i, int64_t n, uint32_t body) {
   if (kind == 12) {
     const int64_t stride = n / (kSampleKeys / kSampleRun);
@@ -473,7 +472,7 @@ int main(int argc, char** argv) {
   // at the guess's limits (1, and half the capacity, and one past it). Kind 11's first guess
   // gathers fewer than k = 1024 (then the histogram its read counted) and than k = 128 (then a
   // second guess), but more than 700; kind 12 misleads all three guesses for k = 128 and the
-  // counting guess's floor for k = 700 and 1024.
+  // counting guess for k = 700 and 1024.
   for (mtk_sampling_op op : ops) {
     const bool logits = op == MTK_SAMPLING_TOP_K_MASK_LOGITS ||
                         op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
