@@ -2,15 +2,17 @@
 // most SMs idle (a batch of one reads its row with one SM), each row is read by a cluster of
 // blocks, each block a slice of it (sampling.cu picks how many blocks). What reads the whole row
 // is split:
-// - the top-k filter's histogram and gather: every block counts its slice, block 0 sums the
-//   counts and picks the bin, and every block gathers its tokens of that bin and above into
-//   block 0's candidates, where the row then finishes as in sampling_rows.cuh;
+// - the top-k filter's candidates (sampling_rows.cuh, gather_top_candidates, over ClusterGroup):
+//   every block gathers its tokens at or above a guessed key (each block samples the whole row
+//   and guesses alike), or counts its slice for the histogram, block 0 summing the counts and
+//   picking the bin, into block 0's candidates, where the row then finishes as in
+//   sampling_rows.cuh;
 // - top_k_mask_logits' write: every block writes its slice through block 0's cutoff;
-// - a row that no top-k filters: every block computes its slice's masses into the workspace
-//   (or, for probabilities that min-p alone filters, reads them from the input), the exponent
-//   bins, totals and largest mass meet in block 0, top-p's cut is searched by the cluster
-//   (ClusterGroup: each pass's bins summed in block 0), min-p and the renormalisation go by
-//   slices, and the block whose slice holds the crossing of the cumulative sum draws from it.
+// - a row that no top-k filters: every block reads its slice's masses (probabilities from the
+//   input; logits' masses computed into the workspace), the exponent bins, totals and largest
+//   mass meet in block 0, top-p's cut is searched by the cluster (ClusterGroup: each pass's bins
+//   summed in block 0), min-p and the renormalisation go by slices, and the block whose slice
+//   holds the crossing of the cumulative sum draws from it.
 // A row whose top-k filter keeps more than kCandidateCapacity tokens, or sampled greedily, runs
 // in block 0 alone.
 //
