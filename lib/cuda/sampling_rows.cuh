@@ -496,6 +496,31 @@ __device__ __forceinline__ void write_token(const SamplingArgs& a, int64_t row, 
   }
 }
 
+// out[q] = map(q, in[q]) for `vectors` 16-byte words, each thread for q = threadIdx.x + m *
+// kThreads, four loads in flight (unrolled, as in for_each_element). kReadOnly: loads through the
+// read-only path, for input nothing in the kernel writes.
+template <bool kReadOnly, class MapVector>
+__device__ __forceinline__ void map_vectors(const uint4* in, uint4* out, int64_t vectors,
+                                            MapVector map) {
+  constexpr int kInFlight = 4;
+  const auto load = [&](int64_t q) {
+    if constexpr (kReadOnly) {
+      return __ldg(in + q);
+    } else {
+      return in[q];
+    }
+  };
+  int64_t q = threadIdx.x;
+  for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
+    uint4 loaded[kInFlight];
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) loaded[b] = load(q + b * kThreads);
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) out[q + b * kThreads] = map(q + b * kThreads, loaded[b]);
+  }
+  for (; q < vectors; q += kThreads) out[q] = map(q, load(q));
+}
+
 // Writes out[i] = transform(i, raw) for every element of the row, each thread for its share:
 // 16-byte loads and stores, several in flight, where both rows are contiguous and aligned.
 template <class Format, class Transform>
@@ -503,30 +528,21 @@ __device__ void map_row(const InputRow<Format>& row, int64_t n, typename Format:
                         int64_t out_stride, Transform transform) {
   using Raw = typename Format::Raw;
   constexpr int kPerVector = int(16 / sizeof(Raw));
-  constexpr int kInFlight = 4;
   const bool vectors_fit = row.stride == 1 && out_stride == 1 &&
                            ((reinterpret_cast<uintptr_t>(row.data) |
                              reinterpret_cast<uintptr_t>(out)) & 15u) == 0u;
   const int64_t vectors = vectors_fit ? n / kPerVector : 0;
-  const uint4* in_words = reinterpret_cast<const uint4*>(row.data);
-  uint4* out_words = reinterpret_cast<uint4*>(out);
-  const auto map_vector = [&](int64_t q, uint4 word) {
-    Raw parts[kPerVector];
-    memcpy(parts, &word, 16);
+  map_vectors<true>(reinterpret_cast<const uint4*>(row.data), reinterpret_cast<uint4*>(out),
+                    vectors, [&](int64_t q, uint4 word) {
+                      Raw parts[kPerVector];
+                      memcpy(parts, &word, 16);
 #pragma unroll
-    for (int e = 0; e < kPerVector; ++e) parts[e] = transform(q * kPerVector + e, parts[e]);
-    memcpy(&word, parts, 16);
-    out_words[q] = word;
-  };
-  int64_t q = threadIdx.x;
-  for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
-    uint4 loaded[kInFlight];  // unrolled, as in for_each_element
-#pragma unroll
-    for (int b = 0; b < kInFlight; ++b) loaded[b] = __ldg(in_words + q + b * kThreads);
-#pragma unroll
-    for (int b = 0; b < kInFlight; ++b) map_vector(q + b * kThreads, loaded[b]);
-  }
-  for (; q < vectors; q += kThreads) map_vector(q, __ldg(in_words + q));
+                      for (int e = 0; e < kPerVector; ++e) {
+                        parts[e] = transform(q * kPerVector + e, parts[e]);
+                      }
+                      memcpy(&word, parts, 16);
+                      return word;
+                    });
   for (int64_t i = vectors * kPerVector + threadIdx.x; i < n; i += kThreads) {
     out[i * out_stride] = transform(i, row.raw(i));
   }
@@ -676,27 +692,19 @@ __device__ void write_renormalised(const View& view, ExactSum total, float* out,
     });
     return;
   }
-  constexpr int kInFlight = 4;
-  const uint4* words = reinterpret_cast<const uint4*>(stored);
-  uint4* out_words = reinterpret_cast<uint4*>(row_out);
+  // Not the read-only path: a workspace row of masses was written earlier in this kernel.
   const int64_t vectors = view.count() / 4;
-  const auto write_vector = [&](int64_t q, uint4 word) {
-    float parts[4];
-    memcpy(parts, &word, 16);
+  map_vectors<false>(reinterpret_cast<const uint4*>(stored), reinterpret_cast<uint4*>(row_out),
+                     vectors, [&](int64_t q, uint4 word) {
+                       float parts[4];
+                       memcpy(parts, &word, 16);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) parts[e] = renormalised(view.mass_of(q * 4 + e, parts[e]));
-    memcpy(&word, parts, 16);
-    out_words[q] = word;
-  };
-  int64_t q = threadIdx.x;
-  for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
-    uint4 loaded[kInFlight];  // unrolled, as in for_each_element
-#pragma unroll
-    for (int b = 0; b < kInFlight; ++b) loaded[b] = words[q + b * kThreads];
-#pragma unroll
-    for (int b = 0; b < kInFlight; ++b) write_vector(q + b * kThreads, loaded[b]);
-  }
-  for (; q < vectors; q += kThreads) write_vector(q, words[q]);
+                       for (int e = 0; e < 4; ++e) {
+                         parts[e] = renormalised(view.mass_of(q * 4 + e, parts[e]));
+                       }
+                       memcpy(&word, parts, 16);
+                       return word;
+                     });
   for (int64_t j = vectors * 4 + threadIdx.x; j < view.count(); j += kThreads) {
     row_out[j] = renormalised(view.mass(j));
   }
