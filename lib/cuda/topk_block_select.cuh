@@ -267,58 +267,155 @@ __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeomet
   write_padding<T>(g, values, indices, index64, o, count, g.k);
 }
 
-// Writes the winners of `source` (is_winner under start and final_sel) in the order of their
-// positions, each at the rank that counts the winners before it: the unsorted output, with no
-// sort and the same order on every run (the contract leaves the order of sorted=false open but
-// deterministic, which the gather's shared atomics are not). Each warp takes a contiguous share
-// of the row in tiles of 32 elements: it counts its winners by ballots, one exchange of the
-// warps' counts gives each warp its first rank, and a second sweep writes each winner at that
-// rank plus the winners before it in the sweep. A block scan per chunk of 2048 elements took a
-// quarter of the 8192-row prefill's instructions (ncu).
-template <int Bits, class T, class Comp, class Source>
-__device__ void write_winners_in_index_order(const Source& source, const Selection<Comp>& start,
-                                             const Selection<Comp>& final_sel,
-                                             uint32_t* warp_counts, const RowGeometry& g,
-                                             const T* input, void* values, void* indices,
-                                             bool index64, bool largest, const RowTarget& o) {
+// The least composite that wins once block_refine has narrowed a whole row's selection (from
+// the empty prefix) to `final_sel`: the winners are exactly the composites at or above it.
+template <int Bits, class Comp>
+__device__ __forceinline__ Comp least_winner(const Selection<Comp>& final_sel) {
+  return final_sel.resolved == 0 ? Comp(0) : final_sel.prefix << (Bits - final_sel.resolved);
+}
+
+// The unsorted output's partition of a row: each warp takes a contiguous share in tiles of 32
+// elements, and ranks and writes its winners in index order (write_winners_in_index_order).
+struct WarpShare {
+  int64_t begin, end;
+};
+
+__device__ __forceinline__ WarpShare warp_share(int64_t n) {
   constexpr int kWarps = kBlockThreads / 32;
+  const int64_t size = (n + kWarps * 32 - 1) / (kWarps * 32) * 32;
+  const int64_t begin = min(n, int64_t(threadIdx.x >> 5) * size);
+  return WarpShare{begin, min(n, begin + size)};
+}
+
+// Calls visit(valid, composite) on every lane for each tile of the warp's share of `source`:
+// whole warps, so visit may take a ballot.
+template <class Source, class Visit>
+__device__ __forceinline__ void sweep_warp_share(const Source& source, const WarpShare& share,
+                                                 Visit&& visit) {
+  using Comp = decltype(source.composite(0));
   constexpr int kTilesInFlight = 2;  // loads a lane has in flight; with 4 the kernels spilled
-  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
-  const int64_t share = (source.n + kWarps * 32 - 1) / (kWarps * 32) * 32;
-  const int64_t begin = min(source.n, warp * share), end = min(source.n, begin + share);
-  // Calls visit(is_winner, composite) on every lane for each tile of [begin, end): whole warps,
-  // so visit may take a ballot.
-  auto sweep = [&](auto&& visit) {
-    for (int64_t first = begin; first < end; first += 32 * kTilesInFlight) {
-      Comp batch[kTilesInFlight];
+  const int lane = int(threadIdx.x & 31);
+  for (int64_t first = share.begin; first < share.end; first += 32 * kTilesInFlight) {
+    Comp batch[kTilesInFlight];
 #pragma unroll
-      for (int u = 0; u < kTilesInFlight; ++u) {
-        const int64_t i = first + u * 32 + lane;
-        batch[u] = i < end ? source.composite(i) : Comp(0);
-      }
-#pragma unroll
-      for (int u = 0; u < kTilesInFlight; ++u) {
-        visit(first + u * 32 + lane < end && is_winner<Bits>(batch[u], start, final_sel),
-              batch[u]);
-      }
+    for (int u = 0; u < kTilesInFlight; ++u) {
+      const int64_t i = first + u * 32 + lane;
+      batch[u] = i < share.end ? source.composite(i) : Comp(0);
     }
-  };
+#pragma unroll
+    for (int u = 0; u < kTilesInFlight; ++u) visit(first + u * 32 + lane < share.end, batch[u]);
+  }
+}
+
+// The winners (composites at or above `least`) in the warp's share of `source`; every lane
+// returns the count.
+template <class Source, class Comp>
+__device__ __forceinline__ uint32_t count_share_winners(const Source& source,
+                                                        const WarpShare& share, Comp least) {
   uint32_t count = 0;
-  sweep([&](bool win, Comp) { count += uint32_t(__popc(__ballot_sync(0xffffffffu, win))); });
-  if (lane == 0) warp_counts[warp] = count;
+  sweep_warp_share(source, share, [&](bool valid, Comp c) {
+    count += uint32_t(__popc(__ballot_sync(0xffffffffu, valid && c >= least)));
+  });
+  return count;
+}
+
+// The rank of the first winner of the calling warp's share in index order, from each warp's
+// count of winners (`scratch`: a word a warp). Every thread calls.
+__device__ __forceinline__ uint32_t first_rank_of_warp(uint32_t warp_winners, uint32_t* scratch) {
+  constexpr int kWarps = kBlockThreads / 32;
+  const int warp = int(threadIdx.x >> 5);
+  if ((threadIdx.x & 31) == 0) scratch[warp] = warp_winners;
   __syncthreads();
   uint32_t rank = 0;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) rank += w < warp ? warp_counts[w] : 0u;
-  const uint32_t lanes_below = (1u << lane) - 1u;
-  sweep([&](bool win, Comp c) {
+  for (int w = 0; w < kWarps; ++w) rank += w < warp ? scratch[w] : 0u;
+  return rank;
+}
+
+// Writes the winners of the warp's share of `source` (composites at or above `least`) in index
+// order from `rank` on, each at `rank` plus the winners before it: the unsorted output, with no
+// sort and the same order on every run (the contract leaves the order of sorted=false open but
+// deterministic, which the gather's shared atomics are not). write(rank, composite) stores one.
+// A block scan per chunk of 2048 elements took a quarter of the 8192-row prefill's instructions
+// (ncu); ballots over warp shares do not need one.
+template <class Source, class Comp, class Write>
+__device__ __forceinline__ void write_winners_in_index_order(const Source& source,
+                                                             const WarpShare& share, Comp least,
+                                                             uint32_t rank, Write&& write) {
+  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
+  sweep_warp_share(source, share, [&](bool valid, Comp c) {
+    const bool win = valid && c >= least;
     const uint32_t winners = __ballot_sync(0xffffffffu, win);
-    if (win) {
-      write_winner(g, input, values, indices, index64, largest, o,
-                   int64_t(rank + uint32_t(__popc(winners & lanes_below))), c);
-    }
+    if (win) write(rank + uint32_t(__popc(winners & lanes_below)), c);
     rank += uint32_t(__popc(winners));
   });
+}
+
+// Whether a row's outputs are int32 indices alone, contiguous, written as they are or through
+// the ragged transform (offsets[r] + position): the sparse-attention indexer's calls. Their
+// winners are written by a plain store; write_winner spent about 50 instructions a tile on the
+// value's branch, 64-bit addressing and the transform's switch (ncu, the 8192-row prefill).
+__device__ __forceinline__ bool writes_plain_indices(const RowGeometry& g, const void* values,
+                                                     bool index64, const RowTarget& o) {
+  return values == nullptr && !index64 && g.indices_stride == 1 &&
+         o.transform.kind != MTK_INDEX_TRANSFORM_PAGE_TABLE;
+}
+
+// Calls body(write) with the row's writer of ranked winners, write(rank, composite): a plain
+// store where writes_plain_indices, else write_winner.
+template <class T, class Body>
+__device__ __forceinline__ void with_winner_writer(const RowGeometry& g, const T* input,
+                                                   void* values, void* indices, bool index64,
+                                                   bool largest, const RowTarget& o, Body&& body) {
+  if (writes_plain_indices(g, values, index64, o)) {
+    int32_t* const out = static_cast<int32_t*>(indices) + o.indices;
+    // int32 outputs keep the low 32 bits of offsets[r] + position (ragged_transformed_index).
+    const uint32_t offset =
+        o.transform.kind == MTK_INDEX_TRANSFORM_RAGGED ? uint32_t(o.transform.offset) : 0u;
+    body([=](uint32_t rank, auto c) { out[rank] = int32_t(offset + composite_index(c)); });
+  } else {
+    body([&](uint32_t rank, auto c) {
+      write_winner(g, input, values, indices, index64, largest, o, int64_t(rank), c);
+    });
+  }
+}
+
+// Sorted output: gathers the winners of `source` (composites at or above `least`) into
+// sh.winners, sorts them and writes them, then the padding.
+template <class T, class Comp, class Source>
+__device__ void gather_sort_and_write(const Source& source, Comp least, BlockShared<Comp>& sh,
+                                      const RowGeometry& g, const T* input, void* values,
+                                      void* indices, bool index64, bool largest,
+                                      const RowTarget& o) {
+  if (threadIdx.x == 0) sh.winner_count = 0;
+  __syncthreads();
+  for_each_composite(source, [&](Comp c) {
+    if (c >= least) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+  });
+  __syncthreads();
+  sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
+}
+
+// Selects a row's winners from `source` and writes them: sorted, gathered and sorted in shared
+// memory; unsorted, in index order (write_winners_in_index_order).
+template <class T, class Comp, class Source>
+__device__ void select_and_write_row(const Source& source, BlockShared<Comp>& sh,
+                                     const RowGeometry& g, const T* input, void* values,
+                                     void* indices, bool index64, bool largest, bool sorted,
+                                     const RowTarget& o) {
+  constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
+  const Selection<Comp> start{Comp(0), 0, uint32_t(o.count), uint32_t(o.length)};
+  const Comp least = least_winner<kBits>(block_refine_row<kBits>(source, start, sh));
+  if (sorted) {
+    gather_sort_and_write(source, least, sh, g, input, values, indices, index64, largest, o);
+    return;
+  }
+  const WarpShare share = warp_share(source.n);
+  const uint32_t rank = first_rank_of_warp(count_share_winners(source, share, least), sh.scan);
+  with_winner_writer(g, input, values, indices, index64, largest, o, [&](auto&& write) {
+    write_winners_in_index_order(source, share, least, rank, write);
+  });
+  write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
 // A row's selection keys cached in shared memory (see block_select_row): the radix rounds and
@@ -332,30 +429,146 @@ struct CachedKeys {
   }
 };
 
-// Selects a row's winners from `source` and writes them: sorted, gathered and sorted in shared
-// memory; unsorted, in index order (write_winners_in_index_order), so a window of at most k
-// elements, all winners, costs one read of it and no radix round.
-template <class T, class Comp, class Source>
-__device__ void select_and_write_row(const Source& source, BlockShared<Comp>& sh,
-                                     const RowGeometry& g, const T* input, void* values,
-                                     void* indices, bool index64, bool largest, bool sorted,
-                                     const RowTarget& o) {
-  constexpr int kBits = kCompositeBits<typename KeyTraits<T>::Key>;
-  const Selection<Comp> start{Comp(0), 0, uint32_t(o.count), uint32_t(o.length)};
-  const Selection<Comp> final_sel = block_refine_row<kBits>(source, start, sh);
-  if (!sorted) {
-    write_winners_in_index_order<kBits>(source, start, final_sel, sh.scan, g, input, values,
-                                        indices, index64, largest, o);
+template <int Bits, class Comp>
+__device__ __forceinline__ uint32_t first_digit(Comp c) {
+  return uint32_t(c >> (Bits - kRowFirstDigitBits));
+}
+
+// Fills key_cache with the window's selection keys and, with `first_digits`, counts their first
+// digits into it (a kRowFirstBins histogram: block_refine_row's first round, taken as the keys
+// arrive instead of in a pass of its own). A contiguous window is read in 16-byte loads.
+template <int Bits, class T, class Key>
+__device__ __forceinline__ void cache_row_keys(const InputRow<T>& source, Key* key_cache,
+                                               uint32_t* first_digits) {
+  const uint32_t n = uint32_t(source.n);
+  auto keep = [&](uint32_t i, T v) {
+    const Key key = selection_key(v, source.largest);
+    key_cache[i] = key;
+    if (first_digits != nullptr) {
+      atomicAdd(&first_digits[first_digit<Bits>(make_composite(key, i))], 1u);
+    }
+  };
+  if (source.stride != 1) {
+#pragma unroll 4
+    for (uint32_t i = threadIdx.x; i < n; i += kBlockThreads) {
+      keep(i, source.base[int64_t(i) * source.stride]);
+    }
+    return;
+  }
+  constexpr uint32_t kPerVector = 16 / sizeof(T);
+  constexpr int kVectorsInFlight = 2;
+  const uint32_t misaligned = uint32_t(reinterpret_cast<uintptr_t>(source.base) % 16) / sizeof(T);
+  const uint32_t head = min(n, misaligned == 0 ? 0u : kPerVector - misaligned);
+  const uint32_t vectors = (n - head) / kPerVector;
+  const uint4* const vector_base = reinterpret_cast<const uint4*>(source.base + head);
+  if (threadIdx.x < head) keep(threadIdx.x, source.base[threadIdx.x]);
+  for (uint32_t first = threadIdx.x; first < vectors; first += kBlockThreads * kVectorsInFlight) {
+    uint4 batch[kVectorsInFlight];
+#pragma unroll
+    for (int u = 0; u < kVectorsInFlight; ++u) {
+      const uint32_t v = first + u * kBlockThreads;
+      batch[u] = v < vectors ? load_streaming(vector_base + v) : uint4{0, 0, 0, 0};
+    }
+#pragma unroll
+    for (int u = 0; u < kVectorsInFlight; ++u) {
+      const uint32_t v = first + u * kBlockThreads;
+      if (v >= vectors) break;
+      T items[kPerVector];
+      memcpy(items, &batch[u], sizeof(items));
+#pragma unroll
+      for (uint32_t e = 0; e < kPerVector; ++e) keep(head + v * kPerVector + e, items[e]);
+    }
+  }
+  for (uint32_t i = head + vectors * kPerVector + threadIdx.x; i < n; i += kBlockThreads) {
+    keep(i, source.base[i]);
+  }
+}
+
+// The winners of the calling warp's share among the bucket's elements gathered in `gathered`.
+template <class Comp>
+__device__ __forceinline__ uint32_t count_gathered_share_winners(const Comp* gathered,
+                                                                 uint32_t count,
+                                                                 const WarpShare& share,
+                                                                 Comp least) {
+  uint32_t winners = 0;
+  for (uint32_t first = 0; first < count; first += 32) {
+    const uint32_t j = first + (threadIdx.x & 31);
+    const Comp c = j < count ? gathered[j] : Comp(0);
+    const int64_t index = int64_t(composite_index(c));
+    const bool win = j < count && c >= least && index >= share.begin && index < share.end;
+    winners += uint32_t(__popc(__ballot_sync(0xffffffffu, win)));
+  }
+  return winners;
+}
+
+// select_and_write_row for a row whose keys fit the cache. The first round's histogram is
+// counted while the keys are cached; then one sweep over the warps' shares counts the elements
+// in buckets above the chosen one (all winners) and gathers the bucket's own elements (a few
+// hundred on most rows) into sh.winners, so the further rounds histogram those alone instead of
+// the whole row each (the prefill's rounds were a third of its instructions). A bucket too big
+// to gather (ties, few distinct values) takes the rounds over the whole row. A window of at most
+// k elements whose indices alone are wanted is written without reading it.
+template <class T, class Key, class Comp>
+__device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_cache,
+                                            BlockShared<Comp>& sh, const RowGeometry& g,
+                                            const T* input, void* values, void* indices,
+                                            bool index64, bool largest, bool sorted,
+                                            const RowTarget& o) {
+  constexpr int kBits = kCompositeBits<Key>;
+  static_assert(sizeof(sh.winners) >= kRowFirstBins * sizeof(uint32_t), "room for the bins");
+  const int64_t n = o.length;
+  if (!sorted && n <= o.count && writes_plain_indices(g, values, index64, o)) {
+    with_winner_writer(g, input, values, indices, index64, largest, o, [&](auto&& write) {
+      for (uint32_t i = threadIdx.x; i < n; i += kBlockThreads) write(i, make_composite(Key(0), i));
+    });
     write_padding<T>(g, values, indices, index64, o, o.count, g.k);
     return;
   }
+  const bool narrows = n > o.count;
+  uint32_t* const first_digits = reinterpret_cast<uint32_t*>(sh.winners);
+  if (narrows) {
+    for (int b = threadIdx.x; b < kRowFirstBins; b += kBlockThreads) first_digits[b] = 0;
+  }
   if (threadIdx.x == 0) sh.winner_count = 0;
   __syncthreads();
-  for_each_composite(source, [&](Comp c) {
-    if (is_winner<kBits>(c, start, final_sel)) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
-  });
+  cache_row_keys<kBits>(source, key_cache, narrows ? first_digits : nullptr);
   __syncthreads();
-  sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
+  const CachedKeys<Key> cached{key_cache, n};
+  Selection<Comp> sel{Comp(0), 0, uint32_t(o.count), uint32_t(n)};
+  if (narrows) {
+    sel.narrow(choose_bucket<kRowFirstBins, kBlockThreads>(first_digits, sel.needed, sh.scan,
+                                                           &sh.choice),
+               kRowFirstDigitBits);
+  }
+  const WarpShare share = warp_share(n);
+  const bool gathers_bucket = narrows && sel.in_bucket <= uint32_t(kSortCapacity);
+  const uint32_t gathered = sel.in_bucket;
+  uint32_t share_above = 0;  // the warp's share's elements in buckets above the chosen one
+  if (gathers_bucket) {
+    const uint32_t bucket = uint32_t(sel.prefix);
+    sweep_warp_share(cached, share, [&](bool valid, Comp c) {
+      const uint32_t digit = first_digit<kBits>(c);
+      share_above += uint32_t(__popc(__ballot_sync(0xffffffffu, valid && digit > bucket)));
+      warp_append(valid && digit == bucket, c, sh.winners, &sh.winner_count);
+    });
+    __syncthreads();
+    sel = block_refine<kBits>(BufferSource<Comp>{sh.winners, int64_t(gathered)}, sel, sh);
+  } else {
+    sel = block_refine<kBits>(cached, sel, sh);
+  }
+  const Comp least = least_winner<kBits>(sel);
+  if (sorted) {
+    gather_sort_and_write(cached, least, sh, g, input, values, indices, index64, largest, o);
+    return;
+  }
+  const uint32_t share_winners =
+      gathers_bucket ? share_above + count_gathered_share_winners(sh.winners, gathered, share, least)
+                     : count_share_winners(cached, share, least);
+  const uint32_t rank = first_rank_of_warp(share_winners, sh.scan);
+  with_winner_writer(g, input, values, indices, index64, largest, o, [&](auto&& write) {
+    write_winners_in_index_order(cached, share, least, rank, write);
+  });
+  write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
 // Row `row` of the block path. With `key_cache` (shared memory for the row's n keys, which the
@@ -375,15 +588,10 @@ __device__ void block_select_row(const RowGeometry& g, const T* input, void* val
   const InputRow<T> source = input_row(g, input, o, largest);
   if (key_cache == nullptr) {
     select_and_write_row(source, sh, g, input, values, indices, index64, largest, sorted, o);
-    return;
+  } else {
+    select_and_write_cached_row(source, key_cache, sh, g, input, values, indices, index64,
+                                largest, sorted, o);
   }
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < o.length; i += kBlockThreads) {
-    key_cache[i] = selection_key(source.base[i * source.stride], largest);
-  }
-  __syncthreads();
-  select_and_write_row(CachedKeys<Key>{key_cache, o.length}, sh, g, input, values, indices,
-                       index64, largest, sorted, o);
 }
 
 // Blocks of the block path an SM holds at once. Left to itself, ptxas gave the kernels 64

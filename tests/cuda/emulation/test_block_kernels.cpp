@@ -492,6 +492,12 @@ void run_ragged_cases(const char* name, bool quick) {
       {10, 1500, 512, nullptr, true, Transform::Ragged, 1, false, true, false},
       {10, 300, 2048, nullptr, true, Transform::PageTable, 1, false, true, true},
       {10, 3000, 64, nullptr, true, Transform::PageTable, 64, true, false, true},
+      // The indexer's calls (int32 indices alone, as they are or offset), which the block kernel
+      // writes by plain stores: windows shorter than k written without a read; and rows of 12000,
+      // where few distinct values leave the chosen first-digit bucket too big to gather.
+      {12, 1200, 700, nullptr, false, Transform::None, 1, false, false, false},
+      {10, 2500, 300, nullptr, true, Transform::Ragged, 1, false, false, false},
+      {10, 12000, 1000, nullptr, true, Transform::Ragged, 1, false, false, false},
       {10, 9000, 100, &plain, true, Transform::None, 1, false, true, true},
       {10, 9000, 1000, &plain, false, Transform::Ragged, 1, false, false, true},
       {10, 9000, 2048, &small_buffer, true, Transform::PageTable, 64, true, true, false},
