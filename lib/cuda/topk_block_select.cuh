@@ -484,21 +484,109 @@ __device__ __forceinline__ void cache_row_keys(const InputRow<T>& source, Key* k
   }
 }
 
+// The cached row's partition for the unsorted output, as WarpShare's but in tiles of 32 lanes
+// by kKeysPerLane consecutive keys, each lane's read in one 16-byte load: the sweeps over the
+// cache then spend their instructions on the keys, not on a loop and a ballot per 32 of them.
+template <class Key>
+constexpr uint32_t kKeysPerLane = 16 / sizeof(Key);
+
+struct CachedShare {
+  uint32_t begin, end;  // positions in the window
+};
+
+template <class Key>
+__device__ __forceinline__ CachedShare cached_warp_share(uint32_t n) {
+  constexpr uint32_t kWarps = kBlockThreads / 32, kTile = 32 * kKeysPerLane<Key>;
+  const uint32_t size = (n + kWarps * kTile - 1) / (kWarps * kTile) * kTile;
+  const uint32_t begin = min(n, (threadIdx.x >> 5) * size);
+  return CachedShare{begin, min(n, begin + size)};
+}
+
+// Calls visit(first, keys) for each of the calling warp's tiles of `share`, on every lane: the
+// lane's kKeysPerLane keys at positions first, first + 1, ... (those at share.end or past it are
+// not the row's). The cache holds whole 16-byte words (block_key_cache_bytes is rounded up).
+template <class Key, class Visit>
+__device__ __forceinline__ void sweep_cached_share(const Key* keys, const CachedShare& share,
+                                                   Visit&& visit) {
+  constexpr uint32_t kPerLane = kKeysPerLane<Key>;
+  for (uint32_t tile = share.begin; tile < share.end; tile += 32 * kPerLane) {
+    const uint32_t first = tile + (threadIdx.x & 31) * kPerLane;
+    uint4 word{0, 0, 0, 0};
+    if (first < share.end) word = *reinterpret_cast<const uint4*>(keys + first);
+    Key lane_keys[kPerLane];
+    memcpy(lane_keys, &word, sizeof(lane_keys));
+    visit(first, lane_keys);
+  }
+}
+
+__device__ __forceinline__ uint32_t warp_sum(uint32_t value) {
+#pragma unroll
+  for (int lane_mask = 16; lane_mask > 0; lane_mask >>= 1) {
+    value += __shfl_xor_sync(0xffffffffu, value, lane_mask);
+  }
+  return value;
+}
+
 // The winners of the calling warp's share among the bucket's elements gathered in `gathered`.
 template <class Comp>
 __device__ __forceinline__ uint32_t count_gathered_share_winners(const Comp* gathered,
                                                                  uint32_t count,
-                                                                 const WarpShare& share,
+                                                                 const CachedShare& share,
                                                                  Comp least) {
   uint32_t winners = 0;
-  for (uint32_t first = 0; first < count; first += 32) {
-    const uint32_t j = first + (threadIdx.x & 31);
-    const Comp c = j < count ? gathered[j] : Comp(0);
-    const int64_t index = int64_t(composite_index(c));
-    const bool win = j < count && c >= least && index >= share.begin && index < share.end;
-    winners += uint32_t(__popc(__ballot_sync(0xffffffffu, win)));
+  for (uint32_t j = threadIdx.x & 31; j < count; j += 32) {
+    const Comp c = gathered[j];
+    const uint32_t index = composite_index(c);
+    winners += c >= least && index >= share.begin && index < share.end ? 1u : 0u;
   }
-  return winners;
+  return warp_sum(winners);
+}
+
+// The winners (composites at or above `least`) among the calling warp's share of the cache.
+template <class Key, class Comp>
+__device__ __forceinline__ uint32_t count_cached_share_winners(const Key* keys,
+                                                               const CachedShare& share,
+                                                               Comp least) {
+  uint32_t winners = 0;
+  sweep_cached_share(keys, share, [&](uint32_t first, const Key(&lane_keys)[kKeysPerLane<Key>]) {
+#pragma unroll
+    for (uint32_t e = 0; e < kKeysPerLane<Key>; ++e) {
+      winners += first + e < share.end && make_composite(lane_keys[e], first + e) >= least;
+    }
+  });
+  return warp_sum(winners);
+}
+
+// write_winners_in_index_order over the calling warp's share of the cache: a lane's winners
+// within a tile are ranked by a warp scan of the lanes' counts.
+template <class Key, class Comp, class Write>
+__device__ __forceinline__ void write_cached_winners_in_index_order(const Key* keys,
+                                                                    const CachedShare& share,
+                                                                    Comp least, uint32_t rank,
+                                                                    Write&& write) {
+  constexpr uint32_t kPerLane = kKeysPerLane<Key>;
+  const uint32_t lane = threadIdx.x & 31;
+  sweep_cached_share(keys, share, [&](uint32_t first, const Key(&lane_keys)[kPerLane]) {
+    uint32_t wins = 0;
+#pragma unroll
+    for (uint32_t e = 0; e < kPerLane; ++e) {
+      const bool win = first + e < share.end && make_composite(lane_keys[e], first + e) >= least;
+      wins |= uint32_t(win) << e;
+    }
+    const uint32_t count = uint32_t(__popc(wins));
+    uint32_t inclusive = count;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= uint32_t(offset)) inclusive += other;
+    }
+    uint32_t at = rank + inclusive - count;
+#pragma unroll
+    for (uint32_t e = 0; e < kPerLane; ++e) {
+      if ((wins >> e) & 1u) write(at++, make_composite(lane_keys[e], first + e));
+    }
+    rank += __shfl_sync(0xffffffffu, inclusive, 31);
+  });
 }
 
 // select_and_write_row for a row whose keys fit the cache. The first round's histogram is
@@ -516,7 +604,7 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
                                             const RowTarget& o) {
   constexpr int kBits = kCompositeBits<Key>;
   static_assert(sizeof(sh.winners) >= kRowFirstBins * sizeof(uint32_t), "room for the bins");
-  const int64_t n = o.length;
+  const uint32_t n = uint32_t(o.length);
   if (!sorted && n <= o.count && writes_plain_indices(g, values, index64, o)) {
     with_winner_writer(g, input, values, indices, index64, largest, o, [&](auto&& write) {
       for (uint32_t i = threadIdx.x; i < n; i += kBlockThreads) write(i, make_composite(Key(0), i));
@@ -533,40 +621,46 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
   __syncthreads();
   cache_row_keys<kBits>(source, key_cache, narrows ? first_digits : nullptr);
   __syncthreads();
-  const CachedKeys<Key> cached{key_cache, n};
-  Selection<Comp> sel{Comp(0), 0, uint32_t(o.count), uint32_t(n)};
+  Selection<Comp> sel{Comp(0), 0, uint32_t(o.count), n};
   if (narrows) {
     sel.narrow(choose_bucket<kRowFirstBins, kBlockThreads>(first_digits, sel.needed, sh.scan,
                                                            &sh.choice),
                kRowFirstDigitBits);
   }
-  const WarpShare share = warp_share(n);
+  const CachedShare share = cached_warp_share<Key>(n);
   const bool gathers_bucket = narrows && sel.in_bucket <= uint32_t(kSortCapacity);
   const uint32_t gathered = sel.in_bucket;
-  uint32_t share_above = 0;  // the warp's share's elements in buckets above the chosen one
+  uint32_t lane_above = 0;  // the lane's elements in buckets above the chosen one (all winners)
   if (gathers_bucket) {
     const uint32_t bucket = uint32_t(sel.prefix);
-    sweep_warp_share(cached, share, [&](bool valid, Comp c) {
-      const uint32_t digit = first_digit<kBits>(c);
-      share_above += uint32_t(__popc(__ballot_sync(0xffffffffu, valid && digit > bucket)));
-      warp_append(valid && digit == bucket, c, sh.winners, &sh.winner_count);
+    sweep_cached_share(key_cache, share, [&](uint32_t first, const Key(&lane_keys)[kKeysPerLane<Key>]) {
+#pragma unroll
+      for (uint32_t e = 0; e < kKeysPerLane<Key>; ++e) {
+        const Comp c = make_composite(lane_keys[e], first + e);
+        const uint32_t digit = first_digit<kBits>(c);
+        const bool valid = first + e < share.end;
+        lane_above += valid && digit > bucket;
+        if (valid && digit == bucket) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+      }
     });
     __syncthreads();
     sel = block_refine<kBits>(BufferSource<Comp>{sh.winners, int64_t(gathered)}, sel, sh);
   } else {
-    sel = block_refine<kBits>(cached, sel, sh);
+    sel = block_refine<kBits>(CachedKeys<Key>{key_cache, n}, sel, sh);
   }
   const Comp least = least_winner<kBits>(sel);
   if (sorted) {
-    gather_sort_and_write(cached, least, sh, g, input, values, indices, index64, largest, o);
+    gather_sort_and_write(CachedKeys<Key>{key_cache, n}, least, sh, g, input, values, indices,
+                          index64, largest, o);
     return;
   }
   const uint32_t share_winners =
-      gathers_bucket ? share_above + count_gathered_share_winners(sh.winners, gathered, share, least)
-                     : count_share_winners(cached, share, least);
+      gathers_bucket
+          ? warp_sum(lane_above) + count_gathered_share_winners(sh.winners, gathered, share, least)
+          : count_cached_share_winners(key_cache, share, least);
   const uint32_t rank = first_rank_of_warp(share_winners, sh.scan);
   with_winner_writer(g, input, values, indices, index64, largest, o, [&](auto&& write) {
-    write_winners_in_index_order(cached, share, least, rank, write);
+    write_cached_winners_in_index_order(key_cache, share, least, rank, write);
   });
   write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }

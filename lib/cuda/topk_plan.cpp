@@ -195,7 +195,9 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   const int key_bytes = int(dtype_info(key.dtype)->size);
   if (blocks_per_row == 1 && k <= kSortCapacity) {
     plan.path = TopkPath::Block;
-    if (n * key_bytes <= kBlockKeyCacheMaxBytes) plan.block_key_cache_bytes = n * key_bytes;
+    // Whole 16-byte words: the sweeps over the cache read one a lane (sweep_cached_share).
+    const int64_t cache_bytes = (n * key_bytes + 15) / 16 * 16;
+    if (cache_bytes <= kBlockKeyCacheMaxBytes) plan.block_key_cache_bytes = cache_bytes;
     return plan;
   }
   const int64_t cluster_slots = int64_t(kClusterBlocks) * kBlockThreads;

@@ -381,6 +381,7 @@ void test_ragged_plans() {
   const TopkPlan prefill = ragged_plan(MTK_FLOAT32, 8192, 9216, 2048);
   EXPECT(prefill.path == TopkPath::Block && prefill.block_key_cache_bytes == 9216 * 4);
   EXPECT(ragged_plan(MTK_BFLOAT16, 8192, 9216, 2048).block_key_cache_bytes == 9216 * 2);
+  EXPECT(ragged_plan(MTK_BFLOAT16, 8192, 9215, 2048).block_key_cache_bytes == 9216 * 2);
   const TopkPlan long_prefill = ragged_plan(MTK_FLOAT32, 8192, 16384, 2048);
   EXPECT(long_prefill.path == TopkPath::Block && long_prefill.block_key_cache_bytes == 0);
   EXPECT(is_scratchless(prefill));

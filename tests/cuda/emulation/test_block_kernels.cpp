@@ -98,10 +98,12 @@ template <class T>
 void run_block_rows(const RowGeometry& g, const T* input, void* values, void* indices,
                     bool index64, bool largest, bool sorted, const RaggedRows& ragged,
                     bool key_cache) {
-  std::vector<typename KeyTraits<T>::Key> cache(size_t(key_cache ? g.n : 0));
+  // Whole 16-byte words, as the plan's block_key_cache_bytes (the sweeps read one a lane).
+  using Key = typename KeyTraits<T>::Key;
+  std::vector<uint4> cache(size_t(key_cache ? (g.n * int64_t(sizeof(Key)) + 15) / 16 : 0));
   launch(g.rows, kBlockThreads, [&] {
     block_select_row<T>(g, input, values, indices, index64, largest, sorted, ragged, blockIdx.x,
-                        key_cache ? cache.data() : nullptr);
+                        key_cache ? reinterpret_cast<Key*>(cache.data()) : nullptr);
   });
 }
 
