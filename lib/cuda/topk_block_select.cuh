@@ -589,7 +589,19 @@ __device__ __forceinline__ void write_cached_winners_in_index_order(const Key* k
   });
 }
 
-// select_and_write_row for a row whose keys fit the cache. The first round's histogram is
+// Zeroes the first digits' histogram of select_and_write_cached_row (in sh.winners) and the
+// gathered bucket's count before the row's target is shared: the barrier of share_row_target
+// then orders them too, and they are done while thread 0 waits for the row's length and offsets
+// (the wait at that barrier was a tenth of the prefill's warp samples).
+template <class Comp>
+__device__ __forceinline__ void clear_first_digits(BlockShared<Comp>& sh) {
+  uint32_t* const first_digits = reinterpret_cast<uint32_t*>(sh.winners);
+  for (int b = threadIdx.x; b < kRowFirstBins; b += kBlockThreads) first_digits[b] = 0;
+  if (threadIdx.x == 0) sh.winner_count = 0;
+}
+
+// select_and_write_row for a row whose keys fit the cache (its first digits' histogram cleared
+// by clear_first_digits). The first round's histogram is
 // counted while the keys are cached; then one sweep over the warps' shares counts the elements
 // in buckets above the chosen one (all winners) and gathers the bucket's own elements (a few
 // hundred on most rows) into sh.winners, so the further rounds histogram those alone instead of
@@ -614,11 +626,6 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
   }
   const bool narrows = n > o.count;
   uint32_t* const first_digits = reinterpret_cast<uint32_t*>(sh.winners);
-  if (narrows) {
-    for (int b = threadIdx.x; b < kRowFirstBins; b += kBlockThreads) first_digits[b] = 0;
-  }
-  if (threadIdx.x == 0) sh.winner_count = 0;
-  __syncthreads();
   cache_row_keys<kBits>(source, key_cache, narrows ? first_digits : nullptr);
   __syncthreads();
   Selection<Comp> sel{Comp(0), 0, uint32_t(o.count), n};
@@ -678,6 +685,7 @@ __device__ void block_select_row(const RowGeometry& g, const T* input, void* val
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   __shared__ BlockShared<Comp> sh;
+  if (key_cache != nullptr) clear_first_digits(sh);
   const RowTarget& o = share_row_target(sh, g, ragged, row);
   const InputRow<T> source = input_row(g, input, o, largest);
   if (key_cache == nullptr) {
