@@ -368,7 +368,12 @@ __device__ __forceinline__ void with_winner_writer(const RowGeometry& g, const T
                                                    void* values, void* indices, bool index64,
                                                    bool largest, const RowTarget& o, Body&& body) {
   if (writes_plain_indices(g, values, index64, o)) {
-    int32_t* const out = static_cast<int32_t*>(indices) + o.indices;
+    int32_t* out = static_cast<int32_t*>(indices) + o.indices;
+#if defined(__CUDA_ARCH__)
+    // Opaque to nvcc: else it adds the row's offset and scales anew at every store (four
+    // instructions a store, ncu), where one multiply-add from this register pair will do.
+    asm("" : "+l"(out));
+#endif
     // int32 outputs keep the low 32 bits of offsets[r] + position (ragged_transformed_index).
     const uint32_t offset =
         o.transform.kind == MTK_INDEX_TRANSFORM_RAGGED ? uint32_t(o.transform.offset) : 0u;
@@ -641,13 +646,22 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
   if (gathers_bucket) {
     const uint32_t bucket = uint32_t(sel.prefix);
     sweep_cached_share(key_cache, share, [&](uint32_t first, const Key(&lane_keys)[kKeysPerLane<Key>]) {
+      uint32_t lane_bucket = 0;  // bit e: the lane's key e is in the chosen bucket
 #pragma unroll
       for (uint32_t e = 0; e < kKeysPerLane<Key>; ++e) {
-        const Comp c = make_composite(lane_keys[e], first + e);
-        const uint32_t digit = first_digit<kBits>(c);
+        const uint32_t digit = first_digit<kBits>(make_composite(lane_keys[e], first + e));
         const bool valid = first + e < share.end;
         lane_above += valid && digit > bucket;
-        if (valid && digit == bucket) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
+        lane_bucket |= uint32_t(valid && digit == bucket) << e;
+      }
+      // One claim a lane and tile: claimed a key at a time, each claim was a warp's vote and
+      // shuffle (nvcc aggregates atomics on one address), four times a tile.
+      if (lane_bucket != 0) {
+        uint32_t at = atomicAdd(&sh.winner_count, uint32_t(__popc(lane_bucket)));
+#pragma unroll
+        for (uint32_t e = 0; e < kKeysPerLane<Key>; ++e) {
+          if ((lane_bucket >> e) & 1u) sh.winners[at++] = make_composite(lane_keys[e], first + e);
+        }
       }
     });
     __syncthreads();
