@@ -194,6 +194,16 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
 #endif
 }
 
+// A store to global memory through a pointer whose space nvcc cannot see (a generic store
+// otherwise).
+__device__ __forceinline__ void store_global(int32_t* p, int32_t value) {
+#if defined(__CUDA_ARCH__)
+  __stcg(p, value);
+#else
+  *p = value;
+#endif
+}
+
 // Asks `bytes` of global memory from `p` into L2 without waiting (the copy engine's bulk
 // prefetch, sm_90; a hint, so older targets simply skip it). Both must be 16-byte multiples.
 __device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {

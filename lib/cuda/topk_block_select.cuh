@@ -369,15 +369,17 @@ __device__ __forceinline__ void with_winner_writer(const RowGeometry& g, const T
                                                    bool largest, const RowTarget& o, Body&& body) {
   if (writes_plain_indices(g, values, index64, o)) {
     int32_t* out = static_cast<int32_t*>(indices) + o.indices;
+    // int32 outputs keep the low 32 bits of offsets[r] + position (ragged_transformed_index).
+    const uint32_t offset =
+        o.transform.kind == MTK_INDEX_TRANSFORM_RAGGED ? uint32_t(o.transform.offset) : 0u;
 #if defined(__CUDA_ARCH__)
     // Opaque to nvcc: else it adds the row's offset and scales anew at every store (four
     // instructions a store, ncu), where one multiply-add from this register pair will do.
     asm("" : "+l"(out));
 #endif
-    // int32 outputs keep the low 32 bits of offsets[r] + position (ragged_transformed_index).
-    const uint32_t offset =
-        o.transform.kind == MTK_INDEX_TRANSFORM_RAGGED ? uint32_t(o.transform.offset) : 0u;
-    body([=](uint32_t rank, auto c) { out[rank] = int32_t(offset + composite_index(c)); });
+    body([=](uint32_t rank, auto c) {
+      store_global(out + rank, int32_t(offset + composite_index(c)));
+    });
   } else {
     body([&](uint32_t rank, auto c) {
       write_winner(g, input, values, indices, index64, largest, o, int64_t(rank), c);
