@@ -607,6 +607,75 @@ __device__ __forceinline__ void clear_first_digits(BlockShared<Comp>& sh) {
   if (threadIdx.x == 0) sh.winner_count = 0;
 }
 
+// choose_bucket over kBlockBins bins by one warp: lane l holds the 8 bins from the top's
+// 8l-th down, so the bins above a lane's are the lower lanes' (one scan up the warp).
+__device__ __forceinline__ BucketChoice warp_choose_bucket(const uint32_t* hist, uint32_t needed) {
+  constexpr int kPerLane = kBlockBins / 32;
+  const uint32_t lane = threadIdx.x & 31;
+  const int top = kBlockBins - 1 - int(lane) * kPerLane;
+  uint32_t counts[kPerLane], mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    counts[j] = hist[top - j];
+    mine += counts[j];
+  }
+  uint32_t inclusive = mine;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= uint32_t(offset)) inclusive += other;
+  }
+  const bool holds = inclusive - mine < needed && needed <= inclusive;
+  BucketChoice choice{0, 0, 0};
+  uint32_t running = inclusive - mine;
+  bool found = false;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (holds && !found && running + counts[j] >= needed) {
+      choice = BucketChoice{uint32_t(top - j), running, counts[j]};
+      found = true;
+    }
+    running += counts[j];
+  }
+  const int owner = __ffs(__ballot_sync(0xffffffffu, holds)) - 1;
+  return BucketChoice{__shfl_sync(0xffffffffu, choice.digit, owner),
+                      __shfl_sync(0xffffffffu, choice.above, owner),
+                      __shfl_sync(0xffffffffu, choice.count, owner)};
+}
+
+// Gathered buckets of at most this many keys are refined by one warp (warp_refined_least).
+constexpr uint32_t kWarpRefineMaxItems = 512;
+
+// least_winner of block_refine over `count` gathered composites (all under `sel`'s prefix),
+// refined by warp 0 alone while the other warps wait at one barrier: the block's rounds over a
+// few hundred keys took each of 16 warps ~130 instructions and five barriers a round (ncu, the
+// prefill). All threads call and return the same composite.
+template <int Bits, class Comp>
+__device__ Comp warp_refined_least(const Comp* items, uint32_t count, Selection<Comp> sel,
+                                   BlockShared<Comp>& sh) {
+  static_assert(sizeof(sh.hist) >= sizeof(Comp), "room for the result");
+  if (threadIdx.x < 32) {
+    while (sel.in_bucket != sel.needed && sel.resolved < Bits) {
+      const int width = min(kBlockDigitBits, Bits - sel.resolved);
+      const int shift = Bits - sel.resolved - width;
+      for (int b = int(threadIdx.x); b < kBlockBins; b += 32) sh.hist[b] = 0;
+      __syncwarp();
+      for (uint32_t j = threadIdx.x; j < count; j += 32) {
+        const Comp c = items[j];
+        if (has_prefix<Bits>(c, sel.prefix, sel.resolved)) {
+          atomicAdd(&sh.hist[uint32_t(c >> shift) & ((1u << width) - 1)], 1u);
+        }
+      }
+      __syncwarp();
+      sel.narrow(warp_choose_bucket(sh.hist, sel.needed), width);
+      __syncwarp();
+    }
+    if (threadIdx.x == 0) *reinterpret_cast<Comp*>(sh.hist) = least_winner<Bits>(sel);
+  }
+  __syncthreads();
+  return *reinterpret_cast<const Comp*>(sh.hist);
+}
+
 // select_and_write_row for a row whose keys fit the cache (its first digits' histogram cleared
 // by clear_first_digits). The first round's histogram is
 // counted while the keys are cached; then one sweep over the warps' shares counts the elements
@@ -645,6 +714,7 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
   const bool gathers_bucket = narrows && sel.in_bucket <= uint32_t(kSortCapacity);
   const uint32_t gathered = sel.in_bucket;
   uint32_t lane_above = 0;  // the lane's elements in buckets above the chosen one (all winners)
+  Comp least;
   if (gathers_bucket) {
     const uint32_t bucket = uint32_t(sel.prefix);
     sweep_cached_share(key_cache, share, [&](uint32_t first, const Key(&lane_keys)[kKeysPerLane<Key>]) {
@@ -667,11 +737,13 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
       }
     });
     __syncthreads();
-    sel = block_refine<kBits>(BufferSource<Comp>{sh.winners, int64_t(gathered)}, sel, sh);
+    least = gathered <= kWarpRefineMaxItems
+                ? warp_refined_least<kBits>(sh.winners, gathered, sel, sh)
+                : least_winner<kBits>(block_refine<kBits>(
+                      BufferSource<Comp>{sh.winners, int64_t(gathered)}, sel, sh));
   } else {
-    sel = block_refine<kBits>(CachedKeys<Key>{key_cache, n}, sel, sh);
+    least = least_winner<kBits>(block_refine<kBits>(CachedKeys<Key>{key_cache, n}, sel, sh));
   }
-  const Comp least = least_winner<kBits>(sel);
   if (sorted) {
     gather_sort_and_write(CachedKeys<Key>{key_cache, n}, least, sh, g, input, values, indices,
                           index64, largest, o);
