@@ -670,10 +670,15 @@ __device__ Comp warp_refined_least(const Comp* items, uint32_t count, Selection<
       sel.narrow(warp_choose_bucket(sh.hist, sel.needed), width);
       __syncwarp();
     }
-    if (threadIdx.x == 0) *reinterpret_cast<Comp*>(sh.hist) = least_winner<Bits>(sel);
+    if (threadIdx.x == 0) {
+      const Comp least = least_winner<Bits>(sel);
+      memcpy(sh.hist, &least, sizeof(least));
+    }
   }
   __syncthreads();
-  return *reinterpret_cast<const Comp*>(sh.hist);
+  Comp least;
+  memcpy(&least, sh.hist, sizeof(least));
+  return least;
 }
 
 // select_and_write_row for a row whose keys fit the cache (its first digits' histogram cleared
