@@ -232,6 +232,26 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+// Sum of `value` over the calling lane and the lanes below it; the whole warp calls.
+__device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t value) {
+  const uint32_t lane = threadIdx.x & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const uint32_t other = __shfl_up_sync(0xffffffffu, value, offset);
+    if (lane >= uint32_t(offset)) value += other;
+  }
+  return value;
+}
+
+// Sum of `value` over the warp, in every lane; the whole warp calls.
+__device__ __forceinline__ uint32_t warp_sum(uint32_t value) {
+#pragma unroll
+  for (int lane_mask = 16; lane_mask > 0; lane_mask >>= 1) {
+    value += __shfl_xor_sync(0xffffffffu, value, lane_mask);
+  }
+  return value;
+}
+
 // Exclusive sum of `value` over all threads with a larger thread index (a suffix sum), plus the
 // block total. `scratch` holds one word per warp. Every thread of the block must call it.
 template <int Threads>
@@ -240,12 +260,7 @@ __device__ __forceinline__ uint32_t block_suffix_sum(uint32_t value, uint32_t* s
   static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps");
   constexpr int kWarps = Threads / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t inclusive = value;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += other;
-  }
+  const uint32_t inclusive = warp_inclusive_sum(value);
   if (lane == 31) scratch[warp] = inclusive;
   __syncthreads();
   uint32_t before = 0, sum = 0;

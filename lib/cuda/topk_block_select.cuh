@@ -526,14 +526,6 @@ __device__ __forceinline__ void sweep_cached_share(const Key* keys, const Cached
   }
 }
 
-__device__ __forceinline__ uint32_t warp_sum(uint32_t value) {
-#pragma unroll
-  for (int lane_mask = 16; lane_mask > 0; lane_mask >>= 1) {
-    value += __shfl_xor_sync(0xffffffffu, value, lane_mask);
-  }
-  return value;
-}
-
 // The winners of the calling warp's share among the bucket's elements gathered in `gathered`.
 template <class Comp>
 __device__ __forceinline__ uint32_t count_gathered_share_winners(const Comp* gathered,
@@ -572,7 +564,6 @@ __device__ __forceinline__ void write_cached_winners_in_index_order(const Key* k
                                                                     Comp least, uint32_t rank,
                                                                     Write&& write) {
   constexpr uint32_t kPerLane = kKeysPerLane<Key>;
-  const uint32_t lane = threadIdx.x & 31;
   sweep_cached_share(keys, share, [&](uint32_t first, const Key(&lane_keys)[kPerLane]) {
     uint32_t wins = 0;
 #pragma unroll
@@ -581,12 +572,7 @@ __device__ __forceinline__ void write_cached_winners_in_index_order(const Key* k
       wins |= uint32_t(win) << e;
     }
     const uint32_t count = uint32_t(__popc(wins));
-    uint32_t inclusive = count;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-      if (lane >= uint32_t(offset)) inclusive += other;
-    }
+    const uint32_t inclusive = warp_inclusive_sum(count);
     uint32_t at = rank + inclusive - count;
 #pragma unroll
     for (uint32_t e = 0; e < kPerLane; ++e) {
@@ -619,12 +605,7 @@ __device__ __forceinline__ BucketChoice warp_choose_bucket(const uint32_t* hist,
     counts[j] = hist[top - j];
     mine += counts[j];
   }
-  uint32_t inclusive = mine;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= uint32_t(offset)) inclusive += other;
-  }
+  const uint32_t inclusive = warp_inclusive_sum(mine);
   const bool holds = inclusive - mine < needed && needed <= inclusive;
   BucketChoice choice{0, 0, 0};
   uint32_t running = inclusive - mine;
