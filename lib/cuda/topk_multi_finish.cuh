@@ -37,7 +37,8 @@ struct BinRange {
 
 // Writes the winners of a row ranked within their key-prefix bins: winners[0, above) holds each
 // bin's elements in the range range_of(bin) returns, higher bins first, and the k-th's bucket
-// (bucket_count elements, `needed` of which win) ranks after them.
+// (bucket_count elements, `needed` of which win) ranks after them; a window shorter than k is
+// padded.
 template <class T, class Comp, class RangeOf>
 __device__ void write_binned_winners(const RowGeometry& g, const T* input, void* values,
                                      void* indices, bool index64, bool largest,
@@ -58,6 +59,7 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
     const uint32_t rank = count_above(bucket, 0, bucket_count, c);
     if (rank < needed) write_winner(g, input, values, indices, index64, largest, o, above + rank, c);
   }
+  write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
 // A direct finish that knows the k-th's key-prefix bin (see threshold_key_bin) and whose bucket
@@ -185,10 +187,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 
   // A sampled threshold that left at most a block's worth of candidates and nothing else
-  // selected (the direct case; k <= count by then): each thread ranks one candidate by counting
-  // those above it, and that rank is its output slot. One staging copy and one pass over shared
-  // memory instead of radix rounds and a sort, each a chain of barriers (k = 50 of 150k took
-  // 12 us that way).
+  // selected (the direct case; at least the row's count by then): each thread ranks one
+  // candidate by counting those above it, and that rank is its output slot. One staging copy and
+  // one pass over shared memory instead of radix rounds and a sort, each a chain of barriers
+  // (k = 50 of 150k took 12 us that way).
   static_assert(kSortCapacity >= kBlockThreads, "the counting rank stages in sh.winners");
   if (state->finish_direct && sort_here && state->source_count <= kBlockThreads) {
     const uint32_t count = state->source_count;
@@ -203,6 +205,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         write_winner(g, input, values, indices, index64, largest, o, rank, mine);
       }
     }
+    write_padding<T>(g, values, indices, index64, o, o.count, g.k);
     return;
   }
   // When the row is sorted here, the winners of the filter passes move to shared memory first

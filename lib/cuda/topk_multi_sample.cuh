@@ -24,17 +24,38 @@ namespace cuda {
 
 constexpr int kSamplePrefetchSegments = 8;   // see prefetch_segment_head
 
-// The sample rank of a ragged row (see choose_sampling in topk_plan.cpp: ceil(m + 4 sqrt(m) +
-// 8) with m = k * samples / length, k's expected share of the sample), or 0 where the window
-// takes the exact passes instead: fewer than k elements (`count` < k), shorter than two
-// samples, or a rank above a quarter of the sample. The rank decides the speed only: any
-// threshold gives the exact result.
-__device__ __forceinline__ uint32_t sampled_rank(int64_t k, int64_t count, int64_t length,
-                                                 int samples) {
-  if (count < k || length < 2 * int64_t(samples)) return 0;
-  const double m = double(k) * double(samples) / double(length);
-  const double rank = ceil(m + 4 * sqrt(m) + 8);
-  return rank > double(samples) / 4 ? 0u : uint32_t(rank);
+// How the sample kernel thresholds a ragged row's window. Its rank is its own: the plan's is the
+// full row's, which would leave a shorter window too few candidates. A row that took the exact
+// passes held the whole batch back (a batch is as slow as its slowest row: 64 decode rows of
+// 4096..131072 keys, a few under 10000, ran both filter launches' passes and the finish's radix
+// rounds and sort for those few), so every window that fits the candidate buffer is thresholded:
+//  - Empty: nothing to select; the row is complete (the finish writes its padding).
+//  - Sampled at `rank`: a window of at least `samples` elements holds that many distinct sample
+//    keys, ranked as the plan ranks a dense row's, at any rank within the sample (the plan keeps
+//    dense rows within a quarter of it, where the exact passes are the whole batch's
+//    alternative). A window shorter than the sample lies wholly inside it (its runs overlap and
+//    cover it), so the sample's least key accepts every element: rank `samples`. Either way the
+//    key bins span the candidates, so the finish ranks them within bins.
+//  - Whole: fewer than k elements, or so few more (under ~1.1 k) that the rank would pass the
+//    sample, and more than the sample covers: threshold key 0 accepts every element (its bins
+//    are coarse: one per binade of the keys).
+//  - ExactPasses: such a window longer than the buffer (plans give it 8 k slots or the row).
+// The rank decides the speed only: any threshold gives the exact result.
+struct WindowThreshold {
+  enum Kind : uint32_t { Empty, Sampled, Whole, ExactPasses } kind;
+  uint32_t rank;  // Sampled
+};
+
+__device__ __forceinline__ WindowThreshold window_threshold(int64_t k, int64_t length,
+                                                            int samples, int64_t capacity) {
+  if (length <= 0) return {WindowThreshold::Empty, 0};
+  if (length < samples) return {WindowThreshold::Sampled, uint32_t(samples)};
+  if (length >= k) {
+    const double m = double(k) * double(samples) / double(length);
+    const double rank = ceil(m + 4 * sqrt(m) + 8);
+    if (rank < double(samples)) return {WindowThreshold::Sampled, uint32_t(rank)};
+  }
+  return {length <= capacity ? WindowThreshold::Whole : WindowThreshold::ExactPasses, 0};
 }
 
 // Ranks the sample and initialises the row's state (so sampled plans need no memset). The
@@ -50,11 +71,9 @@ __device__ __forceinline__ uint32_t sampled_rank(int64_t k, int64_t count, int64
 // instead, and the threshold pass's blocks merge them (merge_split_sample): the union of the
 // parts' tops holds the sample's top, so its `sample_rank`-th largest is the sample's, exactly.
 //
-// Ragged rows sample their window, at a rank of their own (the plan's is the full row's, which
-// would leave a shorter window too few candidates): sampled_rank. A window that cannot be
-// sampled usefully (fewer than k elements, shorter than two samples, or k too large a part of
-// it) is flagged for the exact passes at once, which the first filter launch starts, as after
-// a miss. Split samples are for dense rows only (the parts share one rank).
+// Ragged rows threshold their window as window_threshold says; a window flagged for the exact
+// passes starts them in the first filter launch, as after a miss. Split samples are for dense
+// rows only (the parts share one rank).
 template <class T, int SamplesPerThread, int Parts = 1>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
@@ -85,13 +104,22 @@ __global__ void __launch_bounds__(kSampleThreads)
   const RowTarget o = device_row_target(g, ragged, row);
   const T* base = input + o.input;
   const int64_t length = o.length;
+  bool whole_window = false;
   if (ragged.is_ragged()) {
-    sample_rank = sampled_rank(g.k, o.count, length, kSamples);
-    if (sample_rank == 0) {
+    const WindowThreshold window = window_threshold(g.k, length, kSamples, layout.capacity);
+    if (window.kind == WindowThreshold::Empty || window.kind == WindowThreshold::ExactPasses) {
       __syncthreads();  // the state is cleared
-      if (threadIdx.x == 0) state->fallback = 1;
+      if (threadIdx.x == 0) {
+        if (window.kind == WindowThreshold::Empty) {
+          state->complete = 1;
+        } else {
+          state->fallback = 1;
+        }
+      }
       return;
     }
+    whole_window = window.kind == WindowThreshold::Whole;
+    sample_rank = window.rank;
   }
   // The sample is kSamples / 32 runs of 32 adjacent elements, one run per warp load, centred
   // in equal strata of the row: spread over the whole row and deterministic, and each load is
@@ -109,8 +137,10 @@ __global__ void __launch_bounds__(kSampleThreads)
     const uint64_t run = uint64_t(part) * (SamplesPerThread * kWarps) + uint64_t(j) * kWarps +
                          (threadIdx.x >> 5);
     const int64_t centre = int64_t((2 * run + 1) * uint64_t(length) / (2 * uint64_t(kRuns)));
-    const int64_t start = min(max(centre - 16, int64_t(0)), length - 32);
-    keys[j] = selection_key(base[(start + lane) * g.input_stride], largest);
+    // A window shorter than a run reads its last element for the lanes past it.
+    const int64_t start = max(min(centre - 16, length - 32), int64_t(0));
+    const int64_t at = min(start + lane, length - 1);
+    keys[j] = selection_key(base[at * g.input_stride], largest);
     if (Wide(keys[j]) > largest_key) largest_key = Wide(keys[j]);
   }
   // One block's copy engine issues a few segments' prefetches quickly, not a huge row's hundreds.
@@ -125,7 +155,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   Key prefix = 0;
   int resolved = 0;
   uint32_t needed = sample_rank;
-  while (resolved < kKeyBits) {
+  while (!whole_window && resolved < kKeyBits) {
     const int shift = kKeyBits - resolved - kBlockDigitBits;
     for (int b = threadIdx.x; b < kBlockBins; b += kSampleThreads) hist[b] = 0;
     __syncthreads();
@@ -142,7 +172,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     needed -= c.above;
     if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
-  const Key threshold_key = resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
+  const Key threshold_key = whole_window          ? Key(0)
+                            : resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved))
+                                                  : prefix;
   if constexpr (Parts == 1) {
     __shared__ Wide warp_max[kWarps];
     for (int offset = 16; offset > 0; offset >>= 1) {

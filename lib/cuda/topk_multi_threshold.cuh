@@ -94,7 +94,8 @@ __device__ __forceinline__ void read_row_threshold(RowState<Comp>* state,
 // leaves few candidates to the finish kernel alone (placing the winners by bins where that
 // pays, start_bin_ranges), or chooses the first digit over them for the filter passes, or, when
 // the threshold missed, clears what the pass left and flags the row for the exact passes over
-// the input. `pass.hist` is free for its use.
+// the input. `k` is the row's count of winners (fewer in a ragged window shorter than k).
+// `pass.hist` is free for its use.
 template <class Key, class Comp>
 __device__ __forceinline__ void conclude_threshold_pass(RowState<Comp>* state, int64_t k,
                                                         uint32_t capacity,
@@ -173,7 +174,8 @@ __device__ __forceinline__ void conclude_threshold_pass(RowState<Comp>* state, i
 // result a warp waits for costs an L2 round trip, and on a single long row every warp would wait
 // on the same counter. Beyond the stage's capacity they go straight to the buffer.
 //
-// A ragged row reads its window; rows the sample kernel flagged for the exact passes skip it.
+// A ragged row reads its window; rows the sample kernel flagged for the exact passes, or found
+// empty, skip it.
 template <class T, int StageBytes>
 __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(sizeof(T))))
     multi_threshold_kernel(RowGeometry g, const T* input, bool largest, MultiLayout layout,
@@ -196,7 +198,8 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
-  if (states[row].fallback) return;  // set by the sample kernel, the same for every block
+  // Set by the sample kernel, the same for every block.
+  if (states[row].fallback || states[row].complete) return;
   const RowTarget o = device_row_target(g, ragged, row);
   segment_bounds(o.length, layout.blocks_per_row, seg, begin, end);
   if (ragged.is_ragged() && threadIdx.x == 0) {
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
     add_to_row_histogram(state->hist, pass.hist);
   }
   if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
-    conclude_threshold_pass(state, g.k, capacity, histogram, threshold_key, key_shift, pass);
+    conclude_threshold_pass(state, o.count, capacity, histogram, threshold_key, key_shift, pass);
   }
 }
 

@@ -53,9 +53,9 @@ SampleChoice sample_choice(int per_thread, int64_t n, int64_t k) {
 // candidates after 2048 samples, whose radix rounds cost the finish 13 us, and ~210 after 16384,
 // for ~4 us more sampling.
 //
-// Ragged rows are planned by their full length; the sample kernel ranks each window's sample at
-// a rank of its own and sends windows it cannot sample to the exact passes. Their parts could
-// not share one rank, so they never split the sample.
+// Ragged rows are planned by their full length; the sample kernel thresholds each window at a
+// rank of its own, or whole where it is short (window_threshold). Their parts could not share
+// one rank, so they never split the sample.
 void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t element_bytes,
                      int sm_count, int64_t l2_bytes, bool ragged) {
   // In floating point: rows of a broadcast input (stride 0) may hold more bytes than int64.

@@ -21,9 +21,8 @@
 //    threshold first (see multi_sample_kernel), so the input is read once instead of twice.
 //  - Ragged rows (mtk_topk_ragged) are planned by their dense shape (n the row's full length, k
 //    the requested k, which may exceed n) and take Block or Multi, sampled or not: the windows
-//    are read on the device, and only those kernels know them. A sampled plan ranks each
-//    window's sample at its own rank (no split sample) and sends windows it cannot sample to
-//    the exact passes.
+//    are read on the device, and only those kernels know them. A sampled plan thresholds each
+//    window at its own rank (no split sample), or whole where it is short (window_threshold).
 #pragma once
 
 #include <cstddef>

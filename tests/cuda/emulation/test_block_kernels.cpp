@@ -171,6 +171,19 @@ struct MultiScratch {
   std::vector<Comp> winners, buffer0, buffer1;
 };
 
+// Scratch as a call finds it after launch_topk's memset: zeroed row states. Scratch is not
+// cleared on the GPU otherwise: all-ones composites would sort first, so a short row's winner
+// slots that the finish leaves unset show in the results.
+template <class Comp>
+MultiScratch<Comp> fresh_multi_scratch(const RowGeometry& g, int64_t capacity) {
+  MultiScratch<Comp> scratch;
+  scratch.states.resize(size_t(g.rows));
+  scratch.winners.assign(size_t(g.rows * g.k), ~Comp(0));
+  scratch.buffer0.resize(size_t(g.rows * capacity));
+  scratch.buffer1.resize(size_t(g.rows * capacity));
+  return scratch;
+}
+
 // Runs the path on `scratch` as it stands (a stream's scratch on the GPU keeps whatever the
 // calls before left there), or, without one, on fresh scratch.
 template <class T>
@@ -181,12 +194,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
   using Comp = Composite<typename KeyTraits<T>::Key>;
   MultiScratch<Comp> fresh;
   if (scratch == nullptr) {
-    fresh.states.resize(size_t(g.rows));  // zeroed, as the memset of launch_topk
-    // Scratch is not cleared on the GPU: all-ones composites would sort first, so a short
-    // row's winner slots that the finish leaves unset show in the results.
-    fresh.winners.assign(size_t(g.rows * g.k), ~Comp(0));
-    fresh.buffer0.resize(size_t(g.rows * c.capacity));
-    fresh.buffer1.resize(size_t(g.rows * c.capacity));
+    fresh = fresh_multi_scratch<Comp>(g, c.capacity);
     scratch = &fresh;
   }
   std::vector<RowState<Comp>>& states = scratch->states;
@@ -425,8 +433,11 @@ void run_ragged_case(const RaggedCase& c, Data data, bool largest, bool sorted, 
   std::vector<int32_t> indices32(size_t(rows * k), 77);
   Bits<T>* values_out = c.with_values ? values.data() : nullptr;
   void* indices_out = c.index64 ? static_cast<void*>(indices64.data()) : indices32.data();
+  MultiScratch<Composite<typename KeyTraits<T>::Key>> scratch;
   if (c.multi != nullptr) {
-    run_multi<T>(g, input.data(), values_out, indices_out, largest, *c.multi, ragged, c.index64);
+    scratch = fresh_multi_scratch<Composite<typename KeyTraits<T>::Key>>(g, c.multi->capacity);
+    run_multi<T>(g, input.data(), values_out, indices_out, largest, *c.multi, ragged, c.index64,
+                 &scratch);
   } else {
     run_block_rows<T>(g, input.data(), values_out, indices_out, c.index64, largest, sorted,
                       ragged, key_cache);
@@ -477,17 +488,34 @@ void run_ragged_case(const RaggedCase& c, Data data, bool largest, bool sorted, 
       }
     }
   }
+  // Every window a sampled plan's buffer holds is thresholded (window_threshold): on random data
+  // no row may hold the batch back with the exact passes.
+  if (c.multi != nullptr && c.multi->sample_rank > 0 && data == Data::Random) {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (scratch.states[size_t(r)].fallback != 0) {
+        std::fprintf(stderr,
+                     "FAIL ragged multi %s rows=%lld n=%lld k=%lld largest=%d: row %lld (length "
+                     "%lld) took the exact passes\n",
+                     name, (long long)rows, (long long)n, (long long)k, int(largest),
+                     (long long)r, (long long)lengths[size_t(r)]);
+        ++failures;
+        return;
+      }
+    }
+  }
 }
 
 template <class T>
 void run_ragged_cases(const char* name, bool quick) {
   const MultiChoice plain{3, 3000, 0, CandidateHistogram::None, false, false};
   const MultiChoice small_buffer{4, 600, 0, CandidateHistogram::None, false, false};
-  // Sampled: the rank is each window's own, and windows too short or with too few elements
-  // take the exact passes from the first filter launch.
+  // Sampled: each window is thresholded at a rank of its own, wholly where it is shorter than
+  // the sample or has too few elements to rank k (window_threshold).
   const MultiChoice sampled{3, 20000, 1, CandidateHistogram::None, false, false};
   const MultiChoice sampled_bins{4, 40000, 1, CandidateHistogram::KeyPrefix, false, true};
   const MultiChoice sampled_wide{3, 70000, 1, CandidateHistogram::TopDigit, true, false};
+  // k above the narrow sample: windows of 2048..k-1 elements are taken whole (threshold key 0).
+  const MultiChoice sampled_large_k{3, 30000, 1, CandidateHistogram::KeyPrefix, false, true};
   const RaggedCase ragged_cases[] = {
       {12, 100, 1, nullptr, false, Transform::None, 1, false, true, true},
       {12, 700, 37, nullptr, true, Transform::None, 1, false, false, true},
@@ -509,6 +537,7 @@ void run_ragged_cases(const char* name, bool quick) {
       {10, 40000, 700, &sampled_bins, true, Transform::PageTable, 64, true, false, true},
       {10, 40000, 2048, &sampled_bins, false, Transform::None, 1, false, true, false},
       {6, 70000, 100, &sampled_wide, true, Transform::None, 1, false, true, true},
+      {10, 30000, 3000, &sampled_large_k, true, Transform::Ragged, 1, false, true, true},
   };
   for (const RaggedCase& c : ragged_cases) {
     for (Data data : {Data::Random, Data::FewDistinct, Data::Special}) {
