@@ -212,19 +212,22 @@ __global__ void __launch_bounds__(kBlockThreads)
     write_padding<T>(g, values, indices, index64, o, o.count, g.k);
     return;
   }
-  // When the row is sorted here, the winners of the filter passes move to shared memory first
-  // and the last ones join them there: a global append makes each warp wait on an L2 atomic.
+  // The block appends the row's last winners after those of the filter passes, counting them in
+  // shared memory: a global append makes each warp wait on an L2 atomic (for k = 4096 of 131072,
+  // ~13 appends a warp in a row). When the row is sorted here, the earlier winners move to
+  // shared memory first and the last ones join them there; otherwise the list stays in global
+  // memory, which this block alone writes now.
+  const uint32_t earlier = state->winners;
   if (sort_here) {
-    const uint32_t earlier = state->winners;
     for (uint32_t r = threadIdx.x; r < earlier; r += kBlockThreads) sh.winners[r] = row_winners[r];
-    if (threadIdx.x == 0) sh.winner_count = earlier;
-    __syncthreads();
   }
+  if (threadIdx.x == 0) sh.winner_count = earlier;
+  __syncthreads();
   auto append = [&](bool take, Comp c) {
     if (sort_here) {
       if (take) sh.winners[atomicAdd(&sh.winner_count, 1u)] = c;
     } else {
-      warp_append(take, c, row_winners, &state->winners);
+      warp_append(take, c, row_winners, &sh.winner_count);
     }
   };
   if (!state->complete) {
