@@ -6,8 +6,8 @@
 #   bench/gpu/prebuilt_ab.sh pack NAME=REV ...   here, where nvcc is: builds each revision's
 #       library (a git worktree each, in $AB_WORK, default /tmp/prebuilt-ab), the peers harness
 #       once (bench/peers/fetch.py first) and the last revision's CUDA conformance programs,
-#       and packs them into .carry/prebuilt.tar.xz (carry ".carry"; 64 MiB at most: three
-#       libraries fit).
+#       and packs them into .carry/prebuilt.tar.xz (carry ".carry"; 64 MiB at most). Stripped
+#       and packed with xz -9, whose window spans several libraries, three take about 34 MB.
 #   bench/gpu/prebuilt_ab.sh run                 on the GPU machine: unpacks, runs the last
 #       revision's conformance ($CONFORMANCE: any of sampling ragged topk, default sampling),
 #       then `bench/peers/run.sh` with PARTS ($PARTS, default sampling-flashinfer) for each
@@ -37,6 +37,7 @@ pack() {
       > "$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; exit 1; }
     mkdir -p "build-ab/$name"
     cp "$work/$name/build-gpu/libmetaltopk.so" "build-ab/$name/"
+    strip --strip-unneeded "build-ab/$name/libmetaltopk.so"
   done
   echo "[pack] conformance programs of $last"
   make -C "$work/$last" BUILD=build-gpu PYTHON=python3 -j"$(nproc)" \
@@ -48,7 +49,7 @@ pack() {
   make -C bench/peers BUILD="build-ab/$last" -j"$(nproc)" > "$work/peers.log" 2>&1 ||
     { tail -20 "$work/peers.log"; exit 1; }
   printf '%s\n' "${names[@]}" > build-ab/ORDER
-  XZ_OPT="-T0 -6" tar cJf "$TARBALL" build-ab bench/peers/bin/peers_bench \
+  XZ_OPT="-T0 -9" tar cJf "$TARBALL" build-ab bench/peers/bin/peers_bench \
     bench/peers/third_party/VERSIONS
   ls -la "$TARBALL"
 }
