@@ -50,6 +50,7 @@ template <class Comp>
 struct BlockShared {
   uint32_t hist[kBlockBins];
   uint32_t scan[kBlockThreads / 32];
+  uint32_t warp_first_rank[kBlockThreads / 32];  // see warp_refine_and_rank
   BucketChoice choice;
   uint32_t winner_count;
   RowTarget target;  // see share_row_target
@@ -509,9 +510,14 @@ struct CachedShare {
 };
 
 template <class Key>
-__device__ __forceinline__ CachedShare cached_warp_share(uint32_t n) {
+__device__ __forceinline__ uint32_t cached_share_size(uint32_t n) {
   constexpr uint32_t kWarps = kBlockThreads / 32, kTile = 32 * kKeysPerLane<Key>;
-  const uint32_t size = (n + kWarps * kTile - 1) / (kWarps * kTile) * kTile;
+  return (n + kWarps * kTile - 1) / (kWarps * kTile) * kTile;
+}
+
+template <class Key>
+__device__ __forceinline__ CachedShare cached_warp_share(uint32_t n) {
+  const uint32_t size = cached_share_size<Key>(n);
   const uint32_t begin = min(n, (threadIdx.x >> 5) * size);
   return CachedShare{begin, min(n, begin + size)};
 }
@@ -638,10 +644,17 @@ constexpr uint32_t kWarpRefineMaxItems = 512;
 // refined by warp 0 alone while the other warps wait at one barrier: the block's rounds over a
 // few hundred keys took each of 16 warps ~130 instructions and five barriers a round (ncu, the
 // prefill). All threads call and return the same composite.
+//
+// With `share_size` (not 0), warp 0 then also ranks the warps' shares of the unsorted output:
+// sh.warp_first_rank holds each warp's winners above the bucket on entry, and the rank of its
+// first winner on return, the bucket's winners counted in by the one warp that holds them, so
+// that each of 16 warps no longer reads the whole bucket to count its own and scans the block.
 template <int Bits, class Comp>
 __device__ Comp warp_refined_least(const Comp* items, uint32_t count, Selection<Comp> sel,
-                                   BlockShared<Comp>& sh) {
+                                   BlockShared<Comp>& sh, uint32_t share_size) {
   static_assert(sizeof(sh.hist) >= sizeof(Comp), "room for the result");
+  constexpr int kWarps = kBlockThreads / 32;
+  static_assert(kWarps <= 32, "a lane a warp");
   if (threadIdx.x < 32) {
     while (sel.in_bucket != sel.needed && sel.resolved < Bits) {
       const int width = min(kBlockDigitBits, Bits - sel.resolved);
@@ -658,10 +671,19 @@ __device__ Comp warp_refined_least(const Comp* items, uint32_t count, Selection<
       sel.narrow(warp_choose_bucket(sh.hist, sel.needed), width);
       __syncwarp();
     }
-    if (threadIdx.x == 0) {
-      const Comp least = least_winner<Bits>(sel);
-      memcpy(sh.hist, &least, sizeof(least));
+    const Comp least = least_winner<Bits>(sel);
+    if (share_size != 0) {
+      for (uint32_t j = threadIdx.x; j < count; j += 32) {
+        const Comp c = items[j];
+        if (c >= least) atomicAdd(&sh.warp_first_rank[composite_index(c) / share_size], 1u);
+      }
+      __syncwarp();
+      const uint32_t lane = threadIdx.x;
+      const uint32_t winners = lane < uint32_t(kWarps) ? sh.warp_first_rank[lane] : 0u;
+      const uint32_t inclusive = warp_inclusive_sum(winners);
+      if (lane < uint32_t(kWarps)) sh.warp_first_rank[lane] = inclusive - winners;
     }
+    if (threadIdx.x == 0) memcpy(sh.hist, &least, sizeof(least));
   }
   __syncthreads();
   Comp least;
@@ -706,7 +728,10 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
   const CachedShare share = cached_warp_share<Key>(n);
   const bool gathers_bucket = narrows && sel.in_bucket <= uint32_t(kSortCapacity);
   const uint32_t gathered = sel.in_bucket;
+  // Warp 0 refines the gathered bucket and ranks the warps' shares (warp_refined_least).
+  const bool warp_ranks = gathers_bucket && gathered <= kWarpRefineMaxItems;
   uint32_t lane_above = 0;  // the lane's elements in buckets above the chosen one (all winners)
+  uint32_t warp_above = 0;
   Comp least;
   if (gathers_bucket) {
     const uint32_t bucket = uint32_t(sel.prefix);
@@ -729,11 +754,16 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
         }
       }
     });
+    warp_above = warp_sum(lane_above);
+    if ((threadIdx.x & 31) == 0) sh.warp_first_rank[threadIdx.x >> 5] = warp_above;
     __syncthreads();
-    least = gathered <= kWarpRefineMaxItems
-                ? warp_refined_least<kBits>(sh.winners, gathered, sel, sh)
-                : least_winner<kBits>(block_refine<kBits>(
-                      BufferSource<Comp>{sh.winners, int64_t(gathered)}, sel, sh));
+    if (warp_ranks) {
+      least = warp_refined_least<kBits>(sh.winners, gathered, sel, sh,
+                                        sorted ? 0u : cached_share_size<Key>(n));
+    } else {
+      least = least_winner<kBits>(
+          block_refine<kBits>(BufferSource<Comp>{sh.winners, int64_t(gathered)}, sel, sh));
+    }
   } else {
     least = least_winner<kBits>(block_refine<kBits>(CachedKeys<Key>{key_cache, n}, sel, sh));
   }
@@ -742,11 +772,16 @@ __device__ void select_and_write_cached_row(const InputRow<T>& source, Key* key_
                           index64, largest, o);
     return;
   }
-  const uint32_t share_winners =
-      gathers_bucket
-          ? warp_sum(lane_above) + count_gathered_share_winners(sh.winners, gathered, share, least)
-          : count_cached_share_winners(key_cache, share, least);
-  const uint32_t rank = first_rank_of_warp(share_winners, sh.scan);
+  uint32_t rank;
+  if (warp_ranks) {
+    rank = sh.warp_first_rank[threadIdx.x >> 5];
+  } else {
+    const uint32_t share_winners =
+        gathers_bucket
+            ? warp_above + count_gathered_share_winners(sh.winners, gathered, share, least)
+            : count_cached_share_winners(key_cache, share, least);
+    rank = first_rank_of_warp(share_winners, sh.scan);
+  }
   with_winner_writer(g, input, values, indices, index64, largest, o, [&](auto&& write) {
     write_cached_winners_in_index_order(key_cache, share, least, rank, write);
   });
