@@ -600,34 +600,29 @@ __device__ __forceinline__ void clear_first_digits(BlockShared<Comp>& sh) {
 }
 
 // choose_bucket over kBlockBins bins by one warp: lane l holds the 8 bins from the top's
-// 8l-th down, so the bins above a lane's are the lower lanes' (one scan up the warp).
+// 8l-th down, so the bins above a lane's are the lower lanes' (one scan up the warp); the lane
+// whose bins reach `needed` is found by a vote, and its 8 bins are then scanned by 8 lanes, one
+// each, where a search through them on every lane was a quarter of warp 0's path in the
+// prefill's refinement (ncu), which 15 warps wait out.
 __device__ __forceinline__ BucketChoice warp_choose_bucket(const uint32_t* hist, uint32_t needed) {
   constexpr int kPerLane = kBlockBins / 32;
   const uint32_t lane = threadIdx.x & 31;
   const int top = kBlockBins - 1 - int(lane) * kPerLane;
-  uint32_t counts[kPerLane], mine = 0;
+  uint32_t mine = 0;
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    counts[j] = hist[top - j];
-    mine += counts[j];
-  }
+  for (int j = 0; j < kPerLane; ++j) mine += hist[top - j];
   const uint32_t inclusive = warp_inclusive_sum(mine);
   const bool holds = inclusive - mine < needed && needed <= inclusive;
-  BucketChoice choice{0, 0, 0};
-  uint32_t running = inclusive - mine;
-  bool found = false;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    if (holds && !found && running + counts[j] >= needed) {
-      choice = BucketChoice{uint32_t(top - j), running, counts[j]};
-      found = true;
-    }
-    running += counts[j];
-  }
   const int owner = __ffs(__ballot_sync(0xffffffffu, holds)) - 1;
-  return BucketChoice{__shfl_sync(0xffffffffu, choice.digit, owner),
-                      __shfl_sync(0xffffffffu, choice.above, owner),
-                      __shfl_sync(0xffffffffu, choice.count, owner)};
+  const uint32_t above_owner = __shfl_sync(0xffffffffu, inclusive - mine, owner);
+  const int owner_top = kBlockBins - 1 - owner * kPerLane;
+  const uint32_t count = lane < uint32_t(kPerLane) ? hist[owner_top - int(lane)] : 0u;
+  const uint32_t through = above_owner + warp_inclusive_sum(count);
+  const bool reaches = lane < uint32_t(kPerLane) && through >= needed;
+  const int first = __ffs(__ballot_sync(0xffffffffu, reaches)) - 1;
+  return BucketChoice{uint32_t(owner_top - first),
+                      __shfl_sync(0xffffffffu, through - count, first),
+                      __shfl_sync(0xffffffffu, count, first)};
 }
 
 // Gathered buckets of at most this many keys are refined by one warp (warp_refined_least).
@@ -666,9 +661,14 @@ __device__ Comp warp_refined_least(const Comp* items, uint32_t count, Selection<
     }
     const Comp least = least_winner<Bits>(sel);
     if (share_size != 0) {
+      // index / share_size as a multiply-high by the rounded-up reciprocal: exact for indices
+      // below 16 shares of under 2^14 positions (a cached row's), and one instruction where a
+      // division is about twenty on warp 0's path, which the other warps wait out.
+      const uint32_t reciprocal = 0xffffffffu / share_size + 1u;
       for (uint32_t j = threadIdx.x; j < count; j += 32) {
         const Comp c = items[j];
-        if (c >= least) atomicAdd(&sh.warp_first_rank[composite_index(c) / share_size], 1u);
+        const uint32_t warp = uint32_t((uint64_t(composite_index(c)) * reciprocal) >> 32);
+        if (c >= least) atomicAdd(&sh.warp_first_rank[warp], 1u);
       }
       __syncwarp();
       const uint32_t lane = threadIdx.x;
