@@ -50,7 +50,7 @@ template <class Comp>
 struct BlockShared {
   uint32_t hist[kBlockBins];
   uint32_t scan[kBlockThreads / 32];
-  uint32_t warp_first_rank[kBlockThreads / 32];  // see warp_refine_and_rank
+  uint32_t warp_first_rank[kBlockThreads / 32];  // see warp_refined_least
   BucketChoice choice;
   uint32_t winner_count;
   RowTarget target;  // see share_row_target
