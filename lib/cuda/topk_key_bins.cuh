@@ -27,6 +27,18 @@ __device__ __forceinline__ uint32_t threshold_key_bin(Key key, Key threshold_key
   return uint32_t(min(units, WideKey<Key>(kMultiBins - 1)));
 }
 
+// Key-prefix bins measured from `base` in units of 2^shift keys, the last taking every farther
+// key: the threshold pass's (from the row's threshold) or the finish's finer ones (from the
+// k-th's bucket, finish_by_finer_key_bins).
+template <class Key>
+struct KeyBins {
+  Key base;
+  int shift;
+  __device__ __forceinline__ uint32_t of(Key key) const {
+    return threshold_key_bin(key, base, shift);
+  }
+};
+
 // The bin of the k-th's key: the key prefix the threshold pass chose, counted from the
 // threshold's.
 template <class Key, class Comp>

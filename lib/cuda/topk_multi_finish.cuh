@@ -14,7 +14,7 @@ namespace mtk {
 namespace cuda {
 
 // The finish kernel's shared memory: BlockShared, the k-th's bucket when it starts small, and
-// the threshold pass's key-prefix bins above it (see finish_by_key_bins).
+// the key-prefix bins above it (see finish_in_key_bins).
 template <class Comp>
 struct FinishShared {
   static constexpr int kBins = kFinishByKeyBins<Comp> ? kMultiBins : 1;
@@ -23,6 +23,7 @@ struct FinishShared {
   Comp bucket[kBlockThreads];
   uint32_t bin_count[kBins];
   uint32_t bin_next[kBins];
+  uint32_t highest_key;  // finish_by_finer_key_bins
 
   // Gathers c into the bucket; a broken invariant (more than a block of them) cannot overrun it.
   __device__ __forceinline__ void add_to_bucket(Comp c) {
@@ -42,15 +43,13 @@ struct BinRange {
 template <class T, class Comp, class RangeOf>
 __device__ void write_binned_winners(const RowGeometry& g, const T* input, void* values,
                                      void* indices, bool index64, bool largest,
-                                     const RowTarget& o, const RowState<Comp>* state,
+                                     const RowTarget& o, KeyBins<typename KeyTraits<T>::Key> bins,
                                      const Comp* winners, uint32_t above, RangeOf range_of,
                                      const Comp* bucket, uint32_t bucket_count, uint32_t needed) {
   using Key = typename KeyTraits<T>::Key;
-  const Key threshold_key = Key(state->threshold >> 32);
-  const int key_shift = int(state->threshold_shift);
   for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
     const Comp c = winners[p];
-    const BinRange range = range_of(threshold_key_bin(Key(c >> 32), threshold_key, key_shift));
+    const BinRange range = range_of(bins.of(Key(c >> 32)));
     const uint32_t rank = range.begin + count_above(winners, range.begin, range.end, c);
     write_winner(g, input, values, indices, index64, largest, o, rank, c);
   }
@@ -62,38 +61,35 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
   write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
-// A direct finish that knows the k-th's key-prefix bin (see threshold_key_bin) and whose bucket
-// holds at most a block of elements. The threshold pass's histogram, kept in the row state,
-// gives each bin above the bucket its first output rank, so each winner goes to its bin's range
-// and is ranked by counting within its bin, and the bucket's winners follow: the k winners need
-// no sort, which was a chain of barriers. Returns false, having written no output, when ranking
-// within the bins would cost more than kBinRankingBudget (top keys crowded into few bins); every
-// thread returns the same.
-template <class T, class Comp, class Source>
-__device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
+// A direct finish that knows the k-th's key-prefix bin `kth_bin` of `bins` (see
+// threshold_key_bin), the count of each bin above it (count_of) and the `needed` winners of
+// its bucket, which holds at most a block of elements. The bin counts give each bin above the
+// bucket its first output rank, so each winner goes to its bin's range and is ranked by
+// counting within its bin, and the bucket's winners follow: the k winners need no sort, which
+// was a chain of barriers. Returns false, having written no output, when ranking within the
+// bins would cost more than kBinRankingBudget (top keys crowded into few bins); every thread
+// returns the same.
+template <class T, class Comp, class Source, class CountOf>
+__device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* values,
                                    void* indices, bool index64, bool largest,
-                                   const RowTarget& o, const RowState<Comp>* state,
-                                   const Source& source, const Selection<Comp>& start,
-                                   FinishShared<Comp>& fs) {
+                                   const RowTarget& o, KeyBins<typename KeyTraits<T>::Key> bins,
+                                   uint32_t kth_bin, uint32_t needed, CountOf count_of,
+                                   const Source& source, FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
   BlockShared<Comp>& sh = fs.block;
-  const Key threshold_key = Key(state->threshold >> 32);
-  const int key_shift = int(state->threshold_shift);
-  const uint32_t kth_bin = kth_key_bin<Key>(state);
-
   constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
   static_assert(kMultiBins % kBlockThreads == 0, "whole bins per thread");
-  if (threadIdx.x == 0) fs.bucket_count = 0;
   const int first = int(threadIdx.x) * kBinsPerThread;
   uint32_t counts[kBinsPerThread];
   uint32_t mine = 0;
 #pragma unroll
   for (int u = 0; u < kBinsPerThread; ++u) {
     const uint32_t bin = uint32_t(first + u);
-    counts[u] = bin > kth_bin ? __ldcg(&state->hist[bin]) : 0u;
+    counts[u] = bin > kth_bin ? count_of(bin) : 0u;
     mine += counts[u];
   }
   if (bin_ranking_work<kBlockThreads>(counts, sh.scan) > kBinRankingBudget) return false;
+  if (threadIdx.x == 0) fs.bucket_count = 0;
   uint32_t above;
   // Higher threads hold higher bins, whose elements rank first.
   uint32_t next = block_suffix_sum<kBlockThreads>(mine, sh.scan, above);
@@ -105,7 +101,9 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
   }
   __syncthreads();
   for_each_composite(source, [&](Comp c) {
-    const uint32_t bin = threshold_key_bin(Key(c >> 32), threshold_key, key_shift);
+    const Key key = Key(c >> 32);
+    if (key < bins.base) return;  // below the finer bins' edge: no winner
+    const uint32_t bin = bins.of(key);
     if (bin > kth_bin) {
       sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
     } else if (bin == kth_bin) {
@@ -114,13 +112,73 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
   });
   __syncthreads();
   // Each bin's range now ends where its next slot stands.
-  write_binned_winners(g, input, values, indices, index64, largest, o, state, sh.winners, above,
+  write_binned_winners(g, input, values, indices, index64, largest, o, bins, sh.winners, above,
                        [&](uint32_t bin) {
                          const uint32_t end = fs.bin_next[bin];
                          return BinRange{end - fs.bin_count[bin], end};
                        },
-                       fs.bucket, min(fs.bucket_count, uint32_t(kBlockThreads)), start.needed);
+                       fs.bucket, min(fs.bucket_count, uint32_t(kBlockThreads)), needed);
   return true;
+}
+
+// finish_in_key_bins on the threshold pass's bins and histogram (in the row state).
+template <class T, class Comp, class Source>
+__device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
+                                   void* indices, bool index64, bool largest,
+                                   const RowTarget& o, const RowState<Comp>* state,
+                                   const Source& source, const Selection<Comp>& start,
+                                   FinishShared<Comp>& fs) {
+  using Key = typename KeyTraits<T>::Key;
+  const KeyBins<Key> bins{Key(state->threshold >> 32), int(state->threshold_shift)};
+  return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins,
+                            kth_key_bin<Key>(state), start.needed,
+                            [&](uint32_t bin) { return __ldcg(&state->hist[bin]); }, source, fs);
+}
+
+// The threshold pass's bins are sized by the sample's span of keys above the threshold, a
+// quarter of them in use. Where the winners crowd a few of those bins, or the k-th's bucket
+// holds more than a block, the row's candidates are binned again, finer: from the lower edge of
+// the k-th's bucket (every winner is at or above it) to the highest candidate, over all the
+// bins. A window of about 2k keys needed this: its winners span both signs, whose keys lie
+// 2^31 apart, so the threshold pass's bins were half a binade wide and held ~300 winners each
+// (the work of ranking within them twice the budget), and a window sampled whole (shorter than
+// the sample) put ~2000 candidates into the k-th's bucket of a binade. Either took the finish's
+// sort of k, which set the whole batch's finish time (64 rows of 4096..131072, k = 2048: one
+// such row among them). Returns false, having written no output, as finish_in_key_bins does or
+// when the finer bucket still holds more than a block (heavy ties).
+template <class T, class Comp, class Source>
+__device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, void* values,
+                                         void* indices, bool index64, bool largest,
+                                         const RowTarget& o, const RowState<Comp>* state,
+                                         const Source& source, FinishShared<Comp>& fs) {
+  using Key = typename KeyTraits<T>::Key;
+  static_assert(sizeof(Key) <= sizeof(uint32_t), "finer bins take keys of up to 32 bits");
+  BlockShared<Comp>& sh = fs.block;
+  const int coarse_shift = int(state->threshold_shift);
+  const Key edge = Key(Key(state->prefix) << coarse_shift);
+  if (threadIdx.x == 0) fs.highest_key = 0;
+  for (int b = threadIdx.x; b < kMultiBins; b += kBlockThreads) fs.bin_count[b] = 0;
+  __syncthreads();
+  uint32_t highest = 0;
+  for_each_composite(source, [&](Comp c) { highest = max(highest, uint32_t(c >> 32)); });
+  highest = __reduce_max_sync(0xffffffffu, highest);
+  if ((threadIdx.x & 31) == 0) atomicMax(&fs.highest_key, highest);
+  __syncthreads();
+  // The k-th is at or above the edge, so the highest candidate is too.
+  const uint32_t span = fs.highest_key - uint32_t(edge);
+  const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
+  const KeyBins<Key> bins{edge, max(0, span_bits - kMultiDigitBits)};
+  for_each_composite(source, [&](Comp c) {
+    const Key key = Key(c >> 32);
+    if (key >= edge) atomicAdd(&fs.bin_count[bins.of(key)], 1u);
+  });
+  __syncthreads();
+  const BucketChoice kth = choose_bucket<kMultiBins, kBlockThreads>(
+      fs.bin_count, uint32_t(o.count), sh.scan, &sh.choice);
+  if (kth.count > uint32_t(kBlockThreads)) return false;
+  return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins, kth.digit,
+                            uint32_t(o.count) - kth.above,
+                            [&](uint32_t bin) { return fs.bin_count[bin]; }, source, fs);
 }
 
 // The finish of a row whose winners the first filter launch placed (place_winners_by_bins):
@@ -143,7 +201,9 @@ __device__ void finish_placed_winners(const RowGeometry& g, const T* input, void
   }
   if (threadIdx.x < bucket_count) fs.bucket[threadIdx.x] = __ldcg(&bucket[threadIdx.x]);
   __syncthreads();
-  write_binned_winners(g, input, values, indices, index64, largest, o, state, fs.block.winners,
+  using Key = typename KeyTraits<T>::Key;
+  const KeyBins<Key> bins{Key(state->threshold >> 32), int(state->threshold_shift)};
+  write_binned_winners(g, input, values, indices, index64, largest, o, bins, fs.block.winners,
                        above,
                        [&](uint32_t bin) {
                          const uint32_t begin =
@@ -236,6 +296,19 @@ __global__ void __launch_bounds__(kBlockThreads)
       const Selection<Comp> taken_from =
           state->finish_direct ? Selection<Comp>{Comp(0), 0, uint32_t(o.count), state->source_count}
                                : start;
+      // Where ranking within the key-prefix bins above the k-th's bucket fits
+      // kBinRankingBudget, the winners need no sort (k = 1024: 69.5 us); finer bins first
+      // where the threshold pass's do not.
+      if constexpr (kFinishByKeyBins<Comp>) {
+        if (sort_here && state->finish_direct && start.resolved > 0 &&
+            ((start.in_bucket <= uint32_t(kBlockThreads) &&
+              finish_by_key_bins(g, input, values, indices, index64, largest, o, state, source,
+                                 start, finish_shared)) ||
+             finish_by_finer_key_bins(g, input, values, indices, index64, largest, o, state,
+                                      source, finish_shared))) {
+          return;
+        }
+      }
       if (state->finish_direct && start.resolved > 0 &&
           start.in_bucket <= uint32_t(kBlockThreads)) {
         // The threshold pass's key-prefix bins left the k-th's bucket within a block (k = 1024
@@ -243,14 +316,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         // above it and gathers the bucket, whose elements are then ranked by counting, instead
         // of radix rounds over the whole buffer and a pass to collect the winners (k = 1024:
         // 79.4 -> 77.6 us). After the filter passes the same measured 1.2 us slower than the
-        // rounds, so they keep those. Where ranking within the bins above the bucket fits
-        // kBinRankingBudget, the winners need no sort either (k = 1024: 69.5 us).
-        if constexpr (kFinishByKeyBins<Comp>) {
-          if (sort_here && finish_by_key_bins(g, input, values, indices, index64, largest, o,
-                                              state, source, start, finish_shared)) {
-            return;
-          }
-        }
+        // rounds, so they keep those.
         if (threadIdx.x == 0) finish_shared.bucket_count = 0;
         __syncthreads();
         const int start_shift = kBits - start.resolved;

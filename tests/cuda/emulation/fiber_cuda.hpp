@@ -413,6 +413,11 @@ inline uint32_t atomicAdd(uint32_t* address, uint32_t value) {
   *address = old + value;
   return old;
 }
+inline uint32_t atomicMax(uint32_t* address, uint32_t value) {
+  const uint32_t old = *address;
+  *address = std::max(old, value);
+  return old;
+}
 inline void __threadfence() {}
 template <class T>
 T __ldg(const T* address) { return *address; }

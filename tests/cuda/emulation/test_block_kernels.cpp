@@ -516,6 +516,10 @@ void run_ragged_cases(const char* name, bool quick) {
   const MultiChoice sampled_wide{3, 70000, 1, CandidateHistogram::TopDigit, true, false};
   // k above the narrow sample: windows of 2048..k-1 elements are taken whole (threshold key 0).
   const MultiChoice sampled_large_k{3, 30000, 1, CandidateHistogram::KeyPrefix, false, true};
+  // Windows shorter than the wide sample are sampled whole, leaving the k-th's key-prefix bucket
+  // more than a block, and windows of ~1.2 k-2.5 k put winners of both signs into few bins:
+  // the finish bins those rows again, finer (finish_by_finer_key_bins).
+  const MultiChoice sampled_wide_bins{4, 20000, 1, CandidateHistogram::KeyPrefix, true, true};
   const RaggedCase ragged_cases[] = {
       {12, 100, 1, nullptr, false, Transform::None, 1, false, true, true},
       {12, 700, 37, nullptr, true, Transform::None, 1, false, false, true},
@@ -536,6 +540,8 @@ void run_ragged_cases(const char* name, bool quick) {
       {10, 20000, 50, &sampled, true, Transform::Ragged, 1, false, true, true},
       {10, 40000, 700, &sampled_bins, true, Transform::PageTable, 64, true, false, true},
       {10, 40000, 2048, &sampled_bins, false, Transform::None, 1, false, true, false},
+      {10, 5000, 2048, &sampled_bins, true, Transform::PageTable, 1, false, false, false},
+      {10, 20000, 2048, &sampled_wide_bins, false, Transform::None, 1, false, true, true},
       {6, 70000, 100, &sampled_wide, true, Transform::None, 1, false, true, true},
       {10, 30000, 3000, &sampled_large_k, true, Transform::Ragged, 1, false, true, true},
   };
