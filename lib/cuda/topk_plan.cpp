@@ -66,16 +66,10 @@ void choose_sampling(TopkPlan& plan, int64_t rows, int64_t n, int64_t k, int64_t
   // The threshold pass is the one full read: one wave of long-lived blocks (four loads in
   // flight each already cover the memory latency) pays the per-block setup and the row-state
   // round trips once per SM slot instead of a wave and a half of short blocks.
-  //
-  // Ragged windows differ in length and each row's blocks split its own window, so in one wave
-  // the SMs holding blocks of the longest windows set the pass's time while the rest idle
-  // (64 windows of 4096..131072: 21.8 us for 16 MB, ~4x the time to read it). They take the
-  // plan's blocks per row instead, about two waves, which the GPU balances as blocks finish.
   const int64_t one_wave = int64_t(threshold_blocks_per_sm(int(element_bytes))) *
                            std::max(sm_count, 1) / rows;
   const int64_t threshold_blocks =
-      ragged ? plan.blocks_per_row
-             : std::max<int64_t>(1, std::min<int64_t>(plan.blocks_per_row, one_wave));
+      std::max<int64_t>(1, std::min<int64_t>(plan.blocks_per_row, one_wave));
   const double stage_slots =
       element_bytes == 8
           ? kThresholdSlotsPerThread<kLargeThresholdStageBytes, sizeof(Composite<uint64_t>)>
