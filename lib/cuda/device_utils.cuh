@@ -152,6 +152,77 @@ __device__ __forceinline__ void write_winner(const RowGeometry& g, const T* inpu
   }
 }
 
+// A winner's outputs, read before any is stored (write_winners_batched): write_winner's value
+// bits and index through the row's transform. (write_winner keeps its own shape: built from
+// these, it changed the block kernels' register allocation under their 40-register bound, the
+// cached one's spills 4 -> 52 bytes.)
+template <class T>
+struct WinnerOutputs {
+  Bits<T> bits;
+  int64_t written;
+};
+
+template <class T, class Comp>
+__device__ __forceinline__ WinnerOutputs<T> winner_outputs(const RowGeometry& g, const T* input,
+                                                           const void* values, bool largest,
+                                                           const RowTarget& o, Comp winner) {
+  using Key = typename KeyTraits<T>::Key;
+  const uint32_t index = composite_index(winner);
+  Key bits;
+  if (!value_bits_of_selection_key<T>(Key(winner >> 32), largest, bits)) {
+    bits = values != nullptr
+               ? reinterpret_cast<const Bits<T>*>(input)[o.input + int64_t(index) * g.input_stride]
+               : Bits<T>(0);
+  }
+  return WinnerOutputs<T>{Bits<T>(bits), o.written_index(index)};
+}
+
+template <class Comp>
+struct RankedWinner {
+  int64_t rank;
+  Comp winner;
+};
+
+// Writes `count` winners, slot p's given by winner_at(p) (a RankedWinner), the calling thread
+// taking slots threadIdx.x, + Threads, ... Batch at a time: every read their outputs need (the
+// page table of a page-table transform, the input where a key does not give its value back) is
+// issued before the batch's first store. Written one at a time, each winner's read waited for
+// the store before it (which may alias it): with a page-table transform and k = 2048, a finish
+// block ended in four or five table round trips in a row.
+template <int Threads, int Batch, class T, class WinnerAt>
+__device__ __forceinline__ void write_winners_batched(const RowGeometry& g, const T* input,
+                                                      void* values, void* indices, bool index64,
+                                                      bool largest, const RowTarget& o,
+                                                      uint32_t count, WinnerAt&& winner_at) {
+  using Ranked = decltype(winner_at(0u));
+  for (uint32_t first = threadIdx.x; first < count; first += uint32_t(Threads) * Batch) {
+    Ranked ranked[Batch] = {};
+    WinnerOutputs<T> outputs[Batch] = {};
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      const uint32_t p = first + uint32_t(u) * Threads;
+      if (p < count) {
+        ranked[u] = winner_at(p);
+        outputs[u] = winner_outputs<T>(g, input, values, largest, o, ranked[u].winner);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      if (first + uint32_t(u) * Threads >= count) continue;
+      const int64_t rank = ranked[u].rank;
+      if (values != nullptr) {
+        reinterpret_cast<Bits<T>*>(values)[o.values + rank * g.values_stride] = outputs[u].bits;
+      }
+      const int64_t at = o.indices + rank * g.indices_stride;
+      if (index64) {
+        static_cast<int64_t*>(indices)[at] = outputs[u].written;
+      } else {
+        static_cast<int32_t*>(indices)[at] = int32_t(outputs[u].written);
+      }
+    }
+  }
+}
+
 // Writes padding at `rank` of a short row's outputs: index -1 and all-zero value bits (the
 // contract's "Short rows").
 template <class T>
