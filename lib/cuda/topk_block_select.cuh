@@ -255,22 +255,15 @@ __device__ void sort_shared(Comp* items, int count) {
 }
 
 // Sorts a block's `count` winners (sort_shared) and writes the row's outputs: its winners,
-// `WriteBatch` a thread at a time (write_winners_batched; the block kernels keep one, within
-// their 40 registers), then padding up to k (a short window's).
-template <int WriteBatch = 1, class T, class Comp>
+// then padding up to k (a short window's).
+template <class T, class Comp>
 __device__ void sort_and_write(BlockShared<Comp>& sh, int count, const RowGeometry& g,
                                const T* input, void* values, void* indices, bool index64,
                                bool largest, const RowTarget& o) {
   static_assert(kSortCapacity % kWarpSortSpan == 0, "whole warp groups");
   sort_shared(sh.winners, count);
-  if constexpr (WriteBatch == 1) {
-    for (int r = threadIdx.x; r < count; r += kBlockThreads) {
-      write_winner(g, input, values, indices, index64, largest, o, r, sh.winners[r]);
-    }
-  } else {
-    write_winners_batched<kBlockThreads, WriteBatch>(
-        g, input, values, indices, index64, largest, o, uint32_t(count),
-        [&](uint32_t r) { return RankedWinner<Comp>{int64_t(r), sh.winners[r]}; });
+  for (int r = threadIdx.x; r < count; r += kBlockThreads) {
+    write_winner(g, input, values, indices, index64, largest, o, r, sh.winners[r]);
   }
   write_padding<T>(g, values, indices, index64, o, count, g.k);
 }

@@ -36,10 +36,6 @@ struct BinRange {
   uint32_t begin, end;
 };
 
-// Winners a finish thread writes at a time (write_winners_batched): a row's 2048 winners are four
-// a thread, whose page-table reads then wait out one round trip instead of four.
-constexpr int kFinishWriteBatch = 4;
-
 // Writes the winners of a row ranked within their key-prefix bins: winners[0, above) holds each
 // bin's elements in the range range_of(bin) returns, higher bins first, and the k-th's bucket
 // (bucket_count elements, `needed` of which win) ranks after them; a window shorter than k is
@@ -51,12 +47,12 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
                                      const Comp* winners, uint32_t above, RangeOf range_of,
                                      const Comp* bucket, uint32_t bucket_count, uint32_t needed) {
   using Key = typename KeyTraits<T>::Key;
-  write_winners_batched<kBlockThreads, kFinishWriteBatch>(
-      g, input, values, indices, index64, largest, o, above, [&](uint32_t p) {
-        const Comp c = winners[p];
-        const BinRange range = range_of(bins.of(Key(c >> 32)));
-        return RankedWinner<Comp>{range.begin + count_above(winners, range.begin, range.end, c), c};
-      });
+  for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
+    const Comp c = winners[p];
+    const BinRange range = range_of(bins.of(Key(c >> 32)));
+    const uint32_t rank = range.begin + count_above(winners, range.begin, range.end, c);
+    write_winner(g, input, values, indices, index64, largest, o, rank, c);
+  }
   if (threadIdx.x < bucket_count) {
     const Comp c = bucket[threadIdx.x];
     const uint32_t rank = count_above(bucket, 0, bucket_count, c);
@@ -355,8 +351,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     return;
   }
   __syncthreads();
-  sort_and_write<kFinishWriteBatch>(sh, int(o.count), g, input, values, indices, index64, largest,
-                                    o);
+  sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
 }
 
 // Row `row`'s k winners (k above kSortCapacity; a short window's unused slots hold zero
