@@ -1,0 +1,43 @@
+"""Places a kernel's warp samples between its barriers: splits the SASS listing of an Nsight
+Compute source page (the input of sass_stalls.py) at every block barrier, memory fence and
+exit, and prints each stretch's share of the samples, how often its first instruction ran and
+its most sampled instruction. A barrier's own waiting counts in the stretch it ends, so a stretch
+that ends at a barrier and holds many samples is either long or waits there for slower warps.
+Stretches under MIN percent (default 1) are folded into the next one.
+
+Usage: python3 bench/gpu/sass_segments.py NCU_CSV_LOG [MIN]
+"""
+import sys
+
+from sass_stalls import SAMPLES, number, read_rows
+
+BOUNDARIES = ("BAR.SYNC", "ERRBAR", "EXIT")
+
+
+def main():
+    rows = read_rows(sys.argv[1])
+    least = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
+    total = sum(number(r[SAMPLES]) for r in rows)
+    if total == 0:
+        sys.exit("no warp samples in " + sys.argv[1])
+    print(f"{'share':>6} {'cum':>6} {'rows':>11} {'runs':>7}  ends at | most sampled")
+    start, cumulative, samples, top = 0, 0.0, 0.0, None
+    for i, r in enumerate(rows):
+        s = number(r[SAMPLES])
+        samples += s
+        if top is None or s > number(top[SAMPLES]):
+            top = r
+        source = r["Source"].strip()
+        if not any(b in source for b in BOUNDARIES) and i + 1 < len(rows):
+            continue
+        if 100 * samples / total < least and i + 1 < len(rows):
+            continue
+        cumulative += samples
+        print(f"{100 * samples / total:5.1f}% {100 * cumulative / total:5.1f}% "
+              f"{start:5d}-{i:<5d} {rows[start]['Instructions Executed']:>7}  "
+              f"{source[:32]:32} | {top['Source'].strip()[:40]}")
+        start, samples, top = i + 1, 0.0, None
+
+
+if __name__ == "__main__":
+    main()
