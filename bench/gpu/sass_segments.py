@@ -9,17 +9,14 @@ Usage: python3 bench/gpu/sass_segments.py NCU_CSV_LOG [MIN]
 """
 import sys
 
-from sass_stalls import SAMPLES, number, read_rows
+from sass_stalls import SAMPLES, number, read_samples
 
 BOUNDARIES = ("BAR.SYNC", "ERRBAR", "EXIT")
 
 
 def main():
-    rows = read_rows(sys.argv[1])
+    rows, total = read_samples(sys.argv[1])
     least = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
-    total = sum(number(r[SAMPLES]) for r in rows)
-    if total == 0:
-        sys.exit("no warp samples in " + sys.argv[1])
     print(f"{'share':>6} {'cum':>6} {'rows':>11} {'runs':>7}  ends at | most sampled")
     start, cumulative, samples, top = 0, 0.0, 0.0, None
     for i, r in enumerate(rows):

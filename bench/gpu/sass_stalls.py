@@ -25,12 +25,18 @@ def read_rows(path):
     return list(csv.DictReader(io.StringIO("\n".join(lines[header:]))))
 
 
-def main():
-    rows = read_rows(sys.argv[1])
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+def read_samples(path):
+    """The listing's rows and their warp samples in all; exits where there are none."""
+    rows = read_rows(path)
     total = sum(number(r[SAMPLES]) for r in rows)
     if total == 0:
-        sys.exit("no warp samples in " + sys.argv[1])
+        sys.exit("no warp samples in " + path)
+    return rows, total
+
+
+def main():
+    rows, total = read_samples(sys.argv[1])
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
     reasons = [c for c in rows[0] if c.startswith("stall_") and "Not Issued" not in c]
     by_reason = sorted(((sum(number(r[c]) for r in rows), c[len("stall_"):]) for c in reasons),
                        reverse=True)
