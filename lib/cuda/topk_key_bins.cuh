@@ -39,6 +39,13 @@ struct KeyBins {
   }
 };
 
+// The threshold pass's bins of a row, as the sample kernel (or a split sample's merge) left them
+// in its state.
+template <class Key, class Comp>
+__device__ __forceinline__ KeyBins<Key> threshold_key_bins(const RowState<Comp>* state) {
+  return KeyBins<Key>{Key(state->threshold >> 32), int(state->threshold_shift)};
+}
+
 // The bin of the k-th's key: the key prefix the threshold pass chose, counted from the
 // threshold's.
 template <class Key, class Comp>

@@ -129,8 +129,8 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
                                    const Source& source, const Selection<Comp>& start,
                                    FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
-  const KeyBins<Key> bins{Key(state->threshold >> 32), int(state->threshold_shift)};
-  return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins,
+  return finish_in_key_bins(g, input, values, indices, index64, largest, o,
+                            threshold_key_bins<Key>(state),
                             kth_key_bin<Key>(state), start.needed,
                             [&](uint32_t bin) { return __ldcg(&state->hist[bin]); }, source, fs);
 }
@@ -202,9 +202,8 @@ __device__ void finish_placed_winners(const RowGeometry& g, const T* input, void
   if (threadIdx.x < bucket_count) fs.bucket[threadIdx.x] = __ldcg(&bucket[threadIdx.x]);
   __syncthreads();
   using Key = typename KeyTraits<T>::Key;
-  const KeyBins<Key> bins{Key(state->threshold >> 32), int(state->threshold_shift)};
-  write_binned_winners(g, input, values, indices, index64, largest, o, bins, fs.block.winners,
-                       above,
+  write_binned_winners(g, input, values, indices, index64, largest, o,
+                       threshold_key_bins<Key>(state), fs.block.winners, above,
                        [&](uint32_t bin) {
                          const uint32_t begin =
                              bin + 1 < uint32_t(kMultiBins) ? fs.bin_next[bin + 1] : 0u;
