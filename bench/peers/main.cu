@@ -59,6 +59,10 @@ struct TopkShape {
     return family + " " + std::to_string(rows) + "x" + std::to_string(n) +
            (dim == 0 ? " dim 0" : "");
   }
+  // What `--filter` matches: the name, k and dtype, so one k of a shape can be run alone.
+  std::string filter_key() const {
+    return name() + " k=" + std::to_string(k) + " " + dtype();
+  }
 };
 
 // BENCHMARKS.md's GPU shapes (bench/gpu/bench_cuda.py's SHAPES).
@@ -1250,7 +1254,7 @@ int run(int argc, char** argv) {
     std::vector<TopkShape> shapes = topk_shapes();
     for (const TopkShape& s : large_k_shapes()) shapes.push_back(s);
     for (const TopkShape& s : shapes) {
-      if (!wanted(s.name())) continue;
+      if (!wanted(s.filter_key())) continue;
       try {
         ok = bench_topk(s, ctx.get(), stream.get(), size_t(l2), copy_rate, st, out) && ok;
       } catch (const std::exception& e) {
