@@ -22,6 +22,13 @@ $(LAUNCH_FLOOR): bench/gpu/launch_floor.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH_FLAGS) $< -o $@
 
+# The threshold pass's read alone, in several orders (bench/gpu/stream_floor.cu).
+STREAM_FLOOR := $(BUILD)/bench/gpu/stream_floor
+
+$(STREAM_FLOOR): bench/gpu/stream_floor.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH_FLAGS) $< -o $@
+
 # The router's selection steps in SM cycles (bench/gpu/warp_collectives.cu).
 WARP_COLLECTIVES := $(BUILD)/bench/gpu/warp_collectives
 
@@ -32,10 +39,11 @@ $(WARP_COLLECTIVES): bench/gpu/warp_collectives.cu $(wildcard lib/cuda/moe_route
 # In `make test`: the harnesses build, and each runs one small shape (exit 2, no device, counts
 # as skipped), so CI keeps them compiling although only the GPU machine times anything.
 .PHONY: test-gpu-harnesses
-test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI) $(LAUNCH_FLOOR) $(WARP_COLLECTIVES)
+test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI) $(LAUNCH_FLOOR) $(WARP_COLLECTIVES) \
+    $(STREAM_FLOOR)
 	@for run in "$(BENCH_C_ABI) moe:4:256:8:bfloat16:-1" \
 	    "$(BENCH_ROUTER_C_ABI) softmax:4:64:8:softmax:0:0:1:0" "$(LAUNCH_FLOOR)" \
-	    "$(WARP_COLLECTIVES)"; do \
+	    "$(WARP_COLLECTIVES)" "$(STREAM_FLOOR) 4 4096"; do \
 	  $$run; status=$$?; \
 	  if [ $$status -eq 2 ]; then echo "test-gpu-harnesses: $${run%% *} skipped (no CUDA device)"; \
 	  elif [ $$status -ne 0 ]; then exit $$status; fi; \
