@@ -131,6 +131,7 @@ struct RowState {
   uint32_t digit_bits;        // width of the digit the last choice appended to the prefix
   uint32_t filters_done;      // the finish kernel takes the bucket as it is
   uint32_t in_first_output;   // ... from the first filter pass's output buffer
+  uint32_t output_written;    // k past kSortCapacity: the finish ranked and wrote the row
   Comp threshold;             // sampled plans: candidates are the composites at or above it
   uint32_t threshold_shift;   // sampled plans: the threshold pass's key bins are 2^shift wide
   uint32_t hist[kMultiBins];  // winners_placed: each bin's end in the row's output ranks

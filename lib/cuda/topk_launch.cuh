@@ -212,8 +212,8 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
         if constexpr (sizeof(Key) <= 4) {
           launch_overlapped<radix_sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, 0,
                                                        stream, kLaunching, g, input, p.values,
-                                                       p.indices, index64, p.largest, winners,
-                                                       ragged);
+                                                       p.indices, index64, p.largest, states,
+                                                       winners, ragged);
         } else {
           fail(MTK_ERROR_INTERNAL, "radix winner sort planned for a ", sizeof(Key), "-byte key");
         }
@@ -227,7 +227,8 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
         }
         launch_overlapped<sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, sort_bytes,
                                                stream, kLaunching, g, input, p.values,
-                                               p.indices, index64, p.largest, winners, ragged);
+                                               p.indices, index64, p.largest, states, winners,
+                                               ragged);
       } else if (plan.winner_sort == WinnerSort::Segmented) {
         auto* sorted = static_cast<Comp*>(regions.sorted_winners);
         size_t temp_bytes = plan.scratch.sort_temp_bytes;
@@ -239,7 +240,7 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
         launch_overlapped<write_sorted_kernel<T>>(unsigned(blocks), threads, 0, stream,
                                                   kLaunching, g, input, p.values, p.indices,
-                                                  index64, p.largest, sorted, ragged);
+                                                  index64, p.largest, states, sorted, ragged);
       }
       break;
     }

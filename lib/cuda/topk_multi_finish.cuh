@@ -64,17 +64,18 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
 // A direct finish that knows the k-th's key-prefix bin `kth_bin` of `bins` (see
 // threshold_key_bin), the count of each bin above it (count_of) and the `needed` winners of
 // its bucket, which holds at most a block of elements. The bin counts give each bin above the
-// bucket its first output rank, so each winner goes to its bin's range and is ranked by
-// counting within its bin, and the bucket's winners follow: the k winners need no sort, which
-// was a chain of barriers. Returns false, having written no output, when ranking within the
-// bins would cost more than kBinRankingBudget (top keys crowded into few bins); every thread
-// returns the same.
+// bucket its first output rank, so each winner goes to its bin's range of `placed` and is
+// ranked by counting within its bin, and the bucket's winners follow: the k winners need no
+// sort, which was a chain of barriers. `placed` holds k composites: shared memory up to
+// kSortCapacity, past it the row's winner list in scratch, which only this block touches.
+// Returns false, having written no output, when ranking within the bins would cost more than
+// kBinRankingBudget (top keys crowded into few bins); every thread returns the same.
 template <class T, class Comp, class Source, class CountOf>
 __device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* values,
                                    void* indices, bool index64, bool largest,
                                    const RowTarget& o, KeyBins<typename KeyTraits<T>::Key> bins,
                                    uint32_t kth_bin, uint32_t needed, CountOf count_of,
-                                   const Source& source, FinishShared<Comp>& fs) {
+                                   const Source& source, Comp* placed, FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
   BlockShared<Comp>& sh = fs.block;
   constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
@@ -105,14 +106,14 @@ __device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* v
     if (key < bins.base) return;  // below the finer bins' edge: no winner
     const uint32_t bin = bins.of(key);
     if (bin > kth_bin) {
-      sh.winners[atomicAdd(&fs.bin_next[bin], 1u)] = c;
+      placed[atomicAdd(&fs.bin_next[bin], 1u)] = c;
     } else if (bin == kth_bin) {
       fs.add_to_bucket(c);
     }
   });
   __syncthreads();
   // Each bin's range now ends where its next slot stands.
-  write_binned_winners(g, input, values, indices, index64, largest, o, bins, sh.winners, above,
+  write_binned_winners(g, input, values, indices, index64, largest, o, bins, placed, above,
                        [&](uint32_t bin) {
                          const uint32_t end = fs.bin_next[bin];
                          return BinRange{end - fs.bin_count[bin], end};
@@ -127,12 +128,13 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
                                    void* indices, bool index64, bool largest,
                                    const RowTarget& o, const RowState<Comp>* state,
                                    const Source& source, const Selection<Comp>& start,
-                                   FinishShared<Comp>& fs) {
+                                   Comp* placed, FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
   return finish_in_key_bins(g, input, values, indices, index64, largest, o,
                             threshold_key_bins<Key>(state),
                             kth_key_bin<Key>(state), start.needed,
-                            [&](uint32_t bin) { return __ldcg(&state->hist[bin]); }, source, fs);
+                            [&](uint32_t bin) { return __ldcg(&state->hist[bin]); }, source,
+                            placed, fs);
 }
 
 // The threshold pass's bins are sized by the sample's span of keys above the threshold, a
@@ -150,7 +152,8 @@ template <class T, class Comp, class Source>
 __device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, void* values,
                                          void* indices, bool index64, bool largest,
                                          const RowTarget& o, const RowState<Comp>* state,
-                                         const Source& source, FinishShared<Comp>& fs) {
+                                         const Source& source, Comp* placed,
+                                         FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
   static_assert(sizeof(Key) <= sizeof(uint32_t), "finer bins take keys of up to 32 bits");
   BlockShared<Comp>& sh = fs.block;
@@ -178,7 +181,7 @@ __device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, v
   if (kth.count > uint32_t(kBlockThreads)) return false;
   return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins, kth.digit,
                             uint32_t(o.count) - kth.above,
-                            [&](uint32_t bin) { return fs.bin_count[bin]; }, source, fs);
+                            [&](uint32_t bin) { return fs.bin_count[bin]; }, source, placed, fs);
 }
 
 // The finish of a row whose winners the first filter launch placed (place_winners_by_bins):
@@ -297,14 +300,17 @@ __global__ void __launch_bounds__(kBlockThreads)
                                : start;
       // Where ranking within the key-prefix bins above the k-th's bucket fits
       // kBinRankingBudget, the winners need no sort (k = 1024: 69.5 us); finer bins first
-      // where the threshold pass's do not.
+      // where the threshold pass's do not. Past kSortCapacity the winners are placed in the
+      // row's winner list instead of shared memory, and the row's sort kernel skips it.
       if constexpr (kFinishByKeyBins<Comp>) {
-        if (sort_here && state->finish_direct && start.resolved > 0 &&
+        Comp* const placed = sort_here ? sh.winners : row_winners;
+        if (state->finish_direct && start.resolved > 0 &&
             ((start.in_bucket <= uint32_t(kBlockThreads) &&
               finish_by_key_bins(g, input, values, indices, index64, largest, o, state, source,
-                                 start, finish_shared)) ||
+                                 start, placed, finish_shared)) ||
              finish_by_finer_key_bins(g, input, values, indices, index64, largest, o, state,
-                                      source, finish_shared))) {
+                                      source, placed, finish_shared))) {
+          if (!sort_here && threadIdx.x == 0) state->output_written = 1;
           return;
         }
       }
@@ -356,12 +362,15 @@ __global__ void __launch_bounds__(kBlockThreads)
 // Row `row`'s k winners (k above kSortCapacity; a short window's unused slots hold zero
 // composites, which sort last) sorted by its block in `items`, shared memory of
 // plan.row_sort_bytes, and written, padding after the window's winners (sort_rows_kernel,
-// topk_sort_rows.cuh).
+// topk_sort_rows.cuh); nothing where the finish wrote the row.
 template <class T>
 __device__ void sort_row_winners(Composite<typename KeyTraits<T>::Key>* items, const RowGeometry& g,
                                  const T* input, void* values, void* indices, bool index64,
-                                 bool largest, const Composite<typename KeyTraits<T>::Key>* winners,
+                                 bool largest,
+                                 const RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                                 const Composite<typename KeyTraits<T>::Key>* winners,
                                  const RaggedRows& ragged, int64_t row) {
+  if (states[row].output_written) return;
   const auto* row_winners = winners + row * g.k;
   for (int64_t i = threadIdx.x; i < g.k; i += kBlockThreads) items[i] = row_winners[i];
   sort_shared(items, int(g.k));  // its first barrier follows the copy
@@ -372,11 +381,12 @@ __device__ void sort_row_winners(Composite<typename KeyTraits<T>::Key>* items, c
   write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
-// Writes rows whose winners CUB sorted in global memory (k past what a block sorts); a zero
-// composite is a short row's padding.
+// Writes rows whose winners CUB sorted in global memory (k past what a block sorts), except
+// those the finish wrote; a zero composite is a short row's padding.
 template <class T>
 __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
                                     bool index64, bool largest,
+                                    const RowState<Composite<typename KeyTraits<T>::Key>>* states,
                                     const Composite<typename KeyTraits<T>::Key>* winners,
                                     RaggedRows ragged) {
   wait_for_previous_kernel();
@@ -386,6 +396,7 @@ __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values,
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = t / g.k, rank = t % g.k;
+    if (states[row].output_written) continue;
     const RowTarget o = device_row_target(g, ragged, row);
     const Comp winner = winners[t];
     if (winner == Comp(0)) {

@@ -15,13 +15,14 @@ namespace cuda {
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     sort_rows_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
-                     bool largest, const Composite<typename KeyTraits<T>::Key>* winners,
-                     RaggedRows ragged) {
+                     bool largest, const RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                     const Composite<typename KeyTraits<T>::Key>* winners, RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   extern __shared__ __align__(16) unsigned char row_sort_storage[];
   sort_row_winners<T>(reinterpret_cast<Composite<typename KeyTraits<T>::Key>*>(row_sort_storage),
-                      g, input, values, indices, index64, largest, winners, ragged, blockIdx.x);
+                      g, input, values, indices, index64, largest, states, winners, ragged,
+                      blockIdx.x);
 }
 
 // The same for k up to kRowRadixSortItems a thread and 64-bit composites, by a radix sort of
@@ -30,11 +31,13 @@ __global__ void __launch_bounds__(kBlockThreads)
 // fill 19, so 37 bits remain, ten passes of CUB's 4-bit digits against the bitonic sort's 78
 // compare-exchange stages of 4096 composites (55 us for 256 such rows on the H200).
 //
-// Two blocks an SM (64 registers a thread), so 256 rows sort in one wave of 132 SMs.
+// Two blocks an SM (64 registers a thread), so 256 rows sort in one wave of 132 SMs. Rows the
+// finish wrote (ranked within key bins) are skipped.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     radix_sort_rows_kernel(RowGeometry g, const T* input, void* values, void* indices,
                            bool index64, bool largest,
+                           const RowState<Composite<typename KeyTraits<T>::Key>>* states,
                            const Composite<typename KeyTraits<T>::Key>* winners,
                            RaggedRows ragged) {
   using Key = typename KeyTraits<T>::Key;
@@ -46,6 +49,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   wait_for_previous_kernel();
   allow_next_kernel();
   const int64_t row = blockIdx.x;
+  if (states[row].output_written) return;
   const RowTarget o = device_row_target(g, ragged, row);
   if (threadIdx.x == 0) {
     key_range[0] = ~0u;
