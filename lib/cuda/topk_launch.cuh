@@ -204,10 +204,24 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
                                                 input, p.largest, layout, states, winners,
                                                 buffer1, buffer0, false, false, ragged);
       const bool sort_in_finish = plan.winner_sort == WinnerSort::Finish;
-      launch_overlapped<finish_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream, kLaunching,
-                                          g, input, p.values, p.indices, index64, p.largest,
-                                          layout, states, winners, buffer0, buffer1,
-                                          sort_in_finish, ragged);
+      if (plan.finish_placement_bytes > 0) {
+        const size_t placement_bytes = size_t(plan.finish_placement_bytes);
+        if (placement_bytes > kDefaultDynamicSharedBytes) {
+          check_cuda(cudaFuncSetAttribute(finish_placing_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(placement_bytes)),
+                     "allowing the finish its winners' shared memory");
+        }
+        launch_overlapped<finish_placing_kernel<T>>(
+            unsigned(g.rows), kBlockThreads, placement_bytes, stream, kLaunching, g, input,
+            p.values, p.indices, index64, p.largest, layout, states, winners, buffer0, buffer1,
+            ragged);
+      } else {
+        launch_overlapped<finish_kernel<T>>(unsigned(g.rows), kBlockThreads, 0, stream,
+                                            kLaunching, g, input, p.values, p.indices, index64,
+                                            p.largest, layout, states, winners, buffer0, buffer1,
+                                            sort_in_finish, ragged);
+      }
       if (plan.winner_sort == WinnerSort::RowRadix) {
         if constexpr (sizeof(Key) <= 4) {
           launch_overlapped<radix_sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, 0,
@@ -227,8 +241,7 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
         }
         launch_overlapped<sort_rows_kernel<T>>(unsigned(g.rows), kBlockThreads, sort_bytes,
                                                stream, kLaunching, g, input, p.values,
-                                               p.indices, index64, p.largest, states, winners,
-                                               ragged);
+                                               p.indices, index64, p.largest, winners, ragged);
       } else if (plan.winner_sort == WinnerSort::Segmented) {
         auto* sorted = static_cast<Comp*>(regions.sorted_winners);
         size_t temp_bytes = plan.scratch.sort_temp_bytes;
@@ -240,7 +253,7 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
         const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65536);
         launch_overlapped<write_sorted_kernel<T>>(unsigned(blocks), threads, 0, stream,
                                                   kLaunching, g, input, p.values, p.indices,
-                                                  index64, p.largest, states, sorted, ragged);
+                                                  index64, p.largest, sorted, ragged);
       }
       break;
     }

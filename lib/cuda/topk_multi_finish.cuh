@@ -217,18 +217,18 @@ __device__ void finish_placed_winners(const RowGeometry& g, const T* input, void
 
 // One block per row: resolves the remaining bits of an unfinished row from its candidates (in
 // the buffer the last pass wrote, or the input after an overflow), appends the last winners,
-// and sorts the row when k fits.
+// and sorts the row when k fits. Past that, `large_placement` is shared memory of k composites
+// where a row's winners are ranked within key bins (finish_placing_kernel), or null: the
+// winners then go to the row's list in scratch, for the sort kernel.
 template <class T>
-__global__ void __launch_bounds__(kBlockThreads)
-    finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
-                  bool largest, MultiLayout layout,
-                  RowState<Composite<typename KeyTraits<T>::Key>>* states,
-                  Composite<typename KeyTraits<T>::Key>* winners,
-                  const Composite<typename KeyTraits<T>::Key>* candidates,
-                  const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here,
-                  RaggedRows ragged) {
-  wait_for_previous_kernel();
-  allow_next_kernel();
+__device__ void finish_row(const RowGeometry& g, const T* input, void* values, void* indices,
+                           bool index64, bool largest, const MultiLayout& layout,
+                           RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                           Composite<typename KeyTraits<T>::Key>* winners,
+                           const Composite<typename KeyTraits<T>::Key>* candidates,
+                           const Composite<typename KeyTraits<T>::Key>* first_output,
+                           bool sort_here, const RaggedRows& ragged,
+                           Composite<typename KeyTraits<T>::Key>* large_placement) {
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
   constexpr int kBits = kCompositeBits<Key>;
@@ -300,11 +300,11 @@ __global__ void __launch_bounds__(kBlockThreads)
                                : start;
       // Where ranking within the key-prefix bins above the k-th's bucket fits
       // kBinRankingBudget, the winners need no sort (k = 1024: 69.5 us); finer bins first
-      // where the threshold pass's do not. Past kSortCapacity the winners are placed in the
-      // row's winner list instead of shared memory, and the row's sort kernel skips it.
+      // where the threshold pass's do not. Past kSortCapacity the row's sort kernel then skips
+      // it (k = 4096 of 131072 on 256 rows, H200: 40 us of radix sort gone).
       if constexpr (kFinishByKeyBins<Comp>) {
-        Comp* const placed = sort_here ? sh.winners : row_winners;
-        if (state->finish_direct && start.resolved > 0 &&
+        Comp* const placed = sort_here ? sh.winners : large_placement;
+        if (placed != nullptr && state->finish_direct && start.resolved > 0 &&
             ((start.in_bucket <= uint32_t(kBlockThreads) &&
               finish_by_key_bins(g, input, values, indices, index64, largest, o, state, source,
                                  start, placed, finish_shared)) ||
@@ -359,18 +359,30 @@ __global__ void __launch_bounds__(kBlockThreads)
   sort_and_write(sh, int(o.count), g, input, values, indices, index64, largest, o);
 }
 
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    finish_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
+                  bool largest, MultiLayout layout,
+                  RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                  Composite<typename KeyTraits<T>::Key>* winners,
+                  const Composite<typename KeyTraits<T>::Key>* candidates,
+                  const Composite<typename KeyTraits<T>::Key>* first_output, bool sort_here,
+                  RaggedRows ragged) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  finish_row<T>(g, input, values, indices, index64, largest, layout, states, winners, candidates,
+                first_output, sort_here, ragged, nullptr);
+}
+
 // Row `row`'s k winners (k above kSortCapacity; a short window's unused slots hold zero
 // composites, which sort last) sorted by its block in `items`, shared memory of
 // plan.row_sort_bytes, and written, padding after the window's winners (sort_rows_kernel,
-// topk_sort_rows.cuh); nothing where the finish wrote the row.
+// topk_sort_rows.cuh).
 template <class T>
 __device__ void sort_row_winners(Composite<typename KeyTraits<T>::Key>* items, const RowGeometry& g,
                                  const T* input, void* values, void* indices, bool index64,
-                                 bool largest,
-                                 const RowState<Composite<typename KeyTraits<T>::Key>>* states,
-                                 const Composite<typename KeyTraits<T>::Key>* winners,
+                                 bool largest, const Composite<typename KeyTraits<T>::Key>* winners,
                                  const RaggedRows& ragged, int64_t row) {
-  if (states[row].output_written) return;
   const auto* row_winners = winners + row * g.k;
   for (int64_t i = threadIdx.x; i < g.k; i += kBlockThreads) items[i] = row_winners[i];
   sort_shared(items, int(g.k));  // its first barrier follows the copy
@@ -381,12 +393,11 @@ __device__ void sort_row_winners(Composite<typename KeyTraits<T>::Key>* items, c
   write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
-// Writes rows whose winners CUB sorted in global memory (k past what a block sorts), except
-// those the finish wrote; a zero composite is a short row's padding.
+// Writes rows whose winners CUB sorted in global memory (k past what a block sorts); a zero
+// composite is a short row's padding.
 template <class T>
 __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values, void* indices,
                                     bool index64, bool largest,
-                                    const RowState<Composite<typename KeyTraits<T>::Key>>* states,
                                     const Composite<typename KeyTraits<T>::Key>* winners,
                                     RaggedRows ragged) {
   wait_for_previous_kernel();
@@ -396,7 +407,6 @@ __global__ void write_sorted_kernel(RowGeometry g, const T* input, void* values,
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = t / g.k, rank = t % g.k;
-    if (states[row].output_written) continue;
     const RowTarget o = device_row_target(g, ragged, row);
     const Comp winner = winners[t];
     if (winner == Comp(0)) {

@@ -221,6 +221,12 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   }
   if (plan.winner_sort == WinnerSort::RowBlocks) plan.row_sort_bytes = sort_bytes;
   choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes, key.ragged);
+  // Key-prefix bins let the finish rank k past its sort within them, as it does up to its sort
+  // (finish_placing_kernel); the radix sort then takes only the rows that could not.
+  if (plan.winner_sort == WinnerSort::RowRadix &&
+      plan.candidate_histogram == CandidateHistogram::KeyPrefix) {
+    plan.finish_placement_bytes = k * int64_t(composite_bytes(key_bytes));
+  }
   return plan;
 }
 

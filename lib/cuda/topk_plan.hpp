@@ -77,6 +77,8 @@ struct TopkPlan {
   int64_t capacity = 0;         // Multi: candidate slots per row and buffer
   WinnerSort winner_sort = WinnerSort::Finish;  // Multi
   int64_t row_sort_bytes = 0;   // Multi, WinnerSort::RowBlocks: dynamic shared memory a block
+  int64_t finish_placement_bytes = 0;  // Multi, RowRadix from key prefixes: dynamic shared memory
+                                       // of the finish, k composites
   uint32_t sample_rank = 0;     // Multi: > 0 reads the input once through a sampled threshold
   int samples_per_thread = 0;   // Multi, sampled: which sample size
   bool split_sample = false;    // Multi, sampled: the wide sample over kSplitSampleParts blocks

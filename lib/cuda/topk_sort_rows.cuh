@@ -1,7 +1,8 @@
-// The kernel that sorts and writes each row's winners when k is past the finish kernel's sort:
-// a block per row, the winners in dynamic shared memory (plan.row_sort_bytes). Kept apart from
-// topk_multi_finish.cuh because the host emulation of the kernels cannot declare dynamic
-// shared memory; it runs sort_row_winners on a buffer of its own.
+// The kernels of k past the finish kernel's sort that keep a row's winners in dynamic shared
+// memory: the finish that ranks them within key bins (finish_placing_kernel), and those that
+// sort and write each row's winners, a block per row. Kept apart from topk_multi_finish.cuh
+// because the host emulation of the kernels cannot declare dynamic shared memory; it runs
+// finish_row and sort_row_winners on buffers of its own.
 #pragma once
 
 #include <cub/block/block_radix_sort.cuh>
@@ -12,17 +13,37 @@
 namespace mtk {
 namespace cuda {
 
+// finish_kernel for k up to kRowRadixSortMaxK (plan.finish_placement_bytes): the key-bin ranking
+// that writes k <= kSortCapacity rows without a sort, in k composites of dynamic shared memory.
+// Rows it cannot rank that way (crowded bins, a missed threshold) go on to
+// radix_sort_rows_kernel, which skips the others.
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    finish_placing_kernel(RowGeometry g, const T* input, void* values, void* indices,
+                          bool index64, bool largest, MultiLayout layout,
+                          RowState<Composite<typename KeyTraits<T>::Key>>* states,
+                          Composite<typename KeyTraits<T>::Key>* winners,
+                          const Composite<typename KeyTraits<T>::Key>* candidates,
+                          const Composite<typename KeyTraits<T>::Key>* first_output,
+                          RaggedRows ragged) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  extern __shared__ __align__(16) unsigned char placement_storage[];
+  finish_row<T>(g, input, values, indices, index64, largest, layout, states, winners, candidates,
+                first_output, false, ragged,
+                reinterpret_cast<Composite<typename KeyTraits<T>::Key>*>(placement_storage));
+}
+
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     sort_rows_kernel(RowGeometry g, const T* input, void* values, void* indices, bool index64,
-                     bool largest, const RowState<Composite<typename KeyTraits<T>::Key>>* states,
-                     const Composite<typename KeyTraits<T>::Key>* winners, RaggedRows ragged) {
+                     bool largest, const Composite<typename KeyTraits<T>::Key>* winners,
+                     RaggedRows ragged) {
   wait_for_previous_kernel();
   allow_next_kernel();
   extern __shared__ __align__(16) unsigned char row_sort_storage[];
   sort_row_winners<T>(reinterpret_cast<Composite<typename KeyTraits<T>::Key>*>(row_sort_storage),
-                      g, input, values, indices, index64, largest, states, winners, ragged,
-                      blockIdx.x);
+                      g, input, values, indices, index64, largest, winners, ragged, blockIdx.x);
 }
 
 // The same for k up to kRowRadixSortItems a thread and 64-bit composites, by a radix sort of
@@ -31,8 +52,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 // fill 19, so 37 bits remain, ten passes of CUB's 4-bit digits against the bitonic sort's 78
 // compare-exchange stages of 4096 composites (55 us for 256 such rows on the H200).
 //
-// Two blocks an SM (64 registers a thread), so 256 rows sort in one wave of 132 SMs. Rows the
-// finish wrote (ranked within key bins) are skipped.
+// Two blocks an SM (64 registers a thread), so 256 rows sort in one wave of 132 SMs. Rows that
+// finish_placing_kernel wrote are skipped.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     radix_sort_rows_kernel(RowGeometry g, const T* input, void* values, void* indices,

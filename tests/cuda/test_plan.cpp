@@ -177,7 +177,15 @@ void test_multi_path_unsampled() {
   EXPECT(small.capacity == 24000);     // 8 k
   EXPECT(small.winner_sort == WinnerSort::RowRadix);
   EXPECT(small.row_sort_bytes == 0);
+  EXPECT(small.finish_placement_bytes == 0);  // unsampled: no key-prefix bins to rank within
   expect_layout(small, MTK_FLOAT32, 1, 3000);
+  // Sampled with key-prefix bins (256 rows of 131072, k = 4096): the finish ranks the winners
+  // within them, k composites of its shared memory.
+  const TopkPlan placed = plan(MTK_FLOAT32, 256, 131072, 4096);
+  EXPECT(placed.winner_sort == WinnerSort::RowRadix);
+  EXPECT(placed.sample_rank > 0);
+  EXPECT(placed.candidate_histogram == CandidateHistogram::KeyPrefix);
+  EXPECT(placed.finish_placement_bytes == 4096 * 8);
   EXPECT(plan(MTK_INT8, 1, 100000, 4096).winner_sort == WinnerSort::RowRadix);
   // Past 4096, or 64-bit keys: a bitonic sort in dynamic shared memory, 64 KB for 5000
   // composites of 64 bits or 3000 of 128.

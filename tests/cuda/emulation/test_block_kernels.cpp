@@ -241,17 +241,24 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
                            buffer1.data(), buffer0.data(), false, false, ragged);
   });
   const bool sort_here = g.k <= kSortCapacity;
+  // finish_placing_kernel where the plan takes it (finish_placement_bytes), its shared memory a
+  // buffer here; the radix sort of what it leaves is CUB's, for which sort_row_winners stands in.
+  const bool placing = !sort_here && sizeof(Comp) == 8 && g.k <= kRowRadixSortMaxK &&
+                       c.sample_rank > 0 && c.histogram == CandidateHistogram::KeyPrefix;
+  std::vector<Comp> placement(size_t(placing ? g.k : 0));
   launch(g.rows, kBlockThreads, [&] {
-    finish_kernel<T>(g, input, values, indices, index64, largest, layout, states.data(),
-                     winners.data(), buffer0.data(), buffer1.data(), sort_here, ragged);
+    finish_row<T>(g, input, values, indices, index64, largest, layout, states.data(),
+                  winners.data(), buffer0.data(), buffer1.data(), sort_here, ragged,
+                  placing ? placement.data() : nullptr);
   });
   if (sort_here) return;
   const int64_t sort_bytes = row_sort_bytes(g.k, int64_t(sizeof(Comp)));
   if (sort_bytes <= kRowSortMaxBytes) {  // sort_rows_kernel, its shared memory a buffer here
     std::vector<Comp> row_sort(size_t(sort_bytes) / sizeof(Comp));
     launch(g.rows, kBlockThreads, [&] {
+      if (states[size_t(blockIdx.x)].output_written) return;  // as radix_sort_rows_kernel
       sort_row_winners<T>(row_sort.data(), g, input, values, indices, index64, largest,
-                          states.data(), winners.data(), ragged, blockIdx.x);
+                          winners.data(), ragged, blockIdx.x);
     });
     return;
   }
@@ -260,8 +267,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
     std::sort(winners.begin() + r * g.k, winners.begin() + (r + 1) * g.k, std::greater<>());
   }
   launch(1, 256, [&] {
-    write_sorted_kernel<T>(g, input, values, indices, index64, largest, states.data(),
-                           winners.data(), ragged);
+    write_sorted_kernel<T>(g, input, values, indices, index64, largest, winners.data(), ragged);
   });
 }
 
@@ -364,7 +370,8 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
   }
   // k past the finish's sort, from key prefixes: on random floats (no crowded bins) the finish
   // ranks each row within its bins and writes it, leaving the sort kernel nothing.
-  if (multi != nullptr && k > kSortCapacity && multi->histogram == CandidateHistogram::KeyPrefix &&
+  if (multi != nullptr && k > kSortCapacity && k <= kRowRadixSortMaxK &&
+      multi->histogram == CandidateHistogram::KeyPrefix && multi->sample_rank > 0 &&
       std::is_same_v<T, float> && data == Data::Random) {
     for (int64_t r = 0; r < rows; ++r) {
       if (scratch.states[size_t(r)].output_written == 0) {
