@@ -18,9 +18,11 @@
 //    histogrammed; a second filter pass narrows the candidates again, and one block per row
 //    resolves the last bits (finish_kernel, topk_multi_finish.cuh) and sorts (or, from a
 //    sampled threshold's key-prefix bins, ranks each winner within its bin). Past the finish's
-//    sort, a block per row radix-sorts the bits its winners differ in (radix_sort_rows_kernel,
-//    topk_sort_rows.cuh, keys up to 32 bits and k up to 4096) or sorts them in dynamic shared
-//    memory (sort_rows_kernel), and past that CUB's segmented sort does.
+//    sort, keys up to 32 bits and k up to 4096 are ranked within those bins in dynamic shared
+//    memory where the plan has them (finish_placing_kernel, topk_sort_rows.cuh), and a block
+//    per row radix-sorts the bits the other rows' winners differ in (radix_sort_rows_kernel);
+//    wider keys or larger k are sorted in dynamic shared memory (sort_rows_kernel), and past
+//    that by CUB's segmented sort.
 //    When a bucket overflows the candidate buffer (heavy ties), the next pass re-reads the
 //    input instead, so scratch stays bounded and any input is handled.
 //    Large inputs with k small next to the row replace the first histogram by a sampled
