@@ -205,13 +205,13 @@ void launch_topk(const TopkProblem& p, const RaggedRows& ragged, const TopkPlan&
                                                 buffer1, buffer0, false, false, ragged);
       const bool sort_in_finish = plan.winner_sort == WinnerSort::Finish;
       if (plan.finish_placement_bytes > 0) {
+        // Beside the finish's static shared memory (FinishShared) even 16 KB pass the 48 KB a
+        // block gets without asking.
         const size_t placement_bytes = size_t(plan.finish_placement_bytes);
-        if (placement_bytes > kDefaultDynamicSharedBytes) {
-          check_cuda(cudaFuncSetAttribute(finish_placing_kernel<T>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(placement_bytes)),
-                     "allowing the finish its winners' shared memory");
-        }
+        check_cuda(cudaFuncSetAttribute(finish_placing_kernel<T>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(placement_bytes)),
+                   "allowing the finish its winners' shared memory");
         launch_overlapped<finish_placing_kernel<T>>(
             unsigned(g.rows), kBlockThreads, placement_bytes, stream, kLaunching, g, input,
             p.values, p.indices, index64, p.largest, layout, states, winners, buffer0, buffer1,
