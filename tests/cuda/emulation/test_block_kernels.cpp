@@ -243,8 +243,9 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
   const bool sort_here = g.k <= kSortCapacity;
   // finish_placing_kernel where the plan takes it (finish_placement_bytes), its shared memory a
   // buffer here; the radix sort of what it leaves is CUB's, for which sort_row_winners stands in.
-  const bool placing = !sort_here && sizeof(Comp) == 8 && g.k <= kRowRadixSortMaxK &&
-                       c.sample_rank > 0 && c.histogram == CandidateHistogram::KeyPrefix;
+  const bool placing = !sort_here && sizeof(typename KeyTraits<T>::Key) == 4 &&
+                       g.k <= kRowRadixSortMaxK && c.sample_rank > 0 &&
+                       c.histogram == CandidateHistogram::KeyPrefix;
   std::vector<Comp> placement(size_t(placing ? g.k : 0));
   launch(g.rows, kBlockThreads, [&] {
     finish_row<T>(g, input, values, indices, index64, largest, layout, states.data(),
