@@ -269,27 +269,17 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
   const uint32_t after_mine =
       block_suffix_sum<kMultiThreads>(uint32_t(staged_count), pass.scan, stage_size);
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
-  auto staged_candidate = [&](int j) {
+  __syncthreads();
+  for (int j = 0; j < staged_count; ++j) {
     const StageEntry<T> entry = staged[j][threadIdx.x];
-    return make_composite(selection_key(stage_value<T>(entry), largest), stage_index(entry));
-  };
-  // The row's last block concludes from the counts and the histogram alone; the candidates are
-  // read by the next kernels, after this grid. So they are stored after the ticket, and its
-  // fence waits for the histogram's atomics only, not for a block's ~2000 scattered stores.
+    const uint32_t slot = staged_base + after_mine + uint32_t(j);
+    keep_candidate(stage_value<T>(entry), stage_index(entry), slot);
+  }
   if (histogram_candidates) {
-    for (int j = 0; j < staged_count; ++j) {
-      atomicAdd(&pass.hist[candidate_bin(staged_candidate(j))], 1u);
-    }
     __syncthreads();
     add_to_row_histogram(state->hist, pass.hist);
   }
-  const bool last =
-      last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag);
-  for (int j = 0; j < staged_count; ++j) {
-    const uint32_t slot = staged_base + after_mine + uint32_t(j);
-    if (slot < capacity) row_candidates[slot] = staged_candidate(j);
-  }
-  if (last) {
+  if (last_block_of_row(&state->blocks_done, layout.blocks_per_row, &pass.last_flag)) {
     conclude_threshold_pass(state, o.count, capacity, histogram, threshold_key, key_shift, pass);
   }
 }
