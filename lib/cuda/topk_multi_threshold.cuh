@@ -265,15 +265,38 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
       }
     });
   });
+  // The stage goes out slot by slot: the j-th candidates of a warp's lanes to adjacent slots of
+  // the buffer, each (slot, warp) run after the next one's. Each thread's candidates in a run
+  // of their own made every store instruction touch 32 sectors (the copy-out was 9% of the
+  // pass's warp samples on 256x131072, H200).
+  constexpr int kWarps = kMultiThreads / 32;
+  constexpr int kRuns = kSlots * kWarps;
+  static_assert(kRuns <= kMultiThreads, "a run a thread");
+  __shared__ uint32_t run_start[kRuns];
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  const unsigned lanes_below = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < kSlots; ++j) {
+    const unsigned holding = __ballot_sync(0xffffffffu, staged_count > j);
+    if (lane == 0) run_start[j * kWarps + warp] = uint32_t(__popc(holding));
+  }
+  __syncthreads();
+  const uint32_t run_size = threadIdx.x < kRuns ? run_start[threadIdx.x] : 0u;
   uint32_t stage_size;
-  const uint32_t after_mine =
-      block_suffix_sum<kMultiThreads>(uint32_t(staged_count), pass.scan, stage_size);
+  const uint32_t after_run = block_suffix_sum<kMultiThreads>(run_size, pass.scan, stage_size);
+  if (threadIdx.x < kRuns) run_start[threadIdx.x] = after_run;
   if (threadIdx.x == 0) staged_base = atomicAdd(&state->next_count, stage_size);
   __syncthreads();
-  for (int j = 0; j < staged_count; ++j) {
-    const StageEntry<T> entry = staged[j][threadIdx.x];
-    const uint32_t slot = staged_base + after_mine + uint32_t(j);
-    keep_candidate(stage_value<T>(entry), stage_index(entry), slot);
+#pragma unroll
+  for (int j = 0; j < kSlots; ++j) {
+    const unsigned holding = __ballot_sync(0xffffffffu, staged_count > j);
+    if (holding == 0) break;
+    if (staged_count > j) {
+      const StageEntry<T> entry = staged[j][threadIdx.x];
+      const uint32_t slot =
+          staged_base + run_start[j * kWarps + warp] + uint32_t(__popc(holding & lanes_below));
+      keep_candidate(stage_value<T>(entry), stage_index(entry), slot);
+    }
   }
   if (histogram_candidates) {
     __syncthreads();
