@@ -184,6 +184,15 @@ MultiScratch<Comp> fresh_multi_scratch(const RowGeometry& g, int64_t capacity) {
   return scratch;
 }
 
+// Whether the plan runs finish_placing_kernel for k and choice c (finish_placement_bytes): k past
+// the finish's sort, up to the radix sort's, 32-bit keys and a sampled threshold's key-prefix
+// bins.
+template <class T>
+bool finish_places(int64_t k, const MultiChoice& c) {
+  return k > kSortCapacity && k <= kRowRadixSortMaxK && sizeof(typename KeyTraits<T>::Key) == 4 &&
+         c.sample_rank > 0 && c.histogram == CandidateHistogram::KeyPrefix;
+}
+
 // Runs the path on `scratch` as it stands (a stream's scratch on the GPU keeps whatever the
 // calls before left there), or, without one, on fresh scratch.
 template <class T>
@@ -243,9 +252,7 @@ void run_multi(const RowGeometry& g, const T* input, Bits<T>* values, void* indi
   const bool sort_here = g.k <= kSortCapacity;
   // finish_placing_kernel where the plan takes it (finish_placement_bytes), its shared memory a
   // buffer here; the radix sort of what it leaves is CUB's, for which sort_row_winners stands in.
-  const bool placing = !sort_here && sizeof(typename KeyTraits<T>::Key) == 4 &&
-                       g.k <= kRowRadixSortMaxK && c.sample_rank > 0 &&
-                       c.histogram == CandidateHistogram::KeyPrefix;
+  const bool placing = finish_places<T>(g.k, c);
   std::vector<Comp> placement(size_t(placing ? g.k : 0));
   launch(g.rows, kBlockThreads, [&] {
     finish_row<T>(g, input, values, indices, index64, largest, layout, states.data(),
@@ -371,9 +378,8 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
   }
   // k past the finish's sort, from key prefixes: on random floats (no crowded bins) the finish
   // ranks each row within its bins and writes it, leaving the sort kernel nothing.
-  if (multi != nullptr && k > kSortCapacity && k <= kRowRadixSortMaxK &&
-      multi->histogram == CandidateHistogram::KeyPrefix && multi->sample_rank > 0 &&
-      std::is_same_v<T, float> && data == Data::Random) {
+  if (multi != nullptr && finish_places<T>(k, *multi) && std::is_same_v<T, float> &&
+      data == Data::Random) {
     for (int64_t r = 0; r < rows; ++r) {
       if (scratch.states[size_t(r)].output_written == 0) {
         std::fprintf(stderr, "FAIL multi %s rows=%lld n=%lld k=%lld largest=%d: row %lld was "
