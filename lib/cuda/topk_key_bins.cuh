@@ -37,6 +37,39 @@ struct KeyBins {
   __device__ __forceinline__ uint32_t of(Key key) const {
     return threshold_key_bin(key, base, shift);
   }
+  // The same on composites: bins rank a winner by its key alone.
+  template <class Comp>
+  __device__ __forceinline__ uint32_t of_composite(Comp c) const {
+    return of(Key(c >> 32));
+  }
+  template <class Comp>
+  __device__ __forceinline__ bool below(Comp c) const {
+    return Key(c >> 32) < base;
+  }
+};
+
+// Finer bins for winners crowded into few keys (16-bit keys, ties): each key from `base` up
+// gets 2^index_bits bins, split by the top bits of the index, lower indices in higher bins as
+// they rank first. Ranking within a bin then compares a few of a key's elements instead of all
+// of them (bf16 rows of 2^20, k = 4096: ~190 elements a key, every row past kBinRankingBudget
+// by key alone). The caller sizes it so that its highest key's bins exist: (highest - base + 1)
+// << index_bits <= kMultiBins, and every index of the row is below 2^(index_shift +
+// index_bits).
+template <class Key>
+struct TiedKeyBins {
+  Key base;
+  int index_bits;
+  int index_shift;
+  template <class Comp>
+  __device__ __forceinline__ uint32_t of_composite(Comp c) const {
+    const uint32_t key_units = uint32_t(Key(c >> 32)) - uint32_t(base);
+    const uint32_t index_part = composite_index(c) >> index_shift;
+    return (key_units << index_bits) | ((1u << index_bits) - 1u - index_part);
+  }
+  template <class Comp>
+  __device__ __forceinline__ bool below(Comp c) const {
+    return Key(c >> 32) < base;
+  }
 };
 
 // The threshold pass's bins of a row, as the sample kernel (or a split sample's merge) left them
@@ -77,6 +110,10 @@ constexpr bool kFinishByKeyBins = sizeof(Comp) <= 8;
 // measured). Counts are capped before squaring so the sums fit 32 bits; a capped bin alone
 // exceeds the budget.
 constexpr uint32_t kBinRankingBudget = uint32_t(kSortCapacity) * 128;
+// The same for the threshold pass's bins when each is a whole key: past this (64 comparisons a
+// thread) the finish bins the row again with each key split by index (TiedKeyBins), which costs
+// two more reads of its candidates, a few a thread.
+constexpr uint32_t kWholeKeyBinRankingBudget = kBinRankingBudget / 8;
 constexpr uint32_t kBinRankingCountCap = 1024;
 static_assert(kBinRankingCountCap * kBinRankingCountCap > kBinRankingBudget, "cap above budget");
 

@@ -40,16 +40,15 @@ struct BinRange {
 // bin's elements in the range range_of(bin) returns, higher bins first, and the k-th's bucket
 // (bucket_count elements, `needed` of which win) ranks after them; a window shorter than k is
 // padded.
-template <class T, class Comp, class RangeOf>
+template <class T, class Comp, class Bins, class RangeOf>
 __device__ void write_binned_winners(const RowGeometry& g, const T* input, void* values,
                                      void* indices, bool index64, bool largest,
-                                     const RowTarget& o, KeyBins<typename KeyTraits<T>::Key> bins,
-                                     const Comp* winners, uint32_t above, RangeOf range_of,
-                                     const Comp* bucket, uint32_t bucket_count, uint32_t needed) {
-  using Key = typename KeyTraits<T>::Key;
+                                     const RowTarget& o, const Bins& bins, const Comp* winners,
+                                     uint32_t above, RangeOf range_of, const Comp* bucket,
+                                     uint32_t bucket_count, uint32_t needed) {
   for (uint32_t p = threadIdx.x; p < above; p += kBlockThreads) {
     const Comp c = winners[p];
-    const BinRange range = range_of(bins.of(Key(c >> 32)));
+    const BinRange range = range_of(bins.of_composite(c));
     const uint32_t rank = range.begin + count_above(winners, range.begin, range.end, c);
     write_winner(g, input, values, indices, index64, largest, o, rank, c);
   }
@@ -61,22 +60,22 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
   write_padding<T>(g, values, indices, index64, o, o.count, g.k);
 }
 
-// A direct finish that knows the k-th's key-prefix bin `kth_bin` of `bins` (see
-// threshold_key_bin), the count of each bin above it (count_of) and the `needed` winners of
+// A direct finish that knows the k-th's bin `kth_bin` of `bins` (KeyBins or TiedKeyBins), the
+// count of each bin above it (count_of) and the `needed` winners of
 // its bucket, which holds at most a block of elements. The bin counts give each bin above the
 // bucket its first output rank, so each winner goes to its bin's range of `placed` and is
 // ranked by counting within its bin, and the bucket's winners follow: the k winners need no
 // sort, which was a chain of barriers. `placed` is shared memory of k composites: the finish's
 // own up to kSortCapacity, finish_placing_kernel's dynamic shared memory past it.
 // Returns false, having written no output, when ranking within the bins would cost more than
-// kBinRankingBudget (top keys crowded into few bins); every thread returns the same.
-template <class T, class Comp, class Source, class CountOf>
+// `budget` comparisons (see kBinRankingBudget; top keys crowded into few bins); every thread
+// returns the same.
+template <class T, class Comp, class Bins, class Source, class CountOf>
 __device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* values,
                                    void* indices, bool index64, bool largest,
-                                   const RowTarget& o, KeyBins<typename KeyTraits<T>::Key> bins,
-                                   uint32_t kth_bin, uint32_t needed, CountOf count_of,
+                                   const RowTarget& o, const Bins& bins, uint32_t kth_bin,
+                                   uint32_t needed, CountOf count_of, uint32_t budget,
                                    const Source& source, Comp* placed, FinishShared<Comp>& fs) {
-  using Key = typename KeyTraits<T>::Key;
   BlockShared<Comp>& sh = fs.block;
   constexpr int kBinsPerThread = kMultiBins / kBlockThreads;
   static_assert(kMultiBins % kBlockThreads == 0, "whole bins per thread");
@@ -89,7 +88,7 @@ __device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* v
     counts[u] = bin > kth_bin ? count_of(bin) : 0u;
     mine += counts[u];
   }
-  if (bin_ranking_work<kBlockThreads>(counts, sh.scan) > kBinRankingBudget) return false;
+  if (bin_ranking_work<kBlockThreads>(counts, sh.scan) > budget) return false;
   if (threadIdx.x == 0) fs.bucket_count = 0;
   uint32_t above;
   // Higher threads hold higher bins, whose elements rank first.
@@ -102,9 +101,8 @@ __device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* v
   }
   __syncthreads();
   for_each_composite(source, [&](Comp c) {
-    const Key key = Key(c >> 32);
-    if (key < bins.base) return;  // below the finer bins' edge: no winner
-    const uint32_t bin = bins.of(key);
+    if (bins.below(c)) return;  // below the finer bins' edge: no winner
+    const uint32_t bin = bins.of_composite(c);
     if (bin > kth_bin) {
       placed[atomicAdd(&fs.bin_next[bin], 1u)] = c;
     } else if (bin == kth_bin) {
@@ -122,7 +120,9 @@ __device__ bool finish_in_key_bins(const RowGeometry& g, const T* input, void* v
   return true;
 }
 
-// finish_in_key_bins on the threshold pass's bins and histogram (in the row state).
+// finish_in_key_bins on the threshold pass's bins and histogram (in the row state). Bins of
+// whole keys (shift 0) cannot be split further by key: where ranking within them costs more than
+// kWholeKeyBinRankingBudget, finish_by_finer_key_bins splits the row's keys by index instead.
 template <class T, class Comp, class Source>
 __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* values,
                                    void* indices, bool index64, bool largest,
@@ -130,11 +130,34 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
                                    const Source& source, const Selection<Comp>& start,
                                    Comp* placed, FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
-  return finish_in_key_bins(g, input, values, indices, index64, largest, o,
-                            threshold_key_bins<Key>(state),
+  const KeyBins<Key> bins = threshold_key_bins<Key>(state);
+  return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins,
                             kth_key_bin<Key>(state), start.needed,
-                            [&](uint32_t bin) { return __ldcg(&state->hist[bin]); }, source,
-                            placed, fs);
+                            [&](uint32_t bin) { return __ldcg(&state->hist[bin]); },
+                            bins.shift == 0 ? kWholeKeyBinRankingBudget : kBinRankingBudget,
+                            source, placed, fs);
+}
+
+// Counts the row's candidates at or above the lower edge of `bins` into them, chooses the k-th's
+// bin and finishes the row in them (finish_in_key_bins). Returns false, having written no
+// output, as that does, or when the k-th's bin holds more than a block.
+template <class T, class Comp, class Bins, class Source>
+__device__ bool finish_in_counted_bins(const RowGeometry& g, const T* input, void* values,
+                                       void* indices, bool index64, bool largest,
+                                       const RowTarget& o, const Bins& bins,
+                                       const Source& source, Comp* placed,
+                                       FinishShared<Comp>& fs) {
+  for_each_composite(source, [&](Comp c) {
+    if (!bins.below(c)) atomicAdd(&fs.bin_count[bins.of_composite(c)], 1u);
+  });
+  __syncthreads();
+  const BucketChoice kth = choose_bucket<kMultiBins, kBlockThreads>(
+      fs.bin_count, uint32_t(o.count), fs.block.scan, &fs.block.choice);
+  if (kth.count > uint32_t(kBlockThreads)) return false;
+  return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins, kth.digit,
+                            uint32_t(o.count) - kth.above,
+                            [&](uint32_t bin) { return fs.bin_count[bin]; }, kBinRankingBudget,
+                            source, placed, fs);
 }
 
 // The threshold pass's bins are sized by the sample's span of keys above the threshold, a
@@ -146,8 +169,9 @@ __device__ bool finish_by_key_bins(const RowGeometry& g, const T* input, void* v
 // (the work of ranking within them twice the budget), and a window sampled whole (shorter than
 // the sample) put ~2000 candidates into the k-th's bucket of a binade. Either took the finish's
 // sort of k, which set the whole batch's finish time (64 rows of 4096..131072, k = 2048: one
-// such row among them). Returns false, having written no output, as finish_in_key_bins does or
-// when the finer bucket still holds more than a block (heavy ties).
+// such row among them). Where the winners span fewer keys than half the bins (16-bit keys, ties)
+// each key's bins are split by index (TiedKeyBins). Returns false, having written no output, as
+// finish_in_key_bins does or when the finer bucket still holds more than a block.
 template <class T, class Comp, class Source>
 __device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, void* values,
                                          void* indices, bool index64, bool largest,
@@ -156,7 +180,6 @@ __device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, v
                                          FinishShared<Comp>& fs) {
   using Key = typename KeyTraits<T>::Key;
   static_assert(sizeof(Key) <= sizeof(uint32_t), "finer bins take keys of up to 32 bits");
-  BlockShared<Comp>& sh = fs.block;
   const int coarse_shift = int(state->threshold_shift);
   const Key edge = Key(Key(state->prefix) << coarse_shift);
   if (threadIdx.x == 0) fs.highest_key = 0;
@@ -170,18 +193,17 @@ __device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, v
   // The k-th is at or above the edge, so the highest candidate is too.
   const uint32_t span = fs.highest_key - uint32_t(edge);
   const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
-  const KeyBins<Key> bins{edge, max(0, span_bits - kMultiDigitBits)};
-  for_each_composite(source, [&](Comp c) {
-    const Key key = Key(c >> 32);
-    if (key >= edge) atomicAdd(&fs.bin_count[bins.of(key)], 1u);
-  });
-  __syncthreads();
-  const BucketChoice kth = choose_bucket<kMultiBins, kBlockThreads>(
-      fs.bin_count, uint32_t(o.count), sh.scan, &sh.choice);
-  if (kth.count > uint32_t(kBlockThreads)) return false;
-  return finish_in_key_bins(g, input, values, indices, index64, largest, o, bins, kth.digit,
-                            uint32_t(o.count) - kth.above,
-                            [&](uint32_t bin) { return fs.bin_count[bin]; }, source, placed, fs);
+  if (span_bits < kMultiDigitBits) {
+    // span + 1 keys, each 2^index_bits bins; every position of a window is below g.n.
+    const int index_bits = kMultiDigitBits - span_bits;
+    const int position_bits = g.n > 1 ? 64 - __clzll(static_cast<long long>(g.n - 1)) : 0;
+    const TiedKeyBins<Key> bins{edge, index_bits, max(0, position_bits - index_bits)};
+    return finish_in_counted_bins(g, input, values, indices, index64, largest, o, bins, source,
+                                  placed, fs);
+  }
+  const KeyBins<Key> bins{edge, span_bits - kMultiDigitBits};
+  return finish_in_counted_bins(g, input, values, indices, index64, largest, o, bins, source,
+                                placed, fs);
 }
 
 // The finish of a row whose winners the first filter launch placed (place_winners_by_bins):

@@ -222,10 +222,10 @@ TopkPlan choose_path(const PlanKey& key, const DeviceLimits& device) {
   if (plan.winner_sort == WinnerSort::RowBlocks) plan.row_sort_bytes = sort_bytes;
   choose_sampling(plan, rows, n, k, key_bytes, sm_count, device.l2_bytes, key.ragged);
   // Key-prefix bins let the finish rank k past its sort within them, as it does up to its sort
-  // (finish_placing_kernel); the radix sort then takes only the rows that could not. Keys of 8
-  // and 16 bits crowd their bins with ties past the ranking budget (bf16 64x1048576 k = 4096:
-  // every row fell back, 99.6 -> 103.5 us on an H100), so only 32-bit keys.
-  if (plan.winner_sort == WinnerSort::RowRadix && key_bytes == 4 &&
+  // (finish_placing_kernel); the radix sort then takes only the rows that could not. 16-bit
+  // keys crowd whole keys with ties, which the finish splits by index (TiedKeyBins); 8-bit
+  // keys crowd even those (a key of 256 may hold all k winners), so they keep the sort.
+  if (plan.winner_sort == WinnerSort::RowRadix && key_bytes >= 2 &&
       plan.candidate_histogram == CandidateHistogram::KeyPrefix) {
     plan.finish_placement_bytes = k * int64_t(composite_bytes(key_bytes));
   }

@@ -186,10 +186,13 @@ void test_multi_path_unsampled() {
   EXPECT(placed.sample_rank > 0);
   EXPECT(placed.candidate_histogram == CandidateHistogram::KeyPrefix);
   EXPECT(placed.finish_placement_bytes == 4096 * 8);
-  // Not for 16-bit keys, whose ties crowd the bins.
+  // 16-bit keys too (the finish splits their crowded keys by index), not 8-bit ones.
   const TopkPlan ties = plan(MTK_BFLOAT16, 64, 1048576, 4096);
   EXPECT(ties.candidate_histogram == CandidateHistogram::KeyPrefix);
-  EXPECT(ties.finish_placement_bytes == 0);
+  EXPECT(ties.finish_placement_bytes == 4096 * 8);
+  const TopkPlan bytes = plan(MTK_INT8, 64, 1048576, 4096);
+  EXPECT(bytes.winner_sort == WinnerSort::RowRadix);
+  EXPECT(bytes.finish_placement_bytes == 0);
   EXPECT(plan(MTK_INT8, 1, 100000, 4096).winner_sort == WinnerSort::RowRadix);
   // Past 4096, or 64-bit keys: a bitonic sort in dynamic shared memory, 64 KB for 5000
   // composites of 64 bits or 3000 of 128.

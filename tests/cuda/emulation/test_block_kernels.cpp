@@ -185,11 +185,12 @@ MultiScratch<Comp> fresh_multi_scratch(const RowGeometry& g, int64_t capacity) {
 }
 
 // Whether the plan runs finish_placing_kernel for k and choice c (finish_placement_bytes): k past
-// the finish's sort, up to the radix sort's, 32-bit keys and a sampled threshold's key-prefix
-// bins.
+// the finish's sort, up to the radix sort's, 16- and 32-bit keys and a sampled threshold's
+// key-prefix bins.
 template <class T>
 bool finish_places(int64_t k, const MultiChoice& c) {
-  return k > kSortCapacity && k <= kRowRadixSortMaxK && sizeof(typename KeyTraits<T>::Key) == 4 &&
+  constexpr size_t kKeyBytes = sizeof(typename KeyTraits<T>::Key);
+  return k > kSortCapacity && k <= kRowRadixSortMaxK && (kKeyBytes == 2 || kKeyBytes == 4) &&
          c.sample_rank > 0 && c.histogram == CandidateHistogram::KeyPrefix;
 }
 
@@ -376,10 +377,11 @@ void run_case(int64_t rows, int64_t n, int64_t k, Data data, bool largest, const
       }
     }
   }
-  // k past the finish's sort, from key prefixes: on random floats (no crowded bins) the finish
-  // ranks each row within its bins and writes it, leaving the sort kernel nothing.
-  if (multi != nullptr && finish_places<T>(k, *multi) && std::is_same_v<T, float> &&
-      data == Data::Random) {
+  // k past the finish's sort, from key prefixes: on random floats the finish ranks each row
+  // within its bins and writes it, leaving the sort kernel nothing; bf16 rows too, whose ties
+  // crowd whole keys (tens of elements a key here) and are split by index (TiedKeyBins).
+  if (multi != nullptr && finish_places<T>(k, *multi) &&
+      (std::is_same_v<T, float> || std::is_same_v<T, bf16_bits>) && data == Data::Random) {
     for (int64_t r = 0; r < rows; ++r) {
       if (scratch.states[size_t(r)].output_written == 0) {
         std::fprintf(stderr, "FAIL multi %s rows=%lld n=%lld k=%lld largest=%d: row %lld was "
