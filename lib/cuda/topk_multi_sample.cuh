@@ -74,42 +74,6 @@ __device__ __forceinline__ WindowThreshold window_threshold(int64_t k, int64_t l
 // Ragged rows threshold their window as window_threshold says; a window flagged for the exact
 // passes starts them in the first filter launch, as after a miss. Split samples are for dense
 // rows only (the parts share one rank).
-// The lower edge of the narrowest key bucket, in rounds of kBlockDigitBits, that holds the
-// `rank`-th largest of the block's keys at or above `floor`: never above that key, and exactly
-// `rank` of those keys reach it unless it is that key. Every thread returns the same.
-template <class Key, int Count>
-__device__ __forceinline__ Key ranked_bucket_edge(const Key (&keys)[Count], Key floor,
-                                                  uint32_t rank, uint32_t* hist, uint32_t* scan,
-                                                  BucketChoice* choice) {
-  constexpr int kKeyBits = int(sizeof(Key)) * 8;
-  Key prefix = 0;
-  int resolved = 0;
-  uint32_t needed = rank;
-  while (resolved < kKeyBits) {
-    const int shift = kKeyBits - resolved - kBlockDigitBits;
-    for (int b = threadIdx.x; b < kBlockBins; b += kSampleThreads) hist[b] = 0;
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < Count; ++j) {
-      if (keys[j] >= floor &&
-          (resolved == 0 || (keys[j] >> (shift + kBlockDigitBits)) == prefix)) {
-        atomicAdd(&hist[uint32_t(keys[j] >> shift) & (kBlockBins - 1)], 1u);
-      }
-    }
-    __syncthreads();
-    const BucketChoice c = choose_bucket<kBlockBins, kSampleThreads>(hist, needed, scan, choice);
-    prefix = Key((prefix << kBlockDigitBits) | Key(c.digit));
-    resolved += kBlockDigitBits;
-    needed -= c.above;
-    if (c.count == needed) break;  // every key of the bucket ranks within `rank`
-  }
-  return resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved)) : prefix;
-}
-
-// Samples a thread from which the sample kernel bounds its rank from below first
-// (ranked_bucket_edge over the threads' two largest keys): the wide sample.
-constexpr int kFloorSamplesPerThread = 16;
-
 template <class T, int SamplesPerThread, int Parts = 1>
 __global__ void __launch_bounds__(kSampleThreads)
     multi_sample_kernel(RowGeometry g, const T* input, bool largest, uint32_t sample_rank,
@@ -120,6 +84,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   allow_next_kernel();
   using Key = typename KeyTraits<T>::Key;
   using Comp = Composite<Key>;
+  constexpr int kKeyBits = int(sizeof(Key)) * 8;
   constexpr int kWarps = kSampleThreads / 32;
   constexpr int kSamples = kSampleThreads * SamplesPerThread * Parts;
   __shared__ uint32_t hist[kBlockBins];
@@ -187,33 +152,29 @@ __global__ void __launch_bounds__(kSampleThreads)
     prefetch_segment_head(base, g.input_stride, begin, end, layout.l2_prefetch_bytes);
   }
 
-  Key threshold_key = 0;  // a whole window's: every element
-  if (!whole_window) {
-    // A lower bound of the sample_rank-th largest key first: the sample_rank-th largest of the
-    // threads' two largest keys, a part of the sample that holds most of its top. The sample's
-    // ranking then counts only the keys at or above it, a few in a hundred of a wide sample,
-    // where each of its 16384 keys took a shared atomic, most of them into the same few bins
-    // of the first digit (sign and exponent).
-    Key floor = 0;
-    if constexpr (SamplesPerThread >= kFloorSamplesPerThread) {
-      if (sample_rank <= uint32_t(2 * kSampleThreads)) {
-        Key thread_top[2] = {keys[0], 0};
+  Key prefix = 0;
+  int resolved = 0;
+  uint32_t needed = sample_rank;
+  while (!whole_window && resolved < kKeyBits) {
+    const int shift = kKeyBits - resolved - kBlockDigitBits;
+    for (int b = threadIdx.x; b < kBlockBins; b += kSampleThreads) hist[b] = 0;
+    __syncthreads();
 #pragma unroll
-        for (int j = 1; j < SamplesPerThread; ++j) {
-          if (keys[j] > thread_top[0]) {
-            thread_top[1] = thread_top[0];
-            thread_top[0] = keys[j];
-          } else if (keys[j] > thread_top[1]) {
-            thread_top[1] = keys[j];
-          }
-        }
-        floor = ranked_bucket_edge(thread_top, Key(0), sample_rank, hist, scan, &choice);
+    for (int j = 0; j < SamplesPerThread; ++j) {
+      if (resolved == 0 || (keys[j] >> (shift + kBlockDigitBits)) == prefix) {
+        atomicAdd(&hist[uint32_t(keys[j] >> shift) & (kBlockBins - 1)], 1u);
       }
     }
-    // An edge below the floor counted only the keys above it, exactly sample_rank of them.
-    const Key edge = ranked_bucket_edge(keys, floor, sample_rank, hist, scan, &choice);
-    threshold_key = edge > floor ? edge : floor;
+    __syncthreads();
+    const BucketChoice c = choose_bucket<kBlockBins, kSampleThreads>(hist, needed, scan, &choice);
+    prefix = Key((prefix << kBlockDigitBits) | Key(c.digit));
+    resolved += kBlockDigitBits;
+    needed -= c.above;
+    if (c.count == needed) break;  // every key of the bucket ranks within sample_rank
   }
+  const Key threshold_key = whole_window          ? Key(0)
+                            : resolved < kKeyBits ? Key(prefix << (kKeyBits - resolved))
+                                                  : prefix;
   if constexpr (Parts == 1) {
     __shared__ Wide warp_max[kWarps];
     for (int offset = 16; offset > 0; offset >>= 1) {

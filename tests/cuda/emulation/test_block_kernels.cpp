@@ -817,8 +817,6 @@ void run_type(const char* name, bool quick) {
       {1, 20000, 700, 4, 20000, -1, kNone, false, true},    // sampled, direct finish by rounds
       {1, 20000, 700, 4, 20000, -1, kKey, false, false},    // the same from the k-th's bucket
       {1, 40000, 50, 3, 40000, -1, kNone, true, false},     // the wide sample
-      {1, 60000, 2000, 4, 60000, -1, kKey, true, true},     // rank ~650: the wide sample's
-                                                            // floor from each thread's top two
       {1, 40000, 3, 3, 40000, -1, kNone, true, false, true},      // split over blocks
       {2, 60000, 6, 4, 60000, 16, kKey, true, true, true},        // two split rows, top rank
       {2, 40000, 300, 3, 40000, 1, kKey, true, false, true},      // split, too few: fallback
