@@ -23,7 +23,7 @@ struct FinishShared {
   Comp bucket[kBlockThreads];
   uint32_t bin_count[kBins];
   uint32_t bin_next[kBins];
-  uint32_t highest_bin, highest_key;  // finish_by_finer_key_bins
+  uint32_t highest_key;  // finish_by_finer_key_bins
 
   // Gathers c into the bucket; a broken invariant (more than a block of them) cannot overrun it.
   __device__ __forceinline__ void add_to_bucket(Comp c) {
@@ -182,35 +182,15 @@ __device__ bool finish_by_finer_key_bins(const RowGeometry& g, const T* input, v
   static_assert(sizeof(Key) <= sizeof(uint32_t), "finer bins take keys of up to 32 bits");
   const int coarse_shift = int(state->threshold_shift);
   const Key edge = Key(Key(state->prefix) << coarse_shift);
-  // The highest candidate's key, or a bound of it: the top of the threshold pass's highest
-  // counted bin, unless that is the last bin, which takes every farther key; then a pass over
-  // the candidates finds it (a pass costs the block a few memory round trips).
-  if (threadIdx.x == 0) {
-    fs.highest_bin = 0;
-    fs.highest_key = 0;
-  }
-  uint32_t highest_bin = 0;
-  for (int b = threadIdx.x; b < kMultiBins; b += kBlockThreads) {
-    fs.bin_count[b] = 0;
-    if (__ldcg(&state->hist[b]) != 0) highest_bin = uint32_t(b);
-  }
-  highest_bin = __reduce_max_sync(0xffffffffu, highest_bin);
-  if ((threadIdx.x & 31) == 0) atomicMax(&fs.highest_bin, highest_bin);
+  if (threadIdx.x == 0) fs.highest_key = 0;
+  for (int b = threadIdx.x; b < kMultiBins; b += kBlockThreads) fs.bin_count[b] = 0;
   __syncthreads();
-  if (fs.highest_bin < uint32_t(kMultiBins - 1)) {
-    if (threadIdx.x == 0) {
-      const uint64_t top = ((uint64_t(Key(state->threshold >> 32) >> coarse_shift) +
-                             fs.highest_bin + 1) << coarse_shift) - 1;
-      fs.highest_key = uint32_t(min(top, uint64_t(Key(~Key(0)))));
-    }
-  } else {
-    uint32_t highest = 0;
-    for_each_composite(source, [&](Comp c) { highest = max(highest, uint32_t(c >> 32)); });
-    highest = __reduce_max_sync(0xffffffffu, highest);
-    if ((threadIdx.x & 31) == 0) atomicMax(&fs.highest_key, highest);
-  }
+  uint32_t highest = 0;
+  for_each_composite(source, [&](Comp c) { highest = max(highest, uint32_t(c >> 32)); });
+  highest = __reduce_max_sync(0xffffffffu, highest);
+  if ((threadIdx.x & 31) == 0) atomicMax(&fs.highest_key, highest);
   __syncthreads();
-  // The k-th is at or above the edge, so the highest candidate (and its bound) is too.
+  // The k-th is at or above the edge, so the highest candidate is too.
   const uint32_t span = fs.highest_key - uint32_t(edge);
   const int span_bits = span == 0 ? 0 : 64 - __clzll(static_cast<long long>(span));
   if (span_bits < kMultiDigitBits) {
