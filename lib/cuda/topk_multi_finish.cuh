@@ -61,12 +61,12 @@ __device__ void write_binned_winners(const RowGeometry& g, const T* input, void*
 }
 
 // A direct finish that knows the k-th's bin `kth_bin` of `bins` (KeyBins or TiedKeyBins), the
-// count of each bin above it (count_of) and the `needed` winners of
-// its bucket, which holds at most a block of elements. The bin counts give each bin above the
-// bucket its first output rank, so each winner goes to its bin's range of `placed` and is
-// ranked by counting within its bin, and the bucket's winners follow: the k winners need no
-// sort, which was a chain of barriers. `placed` is shared memory of k composites: the finish's
-// own up to kSortCapacity, finish_placing_kernel's dynamic shared memory past it.
+// count of each bin above it (count_of) and the `needed` winners of its bucket, which holds at
+// most a block of elements. The bin counts give each bin above the bucket its first output
+// rank, so each winner goes to its bin's range of `placed` and is ranked by counting within its
+// bin, and the bucket's winners follow: the k winners need no sort, which was a chain of
+// barriers. `placed` is shared memory of k composites: the finish's own up to kSortCapacity,
+// finish_placing_kernel's dynamic shared memory past it.
 // Returns false, having written no output, when ranking within the bins would cost more than
 // `budget` comparisons (see kBinRankingBudget; top keys crowded into few bins); every thread
 // returns the same.
