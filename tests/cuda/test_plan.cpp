@@ -192,6 +192,7 @@ void test_multi_path_unsampled() {
   EXPECT(ties.finish_placement_bytes == 4096 * 8);
   const TopkPlan bytes = plan(MTK_INT8, 64, 1048576, 4096);
   EXPECT(bytes.winner_sort == WinnerSort::RowRadix);
+  EXPECT(bytes.candidate_histogram == CandidateHistogram::KeyPrefix);
   EXPECT(bytes.finish_placement_bytes == 0);
   EXPECT(plan(MTK_INT8, 1, 100000, 4096).winner_sort == WinnerSort::RowRadix);
   // Past 4096, or 64-bit keys: a bitonic sort in dynamic shared memory, 64 KB for 5000
