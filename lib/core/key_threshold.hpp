@@ -21,11 +21,26 @@ namespace mtk {
 // Floats compare in `Wide` (float for the 16-bit formats: exact widening). The test is
 // (x < bound) != accept_unordered: with accept_unordered, values at or above the bound and NaN
 // pass; without, values below the bound pass and NaN does not.
-template <class Wide>
+// The bound is always a value of the format, widened exactly; `bound_bits` is its pattern.
+template <class Wide, class Bits>
 struct FloatThresholdTest {
   Wide bound;
+  Bits bound_bits;
   bool accept_unordered;
   MTK_HOST_DEVICE bool passes(Wide x) const { return (x < bound) != accept_unordered; }
+};
+
+// The same test with accept_unordered fixed at compile time (KeyThreshold::with_fixed_test):
+// one comparison per element. A pass may compare two 16-bit values at once in their own format
+// against bound_bits instead, which gives the same answers.
+template <class T, bool AcceptUnordered>
+struct FixedFloatTest {
+  using Format = FloatFormat<T>;
+  typename Format::Wide bound;
+  typename Format::Bits bound_bits;
+  MTK_HOST_DEVICE bool operator()(T v) const {
+    return (Format::widen(v) < bound) != AcceptUnordered;
+  }
 };
 
 namespace key_threshold_detail {
@@ -33,8 +48,12 @@ namespace key_threshold_detail {
 // The test for keys of a float format (`Bits` with the given masks); widen(bits) turns a bit
 // pattern of the format into the comparison type exactly.
 template <class Wide, class Bits, class Widen>
-MTK_HOST_DEVICE FloatThresholdTest<Wide> float_test(Bits threshold, bool largest, Bits sign_mask,
-                                                    Bits exp_mask, Widen widen) {
+MTK_HOST_DEVICE FloatThresholdTest<Wide, Bits> float_test(Bits threshold, bool largest,
+                                                          Bits sign_mask, Bits exp_mask,
+                                                          Widen widen) {
+  const auto test = [&](Bits bound, bool accept_unordered) {
+    return FloatThresholdTest<Wide, Bits>{widen(bound), bound, accept_unordered};
+  };
   const Bits magnitude_mask = Bits(~sign_mask);
   const Bits negative_infinity = Bits(sign_mask | exp_mask);
   const Bits quiet_nan = Bits(exp_mask | (Bits(exp_mask >> 1) & magnitude_mask & Bits(~exp_mask)));
@@ -42,25 +61,25 @@ MTK_HOST_DEVICE FloatThresholdTest<Wide> float_test(Bits threshold, bool largest
     // The smallest non-NaN value whose key is at least the threshold.
     const Bits bits = key_to_float_bits(threshold, sign_mask);
     if ((bits & magnitude_mask) > exp_mask) {  // a NaN pattern: above +inf's key or below -inf's
-      return {widen((threshold & sign_mask) ? exp_mask : negative_infinity), true};
+      return test((threshold & sign_mask) ? exp_mask : negative_infinity, true);
     }
-    return {widen(bits), true};
+    return test(bits, true);
   }
   // Smallest: the set {largest-key <= ceiling}; NaN's largest-key is the maximum.
   const Bits ceiling = Bits(~threshold);
-  if (ceiling == Bits(~Bits(0))) return {widen(quiet_nan), true};  // everything
+  if (ceiling == Bits(~Bits(0))) return test(quiet_nan, true);  // everything
   const Bits bits = key_to_float_bits(ceiling, sign_mask);
   const Bits magnitude = Bits(bits & magnitude_mask);
   if (ceiling & sign_mask) {  // the ceiling is a non-negative value w (or above +inf)
-    if (magnitude >= exp_mask) return {widen(quiet_nan), true};  // every non-NaN: widen to all
-    return {widen(Bits(magnitude + 1)), false};                  // x < next_up(w)  <=>  x <= w
+    if (magnitude >= exp_mask) return test(quiet_nan, true);  // every non-NaN: widen to all
+    return test(Bits(magnitude + 1), false);                  // x < next_up(w)  <=>  x <= w
   }
-  if (magnitude > exp_mask) return {widen(negative_infinity), false};  // below -inf: nothing
+  if (magnitude > exp_mask) return test(negative_infinity, false);  // below -inf: nothing
   // A negative w: next_up(w) has one unit less magnitude. The pattern of -0 (a key no value
   // has, as -0 takes +0's) leaves w = -denorm_min; either way the bound is -0, and x < -0
   // excludes both zeros.
-  if (magnitude == 0) return {widen(sign_mask), false};
-  return {widen(Bits(sign_mask | Bits(magnitude - 1))), false};
+  if (magnitude == 0) return test(sign_mask, false);
+  return test(Bits(sign_mask | Bits(magnitude - 1)), false);
 }
 
 }  // namespace key_threshold_detail
@@ -94,7 +113,7 @@ template <class T>
 struct KeyThreshold<T, decltype(void(FloatFormat<T>::kSign))> {
   using Format = FloatFormat<T>;
   using Wide = typename Format::Wide;
-  FloatThresholdTest<Wide> test;
+  FloatThresholdTest<Wide, typename Format::Bits> test;
   static MTK_HOST_DEVICE KeyThreshold make(typename Format::Bits t, bool largest) {
     return {key_threshold_detail::float_test<Wide, typename Format::Bits>(
         t, largest, Format::kSign, Format::kExponent, Format::widen_bits)};
@@ -112,11 +131,10 @@ struct KeyThreshold<T, decltype(void(FloatFormat<T>::kSign))> {
   MTK_HOST_DEVICE bool passes(T v) const { return test.passes(Format::widen(v)); }
   template <class Visit>
   MTK_HOST_DEVICE void with_fixed_test(Visit&& visit) const {
-    const Wide bound = test.bound;
     if (test.accept_unordered) {
-      visit([bound](T v) { return !(Format::widen(v) < bound); });
+      visit(FixedFloatTest<T, true>{test.bound, test.bound_bits});
     } else {
-      visit([bound](T v) { return Format::widen(v) < bound; });
+      visit(FixedFloatTest<T, false>{test.bound, test.bound_bits});
     }
   }
 };

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/key_threshold.hpp"
 #include "cuda/topk_key_bins.cuh"
@@ -64,6 +65,72 @@ __device__ __forceinline__ T stage_value(StageEntry<T> entry) {
 
 template <class Entry>
 __device__ __forceinline__ uint32_t stage_index(Entry entry) { return uint32_t(entry); }
+
+// The threshold test of a vector's elements: take[e] for each, and whether any passed.
+template <class Test, class T, int Count>
+__device__ __forceinline__ bool test_each_element(const Test& passes, const T (&elements)[Count],
+                                                  bool (&take)[Count]) {
+  bool any = false;
+#pragma unroll
+  for (int e = 0; e < Count; ++e) {
+    take[e] = passes(elements[e]);
+    any |= take[e];
+  }
+  return any;
+}
+
+template <class Test, class T, int Count>
+__device__ __forceinline__ bool test_elements(const Test& passes, const T (&elements)[Count],
+                                              bool (&take)[Count]) {
+  return test_each_element(passes, elements, take);
+}
+
+#if defined(__CUDA_ARCH__)
+// bf16 and f16 pairs compared in their own format: `set` on bf16x2 / f16x2 answers for both
+// halves in one instruction (a mask of 0xffff per true half), where each element took a
+// widening and a float comparison; a 16-bit row has twice a float row's elements per byte read.
+// Its answers are the widened comparison's (FixedFloatTest::bound_bits).
+template <class T, bool AcceptUnordered>
+__device__ __forceinline__ uint32_t pair_test_mask(uint32_t pair, uint32_t bound_pair) {
+  uint32_t mask;
+  if constexpr (std::is_same_v<T, bf16_bits>) {
+    if constexpr (AcceptUnordered) {
+      asm("set.geu.u32.bf16x2 %0, %1, %2;" : "=r"(mask) : "r"(pair), "r"(bound_pair));
+    } else {
+      asm("set.lt.u32.bf16x2 %0, %1, %2;" : "=r"(mask) : "r"(pair), "r"(bound_pair));
+    }
+  } else {
+    static_assert(std::is_same_v<T, f16_bits>, "bf16 or f16 pairs");
+    if constexpr (AcceptUnordered) {
+      asm("set.geu.u32.f16x2 %0, %1, %2;" : "=r"(mask) : "r"(pair), "r"(bound_pair));
+    } else {
+      asm("set.lt.u32.f16x2 %0, %1, %2;" : "=r"(mask) : "r"(pair), "r"(bound_pair));
+    }
+  }
+  return mask;
+}
+
+template <class T, bool AcceptUnordered, int Count>
+__device__ __forceinline__ bool test_elements(const FixedFloatTest<T, AcceptUnordered>& test,
+                                              const T (&elements)[Count], bool (&take)[Count]) {
+  if constexpr (sizeof(T) == 2 && Count % 2 == 0) {
+    uint32_t pairs[Count / 2];
+    memcpy(pairs, elements, sizeof(pairs));
+    const uint32_t bound_pair = uint32_t(test.bound_bits) * 0x10001u;
+    uint32_t any = 0;
+#pragma unroll
+    for (int p = 0; p < Count / 2; ++p) {
+      const uint32_t mask = pair_test_mask<T, AcceptUnordered>(pairs[p], bound_pair);
+      take[2 * p] = (mask & 0xffffu) != 0;
+      take[2 * p + 1] = (mask >> 16) != 0;
+      any |= mask;
+    }
+    return any != 0;
+  } else {
+    return test_each_element(test, elements, take);
+  }
+}
+#endif
 
 
 // The row's threshold key and the width of its key bins: merged from the parts of a split
@@ -239,13 +306,7 @@ __global__ void __launch_bounds__(kMultiThreads, threshold_blocks_per_sm(int(siz
                                                               uint32_t first) {
       constexpr int kCount = int(sizeof(elements) / sizeof(elements[0]));
       bool take[kCount];
-      bool any = false;
-  #pragma unroll
-      for (int e = 0; e < kCount; ++e) {
-        take[e] = passes(elements[e]);
-        any |= take[e];
-      }
-      if (!any) return;
+      if (!test_elements(passes, elements, take)) return;
       // A candidate costs its thread a store of its raw bits and index; its key waits for the
       // copy-out below, where every thread of the block has one to build (built here, they made
       // the few lanes holding candidates run ~90 instructions a vector while the rest of the

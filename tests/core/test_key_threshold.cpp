@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "core/key_threshold.hpp"
@@ -58,6 +59,15 @@ void check(const char* type, Key threshold, bool largest, const std::vector<T>& 
     if (accepted && key < lowest_accepted) lowest_accepted = key;
   }
   test.with_fixed_test([&](auto fixed) {
+    // The pattern a float pass may compare in the value's own format (CUDA's bf16x2 / f16x2
+    // pairs) is the bound's.
+    if constexpr (!std::is_integral<T>::value) {
+      const auto widened = mtk::FloatFormat<T>::widen_bits(fixed.bound_bits);
+      if (std::memcmp(&widened, &fixed.bound, sizeof(widened)) != 0 && ++failures <= 10) {
+        std::printf("%s largest=%d threshold=%llx: the bound's pattern is not the bound\n",
+                    type, int(largest), (unsigned long long)threshold);
+      }
+    }
     for (const T& x : values) {
       if (fixed(x) != test.passes(x) && ++failures <= 10) {
         std::printf("%s largest=%d threshold=%llx: the fixed test disagrees\n", type,
