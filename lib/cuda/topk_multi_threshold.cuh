@@ -132,7 +132,6 @@ __device__ __forceinline__ bool test_elements(const FixedFloatTest<T, AcceptUnor
 }
 #endif
 
-
 // The row's threshold key and the width of its key bins: merged from the parts of a split
 // sample (and recorded for the kernels after this one), or as the sample kernel left them. Either
 // way the key is the lowest its test accepts (see multi_sample_kernel).
