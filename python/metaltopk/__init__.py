@@ -38,6 +38,7 @@ if _find_spec("torch") is not None:
     from . import torch
 
     register_type_handler(torch.TENSOR_TYPE, torch.TorchArrays)
+    sampling._register_torch_tensor_type(torch.TENSOR_TYPE)
     _register_symbolic_int_type(torch.SYMBOLIC_INT_TYPE)
 
 __all__ = ["topk", "topk_ragged_transform", "topk_page_table_transform", "moe_route",

@@ -21,7 +21,6 @@ draws the uniforms with torch.rand on the input's device.
 """
 
 import re
-import sys
 
 import numpy as np
 
@@ -226,11 +225,21 @@ def _index_dtype_name(index_dtype, function):
     return name
 
 
+# The torch tensor type, registered by metaltopk (__init__.py) where torch is importable. A
+# registry rather than a look-up of torch in sys.modules, which Dynamo cannot trace: it iterates
+# that dict while imports change it (torch 2.11's torch.compile(fullgraph=True) of a sampler
+# failed there with "dictionary changed size during iteration").
+_torch_tensor_types = ()
+
+
+def _register_torch_tensor_type(tensor_type: type) -> None:
+    global _torch_tensor_types
+    _torch_tensor_types += (tensor_type,)
+
+
 def _is_torch(x):
-    """A torch tensor, subclasses included (tracing's FakeTensor among them), without importing
-    torch: a process that never imported it has none."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    """A torch tensor, subclasses included (tracing's FakeTensor among them)."""
+    return isinstance(x, _torch_tensor_types)
 
 
 class _NumpyKind:
