@@ -3,9 +3,9 @@
 Reads cpu.json and router_cpu.json (`make bench`), cuda_h200.json and router_cuda_h200.json
 (`tests/gpu/run_all.sh` on an H200) and writes one PNG per device into docs/: the speed-up of
 metaltopk over torch on every shape, grouped by shape class (MoE routing, sampling, select) next
-to the fused router's against the torch composite. peers_h200.json, peers_large_k_h200.json and
-peers_ragged_h200.json (`bench/peers/run.sh`) give docs/peers_h200.png: metaltopk against the
-fastest serving-engine kernel on every top-k, router, large-k and ragged shape.
+to the fused router's against the torch composite. peers_h200.json (`bench/peers/run.sh`) gives
+docs/peers_h200.png: metaltopk against the fastest serving-engine kernel on every top-k, router,
+large-k and ragged shape.
 With --markdown it also prints the README's performance tables (torch_host_cost_h200.json, from
 bench/torch_host_cost.py, too), so that the tables and the plots come from the same files.
 
@@ -331,11 +331,9 @@ def main():
                       f"tests/gpu/run_all.sh, {meta['time'][:10]}", args.out / "speedup_h200.png")
         if args.markdown:
             markdown_cuda(cuda, cuda_router)
-    # The top-k and router shapes, the large-k and the ragged ones (each family's latest run);
-    # the sampling operations have their own table in the README.
-    peers = [r for name in ("peers_h200.json", "peers_large_k_h200.json",
-                            "peers_ragged_h200.json")
-             for r in (load(args.results / name) or []) if not r.get("op")]
+    # The top-k, router, large-k and ragged shapes; the sampling operations have their own
+    # table in the README.
+    peers = [r for r in (load(args.results / "peers_h200.json") or []) if not r.get("op")]
     if peers:
         rows = best_peer_rows(peers)
         peers_figure(rows, args.out / "peers_h200.png")
