@@ -27,15 +27,24 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
   sampling::sampling_row<kOp, Format>(shared, args, blockIdx.x);
 }
 
+// Dynamic shared memory of the split kernels: enough that no two blocks share an SM (228 KB an
+// SM on the H100 and H200, 37 KB of static shared memory a block), since the split spreads a row
+// over SMs and two of its blocks on one SM share its load units (measured: 64 rows of min-p at
+// two blocks a row ran slower than at one); the block keeps a copy of its slice there
+// (SliceCache), which the passes after the first read instead of the row.
+constexpr size_t kSplitCacheBytes = 184 * 1024;
+
 // The same, a row to a cluster of blocks (launched with the cluster's size).
 template <mtk_sampling_op kOp, class Format>
 __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_split_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
+  extern __shared__ uint4 slice_words[];  // kSplitCacheBytes
   wait_for_previous_kernel();
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  sampling::sampling_row_in_cluster<kOp, Format>(cluster, shared, args,
-                                                 blockIdx.x / cluster.num_blocks());
+  sampling::sampling_row_in_cluster<kOp, Format>(
+      cluster, shared, args, blockIdx.x / cluster.num_blocks(),
+      sampling::SliceCache{slice_words, int64_t(kSplitCacheBytes / sizeof(uint4))});
 }
 
 // Rows of probabilities that min-p alone filters (every_row_reads_input_alone), a row to a block,
@@ -50,11 +59,6 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void min_p_rows_kernel(
                            sampling::input_row<sampling::Float32Input>(args, blockIdx.x));
 }
 
-// Dynamic shared memory the split kernels reserve and never use, so that no two blocks share an
-// SM (228 KB an SM on the H100 and H200, 37 KB of static shared memory a block): the split
-// spreads a row over SMs, and two of its blocks on one SM share its load units. Measured: 64 rows
-// of min-p at two blocks a row ran slower than at one.
-constexpr size_t kSplitBlockPadding = 80 * 1024;
 
 // A slice of a split row holds at least this many tokens: fewer would cost the cluster's
 // barriers more than the reading they share out.
@@ -119,10 +123,10 @@ void launch_rows(const sampling::SamplingArgs& args, const RowLaunch& l) {
         dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0, l.stream,
         "launching the sampling kernel", args);
   } else {
-    allow_dynamic_shared_bytes<sampling_split_rows_kernel<kOp, Format>>(kSplitBlockPadding);
+    allow_dynamic_shared_bytes<sampling_split_rows_kernel<kOp, Format>>(kSplitCacheBytes);
     launch_overlapped_in_clusters<sampling_split_rows_kernel<kOp, Format>>(
         l.blocks, dim3(unsigned(l.rows) * l.blocks), dim3(sampling::kThreads),
-        kSplitBlockPadding, l.stream, "launching the split-row sampling kernel", args);
+        kSplitCacheBytes, l.stream, "launching the split-row sampling kernel", args);
   }
 }
 
@@ -163,7 +167,7 @@ SplitCapacity sampling_split_capacity() {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
           cudaSuccess ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kSplitBlockPadding)) != cudaSuccess) {
+                           int(kSplitCacheBytes)) != cudaSuccess) {
     cudaGetLastError();
     return capacity;
   }
@@ -172,7 +176,7 @@ SplitCapacity sampling_split_capacity() {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(1u << log2);
     config.blockDim = dim3(sampling::kThreads);
-    config.dynamicSmemBytes = kSplitBlockPadding;
+    config.dynamicSmemBytes = kSplitCacheBytes;
     config.attrs = &cluster;
     config.numAttrs = 1;
     if (cudaOccupancyMaxActiveClusters(&capacity.rows_at_once[log2], kernel, &config) !=
