@@ -59,6 +59,16 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void min_p_rows_kernel(
                            sampling::input_row<sampling::Float32Input>(args, blockIdx.x));
 }
 
+// The same, a row to a cluster of blocks (launched as the split kernels are).
+template <mtk_sampling_op kOp>
+__global__ __launch_bounds__(sampling::kThreads, 2) void min_p_split_rows_kernel(
+    sampling::SamplingArgs args) {
+  __shared__ sampling::SharedState shared;
+  wait_for_previous_kernel();
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  sampling::min_p_row_in_cluster<kOp>(cluster, shared, args, blockIdx.x / cluster.num_blocks());
+}
+
 
 // A slice of a split row holds at least this many tokens: fewer would cost the cluster's
 // barriers more than the reading they share out.
@@ -116,18 +126,25 @@ struct RowLaunch {
   cudaStream_t stream;
 };
 
+// The row kernel, or the split one in clusters of l.blocks.
+template <auto kRowKernel, auto kSplitKernel>
+void launch_row_kernels(const sampling::SamplingArgs& args, const RowLaunch& l, const char* what) {
+  if (l.blocks == 1u) {
+    launch_overlapped<kRowKernel>(dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0, l.stream,
+                                  what, args);
+  } else {
+    allow_dynamic_shared_bytes<kSplitKernel>(kSplitCacheBytes);
+    launch_overlapped_in_clusters<kSplitKernel>(l.blocks, dim3(unsigned(l.rows) * l.blocks),
+                                                dim3(sampling::kThreads), kSplitCacheBytes,
+                                                l.stream, what, args);
+  }
+}
+
 template <mtk_sampling_op kOp, class Format>
 void launch_rows(const sampling::SamplingArgs& args, const RowLaunch& l) {
-  if (l.blocks == 1u) {
-    launch_overlapped<sampling_rows_kernel<kOp, Format>>(
-        dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0, l.stream,
-        "launching the sampling kernel", args);
-  } else {
-    allow_dynamic_shared_bytes<sampling_split_rows_kernel<kOp, Format>>(kSplitCacheBytes);
-    launch_overlapped_in_clusters<sampling_split_rows_kernel<kOp, Format>>(
-        l.blocks, dim3(unsigned(l.rows) * l.blocks), dim3(sampling::kThreads),
-        kSplitCacheBytes, l.stream, "launching the split-row sampling kernel", args);
-  }
+  launch_row_kernels<sampling_rows_kernel<kOp, Format>,
+                     sampling_split_rows_kernel<kOp, Format>>(args, l,
+                                                              "launching the sampling kernel");
 }
 
 // Logits come as float32, float16 or bfloat16.
@@ -147,10 +164,9 @@ template <mtk_sampling_op kOp>
 bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingProblem& p,
                              const RowLaunch& l) {
   if (p.dtype != MTK_FLOAT32) return false;
-  if (l.blocks == 1u && every_row_reads_input_alone(p)) {
-    launch_overlapped<min_p_rows_kernel<kOp>>(dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0,
-                                              l.stream, "launching the min-p sampling kernel",
-                                              args);
+  if (every_row_reads_input_alone(p)) {
+    launch_row_kernels<min_p_rows_kernel<kOp>, min_p_split_rows_kernel<kOp>>(
+        args, l, "launching the min-p sampling kernel");
     return true;
   }
   launch_rows<kOp, sampling::Float32Input>(args, l);

@@ -265,6 +265,32 @@ __device__ void finish_row_in_cluster(const ClusterGroup<Cluster>& g, SharedStat
   end_row_in_cluster<kOp>(g, s, a, r, row, view, totals, slice_total, true);
 }
 
+// min_p_row over the cluster: the row's largest mass from the slices', then each slice's masses
+// that min-p keeps, their sums combined, and the renormalised slices or the draw.
+template <mtk_sampling_op kOp, class Format, class Cluster>
+__device__ void min_p_slice_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
+                                       const SamplingArgs& a, int64_t r,
+                                       const InputRow<Format>& row, RowSlice slice) {
+  const InputRow<Format> part = slice_input(row, slice);
+  const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
+  const InputMasses<Format> view =
+      min_p_masses(part, slice.size(), slice.begin, most, a.min_p.at(r));
+  const ExactSum slice_sum = sum_warp_ranges(s, view);
+  renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
+                                      slice_sum, true);
+}
+
+// A row of probabilities that neither top-k nor top-p filters, over the cluster, in a kernel of
+// its own (sampling.cu's min_p_split_rows_kernel: the registers, spills and instruction fetches
+// of the other steps stay out of its reads).
+template <mtk_sampling_op kOp, class Cluster>
+__device__ void min_p_row_in_cluster(const Cluster& cluster, SharedState& s,
+                                     const SamplingArgs& a, int64_t r) {
+  min_p_slice_in_cluster<kOp>(ClusterGroup<Cluster>{cluster}, s, a, r,
+                              input_row<Float32Input>(a, r),
+                              slice_of_row(a.n, cluster.block_rank(), cluster.num_blocks()));
+}
+
 // A row that no top-k filters, over the cluster. Probabilities read their masses from the input
 // (min_p_row where top-p does not filter either); logits compute theirs into their slices of the
 // workspace row.
@@ -276,12 +302,7 @@ __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, Shared
   constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
   const InputRow<Format> part = slice_input(row, slice);
   if (steps.min_p_alone) {
-    const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
-    const InputMasses<Format> view =
-        min_p_masses(part, slice.size(), slice.begin, most, a.min_p.at(r));
-    const ExactSum slice_sum = sum_warp_ranges(s, view);
-    renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
-                                        slice_sum, true);
+    min_p_slice_in_cluster<kOp>(g, s, a, r, row, slice);
     return;
   }
   if constexpr (logits) {
