@@ -7,7 +7,8 @@
 #   the torch integration (ops, capture, AOTInductor on CUDA) and its host-cost benchmark ->
 #   compute-sanitizer memcheck and racecheck -> the fault-injection sweep with the CUDA backend.
 # Usage: tests/gpu/run_all.sh [steps...]   steps: build conformance bench router router-bench
-#        pytest torch host-cost sanitize faults (default: all), sanitize-cluster (the sanitizers
+#        pytest torch host-cost sanitize faults (default: all), adapters (instead of build: the
+#        torch adapters against a library copied into $BUILD), sanitize-cluster (the sanitizers
 #        on the cluster kernel's shapes alone, also part of sanitize), sanitize-ragged (the
 #        sanitizers on the ragged conformance's quick set), sampling (build and run the sampling
 #        conformance alone, then its quick set under the sanitizers; the conformance step runs
@@ -59,6 +60,12 @@ for s in $STEPS; do
         "$BUILD/bench/gpu/bench_router_c_abi" "$BUILD/bench/gpu/launch_floor" \
         "$BUILD/bench/gpu/warp_collectives" \
         "$BUILD/tests/reliability/fault_sweep" "$BUILD/tests/aoti/aoti_runner" \
+        "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
+    adapters)
+      # The torch adapters and the AOTInductor test programs against a library already in $BUILD
+      # (built on another machine, e.g. by bench/gpu/prebuilt_ab.sh pack): make -o keeps it.
+      step adapters 180 make -o "$BUILD/libmetaltopk.so" BUILD="$BUILD" PYTHON=python3 \
+        -j"$(nproc)" torch-adapters "$BUILD/tests/aoti/aoti_runner" \
         "$BUILD/tests/aoti/shim_runtime_test" || exit 1 ;;
     conformance)
       step conformance 360 "$BUILD/tests/cuda_conformance"
