@@ -30,8 +30,8 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
 // Dynamic shared memory of the split kernels: enough that no two blocks share an SM (228 KB an
 // SM on the H100 and H200, 37 KB of static shared memory a block), since the split spreads a row
 // over SMs and two of its blocks on one SM share its load units (measured: 64 rows of min-p at
-// two blocks a row ran slower than at one); a block keeps a copy of its slice there
-// (SliceCache), which the passes after the first read instead of the row.
+// two blocks a row ran slower than at one); sampling_split_rows_kernel keeps a copy of its slice
+// there (SliceCache), which the passes after the first read instead of the row.
 constexpr size_t kSplitCacheBytes = 184 * 1024;
 
 // The same, a row to a cluster of blocks (launched with the cluster's size).
@@ -64,12 +64,9 @@ template <mtk_sampling_op kOp>
 __global__ __launch_bounds__(sampling::kThreads, 2) void min_p_split_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
-  extern __shared__ uint4 slice_words[];  // kSplitCacheBytes
   wait_for_previous_kernel();
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  sampling::min_p_row_in_cluster<kOp>(
-      cluster, shared, args, blockIdx.x / cluster.num_blocks(),
-      sampling::SliceCache{slice_words, int64_t(kSplitCacheBytes / sizeof(uint4))});
+  sampling::min_p_row_in_cluster<kOp>(cluster, shared, args, blockIdx.x / cluster.num_blocks());
 }
 
 // A slice of a split row holds at least this many tokens: fewer would cost the cluster's

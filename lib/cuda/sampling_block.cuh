@@ -371,13 +371,6 @@ __device__ MassTotals finish_mass_totals(SharedState& s, uint32_t most) {
 
 // ---- visiting a view's masses -------------------------------------------------------------------
 
-// The first `count` 16-byte words of a view's stored floats as a block holds them in shared
-// memory (a split kernel's copy of its slice, SliceCache in sampling_rows.cuh); none by default.
-struct WordCopy {
-  const uint4* words = nullptr;
-  int64_t count = 0;
-};
-
 // Calls visit(j, mass) for j = first, first + step, ... below end, in that order. A batch's
 // loads are all issued before its visits: the visits do shared-memory atomics or stores that may
 // alias the masses, which the compiler does not move loads across, and one block a row has too
@@ -427,13 +420,6 @@ __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t beg
   constexpr int kInFlight = 4;
   const uint4* words = reinterpret_cast<const uint4*>(stored + begin);
   const int64_t vectors = (end - begin) / 4;
-  // Words the view's copy holds come from it (a copy exists only where stored() is aligned, so
-  // word q from `begin` is word begin / 4 + q of the copy).
-  const WordCopy copy = view.copy();
-  const int64_t first_word = begin / 4;
-  const auto load = [&](int64_t q) {
-    return first_word + q < copy.count ? copy.words[first_word + q] : words[q];
-  };
   const auto visit_vector = [&](int64_t q, uint4 word) {
     float parts[4];
     memcpy(parts, &word, 16);
@@ -447,11 +433,11 @@ __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t beg
   for (; q + (kInFlight - 1) * lanes < vectors; q += kInFlight * lanes) {
     uint4 loaded[kInFlight];  // unrolled, as in for_each_element (sampling_rows.cuh)
 #pragma unroll
-    for (int b = 0; b < kInFlight; ++b) loaded[b] = load(q + b * lanes);
+    for (int b = 0; b < kInFlight; ++b) loaded[b] = words[q + b * lanes];
 #pragma unroll
     for (int b = 0; b < kInFlight; ++b) visit_vector(q + b * lanes, loaded[b]);
   }
-  for (; q < vectors; q += lanes) visit_vector(q, load(q));
+  for (; q < vectors; q += lanes) visit_vector(q, words[q]);
   for_each_mass_from(view, begin + vectors * 4 + lane, end, lanes, visit);
 }
 
@@ -763,7 +749,6 @@ struct RowMasses {
   __device__ int64_t count() const { return n; }
   __device__ float mass(int64_t j) const { return masses[j]; }
   __device__ const float* stored() const { return masses; }
-  __device__ WordCopy copy() const { return {}; }
   __device__ float mass_of(int64_t, float stored) const { return stored; }
   __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
   __device__ void drop(int64_t j) const { masses[j] = 0.0f; }
@@ -781,7 +766,6 @@ struct CutMasses {
   __device__ int64_t count() const { return base->count(); }
   __device__ float mass(int64_t j) const { return kept(j, base->mass(j)); }
   __device__ const float* stored() const { return base->stored(); }
-  __device__ WordCopy copy() const { return base->copy(); }
   __device__ float mass_of(int64_t j, float stored) const {
     return kept(j, base->mass_of(j, stored));
   }
@@ -802,7 +786,6 @@ struct Candidates {
   __device__ int64_t count() const { return s->candidate_count; }
   __device__ float mass(int64_t j) const { return s->candidate_mass[j]; }
   __device__ const float* stored() const { return nullptr; }  // few, in shared memory
-  __device__ WordCopy copy() const { return {}; }
   __device__ float mass_of(int64_t, float stored) const { return stored; }
   __device__ uint32_t index(int64_t j) const { return s->candidate_index[j]; }
   __device__ void drop(int64_t j) const { s->candidate_mass[j] = 0.0f; }

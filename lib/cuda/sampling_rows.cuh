@@ -134,14 +134,6 @@ struct SliceCache {
   }
 };
 
-// The 16-byte words for_each_element reads n elements of `row` in: every whole one where the row
-// is contiguous and aligned, else none.
-template <class Format>
-__device__ __forceinline__ int64_t row_vectors(const InputRow<Format>& row, int64_t n) {
-  const bool fits = row.stride == 1 && (reinterpret_cast<uintptr_t>(row.data) & 15u) == 0u;
-  return fits ? n / int64_t(16 / sizeof(typename Format::Raw)) : 0;
-}
-
 // `cache` (optional): its words come from shared memory once filled; the first pass over the
 // row with it fills it.
 template <class Format, class Visit>
@@ -150,7 +142,9 @@ __device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit v
   using Raw = typename Format::Raw;
   constexpr int kPerVector = int(16 / sizeof(Raw));
   constexpr int kInFlight = 4;
-  const int64_t vectors = row_vectors(row, n);
+  const bool vectors_fit =
+      row.stride == 1 && (reinterpret_cast<uintptr_t>(row.data) & 15u) == 0u;
+  const int64_t vectors = vectors_fit ? n / kPerVector : 0;
   const uint4* words = reinterpret_cast<const uint4*>(row.data);
   const int64_t cached = cache != nullptr ? cache->held(vectors) : 0;
   const bool fills = cached != 0 && !cache->filled;
@@ -812,11 +806,9 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
 
 // A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0;
 // position j is token first + j (first is not 0 in a slice of the row, sampling_split.cuh).
-// `most`: the bits of the row's largest mass, where known (else 0). `copied`: the block's copy of
-// the first words of the row (slice_copy), read instead of the row.
+// `most`: the bits of the row's largest mass, where known (else 0).
 template <class Format>
 struct InputMasses {
-  using Raw = typename Format::Raw;
   static constexpr bool kDropsInPlace = false;
   static constexpr bool kHoldsCandidates = false;
   InputRow<Format> row;
@@ -824,14 +816,8 @@ struct InputMasses {
   uint32_t least;
   int64_t first;
   uint32_t most;
-  WordCopy copied;
   __device__ int64_t count() const { return n; }
-  __device__ float mass(int64_t j) const {
-    const Raw raw = j < copied.count * int64_t(16 / sizeof(Raw))
-                        ? reinterpret_cast<const Raw*>(copied.words)[j]
-                        : row.raw(j);
-    return kept(value_of<Format>(raw));
-  }
+  __device__ float mass(int64_t j) const { return kept(value_of<Format>(row.raw(j))); }
   // Probabilities come as float32; a row of them is stored contiguously where its stride is 1.
   __device__ const float* stored() const {
     if constexpr (sizeof(typename Format::Raw) == 4) {
@@ -840,7 +826,6 @@ struct InputMasses {
       return nullptr;
     }
   }
-  __device__ WordCopy copy() const { return copied; }
   __device__ float mass_of(int64_t, float stored) const { return kept(stored); }
   __device__ float kept(float value) const {
     const uint32_t bits = rank_key(value, false);
@@ -858,7 +843,7 @@ struct InputMasses {
 template <class Format>
 __device__ __forceinline__ InputMasses<Format> input_masses(const InputRow<Format>& row, int64_t n,
                                                             int64_t first) {
-  return {row, n, 1u, first, 0u, WordCopy{}};
+  return {row, n, 1u, first, 0u};
 }
 
 // The totals of a view's masses (those of finish_mass_totals) in one read.
@@ -872,28 +857,15 @@ __device__ MassTotals view_mass_totals(SharedState& s, const View& view) {
 }
 
 // The bits of the largest mass among n probabilities of the row (0 where none has mass), in
-// every thread; fills `cache` (optional) with the row's first words.
+// every thread.
 template <class Format>
-__device__ uint32_t largest_mass(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                 SliceCache* cache = nullptr) {
+__device__ uint32_t largest_mass(SharedState& s, const InputRow<Format>& row, int64_t n) {
   uint32_t most = 0u;
-  for_each_element(
-      row, n,
-      [&](int64_t, typename Format::Raw raw) {
-        const uint32_t bits = rank_key(value_of<Format>(raw), false);
-        most = bits > most ? bits : most;
-      },
-      cache);
+  for_each_element(row, n, [&](int64_t, typename Format::Raw raw) {
+    const uint32_t bits = rank_key(value_of<Format>(raw), false);
+    most = bits > most ? bits : most;
+  });
   return uint32_t(block_max_word(s, most));
-}
-
-// The words of n elements of `row` that a filled `cache` holds, as a view reads them (after a
-// barrier: the threads that filled it are not the ones that read each word).
-template <class Format>
-__device__ __forceinline__ WordCopy slice_copy(const InputRow<Format>& row, int64_t n,
-                                               const SliceCache& cache) {
-  if (!cache.filled) return {};
-  return {cache.words, cache.held(row_vectors(row, n))};
 }
 
 // The bits of the least mass that min-p keeps in a row whose largest mass has the bits `most`
@@ -905,12 +877,11 @@ __device__ __forceinline__ uint32_t min_p_least(uint32_t most, float min_p) {
 }
 
 // The min-p view of n masses of a row (`first` its first token) whose largest mass has the bits
-// `most`; `copied`: the block's copy of the row's first words (slice_copy), if any.
+// `most`.
 template <class Format>
 __device__ InputMasses<Format> min_p_masses(const InputRow<Format>& row, int64_t n, int64_t first,
-                                            uint32_t most, float min_p,
-                                            WordCopy copied = WordCopy{}) {
-  return {row, n, min_p_least(most, min_p), first, most, copied};
+                                            uint32_t most, float min_p) {
+  return {row, n, min_p_least(most, min_p), first, most};
 }
 
 // A row of probabilities that neither top-k nor top-p filters. min-p needs only the largest

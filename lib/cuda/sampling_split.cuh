@@ -266,18 +266,15 @@ __device__ void finish_row_in_cluster(const ClusterGroup<Cluster>& g, SharedStat
 }
 
 // min_p_row over the cluster: the row's largest mass from the slices', then each slice's masses
-// that min-p keeps, their sums combined, and the renormalised slices or the draw. The first read
-// copies the slice into `cache` as far as it holds, and the sums and the draw read the copy.
+// that min-p keeps, their sums combined, and the renormalised slices or the draw.
 template <mtk_sampling_op kOp, class Format, class Cluster>
 __device__ void min_p_slice_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                        const SamplingArgs& a, int64_t r,
-                                       const InputRow<Format>& row, RowSlice slice,
-                                       SliceCache cache) {
+                                       const InputRow<Format>& row, RowSlice slice) {
   const InputRow<Format> part = slice_input(row, slice);
-  // g.largest's cluster barrier orders the copy's writes before other threads' reads of it.
-  const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size(), &cache)));
-  const InputMasses<Format> view = min_p_masses(part, slice.size(), slice.begin, most,
-                                                a.min_p.at(r), slice_copy(part, slice.size(), cache));
+  const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
+  const InputMasses<Format> view =
+      min_p_masses(part, slice.size(), slice.begin, most, a.min_p.at(r));
   const ExactSum slice_sum = sum_warp_ranges(s, view);
   renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
                                       slice_sum, true);
@@ -288,10 +285,10 @@ __device__ void min_p_slice_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
 // of the other steps stay out of its reads).
 template <mtk_sampling_op kOp, class Cluster>
 __device__ void min_p_row_in_cluster(const Cluster& cluster, SharedState& s,
-                                     const SamplingArgs& a, int64_t r, SliceCache cache) {
+                                     const SamplingArgs& a, int64_t r) {
   min_p_slice_in_cluster<kOp>(ClusterGroup<Cluster>{cluster}, s, a, r,
                               input_row<Float32Input>(a, r),
-                              slice_of_row(a.n, cluster.block_rank(), cluster.num_blocks()), cache);
+                              slice_of_row(a.n, cluster.block_rank(), cluster.num_blocks()));
 }
 
 // A row that no top-k filters, over the cluster. Probabilities read their masses from the input
@@ -301,11 +298,11 @@ template <mtk_sampling_op kOp, class Format, class Cluster>
 __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                           const SamplingArgs& a, int64_t r,
                                           const InputRow<Format>& row, RowSlice slice,
-                                          const RowSteps& steps, SliceCache cache) {
+                                          const RowSteps& steps) {
   constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
   const InputRow<Format> part = slice_input(row, slice);
   if (steps.min_p_alone) {
-    min_p_slice_in_cluster<kOp>(g, s, a, r, row, slice, cache);
+    min_p_slice_in_cluster<kOp>(g, s, a, r, row, slice);
     return;
   }
   if constexpr (logits) {
@@ -338,7 +335,7 @@ __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
   } else {
     const RowSteps steps = steps_of_row<kOp>(a, r);
     if (!steps.greedy && !steps.top_k) {
-      unfiltered_row_in_cluster<kOp>(g, s, a, r, row, slice, steps, cache);
+      unfiltered_row_in_cluster<kOp>(g, s, a, r, row, slice, steps);
       return;
     }
     if (!steps.greedy && steps.candidates) {
