@@ -27,24 +27,15 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
   sampling::sampling_row<kOp, Format>(shared, args, blockIdx.x);
 }
 
-// Dynamic shared memory of the split kernels: enough that no two blocks share an SM (228 KB an
-// SM on the H100 and H200, 37 KB of static shared memory a block), since the split spreads a row
-// over SMs and two of its blocks on one SM share its load units (measured: 64 rows of min-p at
-// two blocks a row ran slower than at one); sampling_split_rows_kernel keeps a copy of its slice
-// there (SliceCache), which the passes after the first read instead of the row.
-constexpr size_t kSplitCacheBytes = 184 * 1024;
-
 // The same, a row to a cluster of blocks (launched with the cluster's size).
 template <mtk_sampling_op kOp, class Format>
 __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_split_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
-  extern __shared__ uint4 slice_words[];  // kSplitCacheBytes
   wait_for_previous_kernel();
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  sampling::sampling_row_in_cluster<kOp, Format>(
-      cluster, shared, args, blockIdx.x / cluster.num_blocks(),
-      sampling::SliceCache{slice_words, int64_t(kSplitCacheBytes / sizeof(uint4))});
+  sampling::sampling_row_in_cluster<kOp, Format>(cluster, shared, args,
+                                                 blockIdx.x / cluster.num_blocks());
 }
 
 // Rows of probabilities that min-p alone filters (every_row_reads_input_alone), a row to a block,
@@ -68,6 +59,12 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void min_p_split_rows_kernel
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   sampling::min_p_row_in_cluster<kOp>(cluster, shared, args, blockIdx.x / cluster.num_blocks());
 }
+
+// Dynamic shared memory the split kernels reserve and never use, so that no two blocks share an
+// SM (228 KB an SM on the H100 and H200, 37 KB of static shared memory a block): the split
+// spreads a row over SMs, and two of its blocks on one SM share its load units. Measured: 64 rows
+// of min-p at two blocks a row ran slower than at one.
+constexpr size_t kSplitBlockPadding = 80 * 1024;
 
 // A slice of a split row holds at least this many tokens: fewer would cost the cluster's
 // barriers more than the reading they share out.
@@ -132,9 +129,9 @@ void launch_row_kernels(const sampling::SamplingArgs& args, const RowLaunch& l, 
     launch_overlapped<kRowKernel>(dim3(unsigned(l.rows)), dim3(sampling::kThreads), 0, l.stream,
                                   what, args);
   } else {
-    allow_dynamic_shared_bytes<kSplitKernel>(kSplitCacheBytes);
+    allow_dynamic_shared_bytes<kSplitKernel>(kSplitBlockPadding);
     launch_overlapped_in_clusters<kSplitKernel>(l.blocks, dim3(unsigned(l.rows) * l.blocks),
-                                                dim3(sampling::kThreads), kSplitCacheBytes,
+                                                dim3(sampling::kThreads), kSplitBlockPadding,
                                                 l.stream, what, args);
   }
 }
@@ -182,7 +179,7 @@ SplitCapacity sampling_split_capacity() {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
           cudaSuccess ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kSplitCacheBytes)) != cudaSuccess) {
+                           int(kSplitBlockPadding)) != cudaSuccess) {
     cudaGetLastError();
     return capacity;
   }
@@ -191,7 +188,7 @@ SplitCapacity sampling_split_capacity() {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(1u << log2);
     config.blockDim = dim3(sampling::kThreads);
-    config.dynamicSmemBytes = kSplitCacheBytes;
+    config.dynamicSmemBytes = kSplitBlockPadding;
     config.attrs = &cluster;
     config.numAttrs = 1;
     if (cudaOccupancyMaxActiveClusters(&capacity.rows_at_once[log2], kernel, &config) !=

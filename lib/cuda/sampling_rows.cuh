@@ -119,26 +119,8 @@ __device__ __forceinline__ void visit_vector(uint4 word, int64_t first, Visit& v
   for (int e = 0; e < kPerVector; ++e) visit(first + e, parts[e]);
 }
 
-// A block's copy of the first `capacity` 16-byte words of its slice of a row, in the split
-// kernel's dynamic shared memory (sampling.cu), so that the passes after the first over the slice
-// read shared memory instead of the row: `filled` once a pass has copied them. for_each_element
-// and map_vectors give word q to thread q % kThreads, so each thread reads back only words it
-// wrote itself, and no barrier is needed between the copy and its reads.
-struct SliceCache {
-  uint4* words = nullptr;
-  int64_t capacity = 0;
-  bool filled = false;
-  // The words of a row of `vectors` words that the cache holds (or will hold).
-  __device__ int64_t held(int64_t vectors) const {
-    return capacity < vectors ? capacity : vectors;
-  }
-};
-
-// `cache` (optional): its words come from shared memory once filled; the first pass over the
-// row with it fills it.
 template <class Format, class Visit>
-__device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit visit,
-                                 SliceCache* cache = nullptr) {
+__device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit visit) {
   using Raw = typename Format::Raw;
   constexpr int kPerVector = int(16 / sizeof(Raw));
   constexpr int kInFlight = 4;
@@ -146,37 +128,20 @@ __device__ void for_each_element(const InputRow<Format>& row, int64_t n, Visit v
       row.stride == 1 && (reinterpret_cast<uintptr_t>(row.data) & 15u) == 0u;
   const int64_t vectors = vectors_fit ? n / kPerVector : 0;
   const uint4* words = reinterpret_cast<const uint4*>(row.data);
-  const int64_t cached = cache != nullptr ? cache->held(vectors) : 0;
-  const bool fills = cached != 0 && !cache->filled;
-  const bool reads_cache = cached != 0 && cache->filled;
-  const auto load = [&](int64_t q) {
-    return reads_cache && q < cached ? cache->words[q] : __ldg(words + q);
-  };
   int64_t q = threadIdx.x;
   for (; q + (kInFlight - 1) * kThreads < vectors; q += kInFlight * kThreads) {
     // Unrolled, `loaded` is registers; left to nvcc, these loops were not unrolled in the
     // sample_from_logits kernels, and each load went to local memory and back (nvdisasm).
     uint4 loaded[kInFlight];
 #pragma unroll
-    for (int b = 0; b < kInFlight; ++b) loaded[b] = load(q + b * kThreads);
-    if (fills) {
-#pragma unroll
-      for (int b = 0; b < kInFlight; ++b) {
-        if (q + b * kThreads < cached) cache->words[q + b * kThreads] = loaded[b];
-      }
-    }
+    for (int b = 0; b < kInFlight; ++b) loaded[b] = __ldg(words + q + b * kThreads);
 #pragma unroll
     for (int b = 0; b < kInFlight; ++b) {
       visit_vector<Raw>(loaded[b], (q + b * kThreads) * kPerVector, visit);
     }
   }
-  for (; q < vectors; q += kThreads) {
-    const uint4 word = load(q);
-    if (fills && q < cached) cache->words[q] = word;
-    visit_vector<Raw>(word, q * kPerVector, visit);
-  }
+  for (; q < vectors; q += kThreads) visit_vector<Raw>(__ldg(words + q), q * kPerVector, visit);
   for (int64_t i = vectors * kPerVector + threadIdx.x; i < n; i += kThreads) visit(i, row.raw(i));
-  if (cache != nullptr) cache->filled = true;
 }
 
 // What a top-k filter keeps: keys above `key`, and of those equal to it the ones at indices up
@@ -333,8 +298,7 @@ __device__ __forceinline__ void clear_wide_counts(SharedState& s) {
 // token into this block's histogram (s.wide_counts).
 template <bool kCount, class Format>
 __device__ void gather_from_prefix(SharedState& s, SharedState* lead, const InputRow<Format>& part,
-                                   int64_t size, int64_t first, uint32_t prefix, bool logits,
-                                   SliceCache* cache) {
+                                   int64_t size, int64_t first, uint32_t prefix, bool logits) {
   for_each_element(part, size, [&](int64_t i, typename Format::Raw raw) {
     const float value = value_of<Format>(raw);
     const uint32_t key = rank_key(value, logits);
@@ -346,7 +310,7 @@ __device__ void gather_from_prefix(SharedState& s, SharedState* lead, const Inpu
         lead->candidate_mass[slot] = value;
       }
     }
-  }, cache);
+  });
 }
 
 __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
@@ -354,13 +318,11 @@ __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
 }
 
 // The candidates of the row's top k (see above), every block of the group reading its slice
-// (tokens [slice.begin, slice.end) of the row's n, through `cache` where given): true in every
-// block once the lead's candidates hold them; false in every block, nothing gathered, where they
-// would not fit.
+// (tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
+// candidates hold them; false in every block, nothing gathered, where they would not fit.
 template <class Format, class Group>
 __device__ bool gather_top_candidates(const Group& g, SharedState& s, const InputRow<Format>& row,
-                                      RowSlice slice, int64_t n, uint32_t k, bool logits,
-                                      SliceCache* cache = nullptr) {
+                                      RowSlice slice, int64_t n, uint32_t k, bool logits) {
   using Raw = typename Format::Raw;
   const InputRow<Format> part = slice_input(row, slice);
   SharedState* const lead_state = g.lead_state(s);
@@ -380,10 +342,10 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
         clear_wide_counts(s);  // over the sample, which every thread has read for the last time
         __syncthreads();
         gather_from_prefix<true>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                 logits, cache);
+                                 logits);
       } else {
         gather_from_prefix<false>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                  logits, cache);
+                                  logits);
       }
       g.sync();  // every block's tokens are in the lead's candidates
       const uint32_t gathered = lead_state->candidate_count;
@@ -403,7 +365,7 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
     g.bins_cleared();
     for_each_element(part, slice.size(), [&](int64_t, Raw raw) {
       atomicAdd(&s.wide_counts[rank_key(value_of<Format>(raw), logits) >> kWideShift], 1u);
-    }, cache);
+    });
   }
   g.sum_wide_counts(s, !counted);
   struct TopBins {
@@ -429,7 +391,7 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
       lead_state->candidate_index[slot] = uint32_t(slice.begin + i);
       lead_state->candidate_mass[slot] = value;
     }
-  }, cache);
+  });
   g.sync();  // every candidate is in the lead's
   return true;
 }
@@ -536,15 +498,12 @@ __device__ __forceinline__ void write_token(const SamplingArgs& a, int64_t row, 
 
 // out[q] = map(q, in[q]) for `vectors` 16-byte words, each thread for q = threadIdx.x + m *
 // kThreads, four loads in flight (unrolled, as in for_each_element). kReadOnly: loads through the
-// read-only path, for input nothing in the kernel writes. `cache`: the words it holds, once filled,
-// come from it.
+// read-only path, for input nothing in the kernel writes.
 template <bool kReadOnly, class MapVector>
 __device__ __forceinline__ void map_vectors(const uint4* in, uint4* out, int64_t vectors,
-                                            MapVector map, const SliceCache* cache = nullptr) {
+                                            MapVector map) {
   constexpr int kInFlight = 4;
-  const int64_t cached = cache != nullptr && cache->filled ? cache->held(vectors) : 0;
   const auto load = [&](int64_t q) {
-    if (q < cached) return cache->words[q];
     if constexpr (kReadOnly) {
       return __ldg(in + q);
     } else {
@@ -566,8 +525,7 @@ __device__ __forceinline__ void map_vectors(const uint4* in, uint4* out, int64_t
 // 16-byte loads and stores, several in flight, where both rows are contiguous and aligned.
 template <class Format, class Transform>
 __device__ void map_row(const InputRow<Format>& row, int64_t n, typename Format::Raw* out,
-                        int64_t out_stride, Transform transform,
-                        const SliceCache* cache = nullptr) {
+                        int64_t out_stride, Transform transform) {
   using Raw = typename Format::Raw;
   constexpr int kPerVector = int(16 / sizeof(Raw));
   const bool vectors_fit = row.stride == 1 && out_stride == 1 &&
@@ -584,8 +542,7 @@ __device__ void map_row(const InputRow<Format>& row, int64_t n, typename Format:
                       }
                       memcpy(&word, parts, 16);
                       return word;
-                    },
-                    cache);
+                    });
   for (int64_t i = vectors * kPerVector + threadIdx.x; i < n; i += kThreads) {
     out[i * out_stride] = transform(i, row.raw(i));
   }

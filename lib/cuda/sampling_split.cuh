@@ -8,8 +8,6 @@
 //   picking the bin, into block 0's candidates, where the row then finishes as in
 //   sampling_rows.cuh;
 // - top_k_mask_logits' write: every block writes its slice through block 0's cutoff;
-// - the passes after the first over a block's slice read the block's copy of it in shared memory
-//   (SliceCache, sampling_rows.cuh), as much of it as the split kernel's shared memory holds;
 // - a row that no top-k filters: every block reads its slice's masses (probabilities from the
 //   input; logits' masses computed into the workspace), the exponent bins, totals and largest
 //   mass meet in block 0, top-p's cut is searched by the cluster (ClusterGroup: each pass's bins
@@ -166,8 +164,7 @@ struct ClusterGroup {
 template <class Format, class Cluster>
 __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                        const SamplingArgs& a, int64_t r,
-                                       const InputRow<Format>& row, RowSlice slice,
-                                       SliceCache cache) {
+                                       const InputRow<Format>& row, RowSlice slice) {
   using Raw = typename Format::Raw;
   const InputRow<Format> part = slice_input(row, slice);
   const int64_t k = a.top_k.at(r);
@@ -175,7 +172,7 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
   if (top_k_filters(k, a.n)) {
     const bool gathered =
         k <= kCandidateCapacity &&
-        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true, &cache);
+        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true);
     cut = g.broadcast(s, [&] {
       return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
                       : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
@@ -188,8 +185,7 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
             return cut.keeps(key_from_f32_bits(Format::widen(raw)), slice.begin + i)
                        ? raw
                        : Raw(Format::kNegativeInfinity);
-          },
-          &cache);
+          });
   g.cluster.barrier_wait();  // no block leaves while another may still read its shared memory
 }
 
@@ -323,15 +319,15 @@ __device__ void unfiltered_row_in_cluster(const ClusterGroup<Cluster>& g, Shared
 }
 
 // One row of the sampling operation kOp over the cluster; every thread of every block of the
-// cluster calls it. `cache`: this block's shared memory for a copy of its slice (SliceCache).
+// cluster calls it.
 template <mtk_sampling_op kOp, class Format, class Cluster>
 __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
-                                        const SamplingArgs& a, int64_t r, SliceCache cache) {
+                                        const SamplingArgs& a, int64_t r) {
   const ClusterGroup<Cluster> g{cluster};
   const InputRow<Format> row = input_row<Format>(a, r);
   const RowSlice slice = slice_of_row(a.n, cluster.block_rank(), cluster.num_blocks());
   if constexpr (kOp == MTK_SAMPLING_TOP_K_MASK_LOGITS) {
-    mask_logits_in_cluster(g, s, a, r, row, slice, cache);
+    mask_logits_in_cluster(g, s, a, r, row, slice);
   } else {
     const RowSteps steps = steps_of_row<kOp>(a, r);
     if (!steps.greedy && !steps.top_k) {
@@ -345,7 +341,7 @@ __device__ void sampling_row_in_cluster(const Cluster& cluster, SharedState& s,
                    a.output_stride);
       }
       constexpr bool logits = kOp == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
-      if (gather_top_candidates(g, s, row, slice, a.n, uint32_t(steps.k), logits, &cache)) {
+      if (gather_top_candidates(g, s, row, slice, a.n, uint32_t(steps.k), logits)) {
         if (g.lead()) {
           cutoff_of_candidates(s, a.n, uint32_t(steps.k), logits, true);
           finish_on_candidates<kOp>(s, a, r, row, steps.reciprocal);

@@ -139,10 +139,6 @@ bool samples(mtk_sampling_op op) {
   return op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
 }
 
-// Words of each block's copy of its slice: fewer than a slice holds, so that the passes read the
-// copy for part of the slice and the row for the rest, and not a multiple of the block's threads.
-constexpr int64_t kEmulatedCacheWords = 1000;
-
 // Each row by one block, or (blocks > 1) by a cluster of that many, as the split kernel runs it;
 // shared memory starts as garbage, as it may on the GPU.
 template <mtk_sampling_op kOp, class Format>
@@ -156,13 +152,9 @@ void run_rows(const SamplingArgs& args, int64_t rows, unsigned blocks) {
     }
     std::vector<SharedState> shared(blocks);
     std::memset(static_cast<void*>(shared.data()), 0xa5, shared.size() * sizeof(SharedState));
-    std::vector<uint4> slice_words(size_t(blocks) * kEmulatedCacheWords);
-    std::memset(static_cast<void*>(slice_words.data()), 0xa5, slice_words.size() * sizeof(uint4));
     const emu::Cluster<SharedState> cluster{shared.data()};
     emu::run_cluster(blocks, kThreads, unsigned(r) * blocks, [&] {
-      const SliceCache cache{slice_words.data() + emu::cluster_rank * kEmulatedCacheWords,
-                             kEmulatedCacheWords};
-      sampling_row_in_cluster<kOp, Format>(cluster, shared[emu::cluster_rank], args, r, cache);
+      sampling_row_in_cluster<kOp, Format>(cluster, shared[emu::cluster_rank], args, r);
     });
   }
 }
