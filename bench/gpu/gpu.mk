@@ -29,6 +29,13 @@ $(STREAM_FLOOR): bench/gpu/stream_floor.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH_FLAGS) $< -o $@
 
+# Clusters of the split sampling kernels' shape that run at once (bench/gpu/split_capacity.cu).
+SPLIT_CAPACITY := $(BUILD)/bench/gpu/split_capacity
+
+$(SPLIT_CAPACITY): bench/gpu/split_capacity.cu lib/cuda/sampling_block.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH_FLAGS) -Iinclude -Ilib $< -o $@
+
 # The router's selection steps in SM cycles (bench/gpu/warp_collectives.cu).
 WARP_COLLECTIVES := $(BUILD)/bench/gpu/warp_collectives
 
@@ -40,10 +47,10 @@ $(WARP_COLLECTIVES): bench/gpu/warp_collectives.cu $(wildcard lib/cuda/moe_route
 # as skipped), so CI keeps them compiling although only the GPU machine times anything.
 .PHONY: test-gpu-harnesses
 test-gpu-harnesses: $(BENCH_C_ABI) $(BENCH_ROUTER_C_ABI) $(LAUNCH_FLOOR) $(WARP_COLLECTIVES) \
-    $(STREAM_FLOOR)
+    $(STREAM_FLOOR) $(SPLIT_CAPACITY)
 	@for run in "$(BENCH_C_ABI) moe:4:256:8:bfloat16:-1" \
 	    "$(BENCH_ROUTER_C_ABI) softmax:4:64:8:softmax:0:0:1:0" "$(LAUNCH_FLOOR)" \
-	    "$(WARP_COLLECTIVES)" "$(STREAM_FLOOR) 4 4096"; do \
+	    "$(WARP_COLLECTIVES)" "$(STREAM_FLOOR) 4 4096" "$(SPLIT_CAPACITY)"; do \
 	  $$run; status=$$?; \
 	  if [ $$status -eq 2 ]; then echo "test-gpu-harnesses: $${run%% *} skipped (no CUDA device)"; \
 	  elif [ $$status -ne 0 ]; then exit $$status; fi; \
