@@ -402,14 +402,19 @@ __device__ __forceinline__ void for_each_mass(const View& view, Visit&& visit) {
   for_each_mass_from(view, threadIdx.x, view.count(), kThreads, visit);
 }
 
+// The order in which the lanes of a read go through [begin, end): from begin up, or from end
+// down. A pass that reads back what the pass before it read last, backward, finds that part
+// still in the L2 (a row of 256 that each read 600 KB leaves the last third of each in 50 MB).
+enum class ReadOrder { kForward, kBackward };
+
 // Calls visit(j, mass) for every j in [begin, end), each of `lanes` threads (this one `lane`)
-// for its share, in no particular order. Where the view's masses derive from floats stored
-// contiguously (view.stored(), mass j = view.mass_of(j, stored[j])), from a 16-byte boundary,
-// a thread takes four consecutive masses in one load and four loads are in flight: twice the
-// bytes in flight of for_each_mass_from, which a block alone on a row needs to hide the latency
-// of memory. For readers only: a visit that stores to the row element by element would turn
-// each lane's four stores into four scattered store instructions.
-template <class View, class Visit>
+// for its share, the lanes together going through the range in `kOrder`. Where the view's
+// masses derive from floats stored contiguously (view.stored(), mass j = view.mass_of(j,
+// stored[j])), from a 16-byte boundary, a thread takes four consecutive masses in one load and
+// four loads are in flight: twice the bytes in flight of for_each_mass_from, which a block alone
+// on a row needs to hide the latency of memory. For readers only: a visit that stores to the row
+// element by element would turn each lane's four stores into four scattered store instructions.
+template <ReadOrder kOrder = ReadOrder::kForward, class View, class Visit>
 __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t begin, int64_t end,
                                                    int lane, int lanes, Visit&& visit) {
   const float* stored = view.stored();
@@ -429,16 +434,26 @@ __device__ __forceinline__ void for_each_mass_read(const View& view, int64_t beg
       visit(j, view.mass_of(j, parts[e]));
     }
   };
-  int64_t q = lane;
-  for (; q + (kInFlight - 1) * lanes < vectors; q += kInFlight * lanes) {
+  const auto visit_batch = [&](int64_t q) {
     uint4 loaded[kInFlight];  // unrolled, as in for_each_element (sampling_rows.cuh)
 #pragma unroll
     for (int b = 0; b < kInFlight; ++b) loaded[b] = words[q + b * lanes];
 #pragma unroll
     for (int b = 0; b < kInFlight; ++b) visit_vector(q + b * lanes, loaded[b]);
+  };
+  const int64_t batch = int64_t(kInFlight) * lanes;
+  if constexpr (kOrder == ReadOrder::kForward) {
+    int64_t q = lane;
+    for (; q + (kInFlight - 1) * lanes < vectors; q += batch) visit_batch(q);
+    for (; q < vectors; q += lanes) visit_vector(q, words[q]);
+    for_each_mass_from(view, begin + vectors * 4 + lane, end, lanes, visit);
+  } else {
+    // The same batches, from the last: first the masses past the whole batches.
+    const int64_t batched = vectors / batch * batch;
+    for_each_mass_from(view, begin + vectors * 4 + lane, end, lanes, visit);
+    for (int64_t q = batched + lane; q < vectors; q += lanes) visit_vector(q, words[q]);
+    for (int64_t q = batched - batch + lane; q >= 0; q -= batch) visit_batch(q);
   }
-  for (; q < vectors; q += lanes) visit_vector(q, words[q]);
-  for_each_mass_from(view, begin + vectors * 4 + lane, end, lanes, visit);
 }
 
 // A visit that adds each mass to `sum`.
@@ -451,20 +466,20 @@ __device__ __forceinline__ auto mass_adder(ExactSum& sum) {
 // The exact sum of this thread's share (as for_each_mass_read) of the view's masses in
 // [begin, end): in one word where the view's masses lie in a window that fits (mass_window), which
 // makes the pass a read rather than four-word carries per mass.
-template <class View>
+template <ReadOrder kOrder = ReadOrder::kForward, class View>
 __device__ ExactSum sum_of_masses(const View& view, int64_t begin, int64_t end, int lane,
                                   int lanes) {
   const MassWindow window = view.window();
   if (window.fits) {
     uint64_t own = 0u;
-    for_each_mass_read(view, begin, end, lane, lanes, [&](int64_t, float m) {
+    for_each_mass_read<kOrder>(view, begin, end, lane, lanes, [&](int64_t, float m) {
       const uint32_t bits = bits_from_float(m);
       if (bits != 0u) own = window_add_mass(own, bits, window.base);
     });
     return exact_of_window_sum(own, window.base);
   }
   ExactSum own = exact_zero();
-  for_each_mass_read(view, begin, end, lane, lanes, mass_adder(own));
+  for_each_mass_read<kOrder>(view, begin, end, lane, lanes, mass_adder(own));
   return own;
 }
 
@@ -647,14 +662,30 @@ struct WarpRanges {
   }
 };
 
+// The bits of the view's largest mass (0 where none has mass), in every thread: each warp reads
+// its range of sum_warp_ranges forward, so that the ranges' ends, read last, are still in the L2
+// when sum_warp_ranges<ReadOrder::kBackward> reads them first.
+template <class View>
+__device__ uint32_t largest_mass_by_warp_ranges(SharedState& s, const View& view) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  const WarpRanges ranges(view.count());
+  const int64_t warp_begin = ranges.begin(warp);
+  uint32_t most = 0u;
+  for_each_mass_read(view, warp_begin, ranges.end(warp_begin), lane, 32, [&](int64_t, float m) {
+    const uint32_t bits = bits_from_float(m);
+    most = bits > most ? bits : most;
+  });
+  return uint32_t(block_max_word(s, most));
+}
+
 // first_exceeding's first level: each warp's range sum into s.warp_sums, which must stay as they
 // are until first_exceeding_in_ranges; returns the view's exact sum, in every thread.
-template <class View>
+template <ReadOrder kOrder = ReadOrder::kForward, class View>
 __device__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
   const WarpRanges ranges(view.count());
   const int64_t warp_begin = ranges.begin(warp);
-  ExactSum own = sum_of_masses(view, warp_begin, ranges.end(warp_begin), lane, 32);
+  ExactSum own = sum_of_masses<kOrder>(view, warp_begin, ranges.end(warp_begin), lane, 32);
   own = warp_exact_sum(own);
   if (lane == 0) s.warp_sums[warp] = own;
   __syncthreads();
@@ -724,9 +755,9 @@ __device__ uint32_t first_exceeding_in_ranges(SharedState& s, const View& view,
 // warp 0 reads that piece 32 masses at a time, a warp scan finding the token. The row is read
 // once in full, the crossing range twice, and no thread walks masses one dependent load after
 // another.
-template <class View, class ThresholdOf>
+template <ReadOrder kOrder = ReadOrder::kForward, class View, class ThresholdOf>
 __device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
-  const ExactSum total = sum_warp_ranges(s, view);
+  const ExactSum total = sum_warp_ranges<kOrder>(s, view);
   if (exact_is_zero(total)) {
     __syncthreads();
     return 0u;

@@ -716,11 +716,12 @@ __device__ __forceinline__ float* renormalised_row(const SamplingArgs& a, int64_
 }
 
 // The contract's draw from the view's masses: the first token whose cumulative mass exceeds the
-// uniform times the total (0 where the view has no mass).
-template <class View>
+// uniform times the total (0 where the view has no mass); kOrder as for sum_warp_ranges.
+template <ReadOrder kOrder = ReadOrder::kForward, class View>
 __device__ uint32_t draw(SharedState& s, const View& view, float uniform) {
   const float u = clamped_uniform(uniform);
-  return first_exceeding(s, view, [&](ExactSum total) { return exact_scaled(total, u).floor; });
+  return first_exceeding<kOrder>(s, view,
+                                 [&](ExactSum total) { return exact_scaled(total, u).floor; });
 }
 
 // min-p, then the renormalised row (kOp renormalises) or the draw, on masses that top-p (if any)
@@ -813,18 +814,6 @@ __device__ MassTotals view_mass_totals(SharedState& s, const View& view) {
   return finish_mass_totals(s, most);
 }
 
-// The bits of the largest mass among n probabilities of the row (0 where none has mass), in
-// every thread.
-template <class Format>
-__device__ uint32_t largest_mass(SharedState& s, const InputRow<Format>& row, int64_t n) {
-  uint32_t most = 0u;
-  for_each_element(row, n, [&](int64_t, typename Format::Raw raw) {
-    const uint32_t bits = rank_key(value_of<Format>(raw), false);
-    most = bits > most ? bits : most;
-  });
-  return uint32_t(block_max_word(s, most));
-}
-
 // The bits of the least mass that min-p keeps in a row whose largest mass has the bits `most`
 // (1, every mass above 0, where min-p does not filter).
 __device__ __forceinline__ uint32_t min_p_least(uint32_t most, float min_p) {
@@ -845,15 +834,18 @@ __device__ InputMasses<Format> min_p_masses(const InputRow<Format>& row, int64_t
 // mass, so one read finds it and the next reads the input as the masses min-p keeps: for the
 // draw, or for the total and then the renormalised row. No workspace, and no sum of a mass that
 // min-p drops.
+// The second read goes backward through the warp ranges the first read forward (ReadOrder).
 template <mtk_sampling_op kOp, class Format>
 __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
                           const InputRow<Format>& row) {
-  const InputMasses<Format> view =
-      min_p_masses(row, a.n, 0, largest_mass(s, row, a.n), a.min_p.at(r));
+  const uint32_t most = largest_mass_by_warp_ranges(s, input_masses(row, a.n, 0));
+  const InputMasses<Format> view = min_p_masses(row, a.n, 0, most, a.min_p.at(r));
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
-    write_renormalised(view, view_total(s, view), renormalised_row(a, r), a.output_stride);
+    write_renormalised(view, sum_warp_ranges<ReadOrder::kBackward>(s, view),
+                       renormalised_row(a, r), a.output_stride);
   } else {
-    write_token(a, r, draw(s, view, a.uniforms.at(r)));  // no mass: token 0, the contract's
+    // no mass: token 0, the contract's
+    write_token(a, r, draw<ReadOrder::kBackward>(s, view, a.uniforms.at(r)));
   }
 }
 

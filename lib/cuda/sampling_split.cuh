@@ -262,16 +262,19 @@ __device__ void finish_row_in_cluster(const ClusterGroup<Cluster>& g, SharedStat
 }
 
 // min_p_row over the cluster: the row's largest mass from the slices', then each slice's masses
-// that min-p keeps, their sums combined, and the renormalised slices or the draw.
+// that min-p keeps (read back as min_p_row does), their sums combined, and the renormalised
+// slices or the draw.
 template <mtk_sampling_op kOp, class Format, class Cluster>
 __device__ void min_p_slice_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                        const SamplingArgs& a, int64_t r,
                                        const InputRow<Format>& row, RowSlice slice) {
   const InputRow<Format> part = slice_input(row, slice);
-  const uint32_t most = uint32_t(g.largest(s, 0, largest_mass(s, part, slice.size())));
+  const uint32_t slice_most =
+      largest_mass_by_warp_ranges(s, input_masses(part, slice.size(), slice.begin));
+  const uint32_t most = uint32_t(g.largest(s, 0, slice_most));
   const InputMasses<Format> view =
       min_p_masses(part, slice.size(), slice.begin, most, a.min_p.at(r));
-  const ExactSum slice_sum = sum_warp_ranges(s, view);
+  const ExactSum slice_sum = sum_warp_ranges<ReadOrder::kBackward>(s, view);
   renormalise_or_draw_in_cluster<kOp>(g, s, a, r, row, view, g.sum_slices(s, 1, slice_sum),
                                       slice_sum, true);
 }
