@@ -27,9 +27,11 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void sampling_rows_kernel(
   sampling::sampling_row<kOp, Format>(shared, args, blockIdx.x);
 }
 
-// The same, a row to a cluster of blocks (launched with the cluster's size).
+// The same, a row to a cluster of blocks (launched with the cluster's size). A split block has
+// its SM alone (kSplitBlockPadding), so it may take the SM's registers: 128 a thread, where 64
+// spilled up to 800 bytes a thread around the cluster's steps.
 template <mtk_sampling_op kOp, class Format>
-__global__ __launch_bounds__(sampling::kThreads, 2) void sampling_split_rows_kernel(
+__global__ __launch_bounds__(sampling::kThreads, 1) void sampling_split_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
   wait_for_previous_kernel();
@@ -52,7 +54,7 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void min_p_rows_kernel(
 
 // The same, a row to a cluster of blocks (launched as the split kernels are).
 template <mtk_sampling_op kOp>
-__global__ __launch_bounds__(sampling::kThreads, 2) void min_p_split_rows_kernel(
+__global__ __launch_bounds__(sampling::kThreads, 1) void min_p_split_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
   wait_for_previous_kernel();
@@ -172,7 +174,7 @@ bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingP
 }  // namespace
 
 // Asks the occupancy of one split kernel: all have the same block and shared memory, and their
-// registers are capped alike by __launch_bounds__.
+// registers are capped alike by __launch_bounds__ (one block an SM, as the padding has it).
 SplitCapacity sampling_split_capacity() {
   constexpr auto kernel = sampling_split_rows_kernel<MTK_SAMPLING_SAMPLE, sampling::Float32Input>;
   SplitCapacity capacity;
