@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/sampling_math.hpp"
 #include "cuda/sampling_block.cuh"
@@ -293,24 +294,52 @@ __device__ __forceinline__ void clear_wide_counts(SharedState& s) {
   for (int b = threadIdx.x; b < kWideBins; b += kThreads) s.wide_counts[b] = 0u;
 }
 
+// No output written by the candidates' read (every operation but top_k_mask_logits).
+struct NoMaskSlice {
+  static constexpr bool kWrites = false;
+};
+
+// top_k_mask_logits' output for the part of the row one block reads: the read that gathers the
+// candidates from a guess's prefix also writes it, every token below the prefix masked and every
+// other as it is; where that guess holds (`written`), the candidates the cutoff drops are the
+// only tokens left to mask (mask_dropped_candidates), and no second read of the row is needed.
+template <class Format>
+struct MaskSlice {
+  static constexpr bool kWrites = true;
+  typename Format::Raw* out;  // the part's first token
+  int64_t stride;
+  bool written;
+};
+
 // Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
 // prefix is at least `prefix`; past the capacity it only counts them. kCount: also counts every
-// token into this block's histogram (s.wide_counts).
-template <bool kCount, class Format>
+// token into this block's histogram (s.wide_counts). A MaskSlice is written as it reads.
+template <bool kCount, class Format, class Mask>
 __device__ void gather_from_prefix(SharedState& s, SharedState* lead, const InputRow<Format>& part,
-                                   int64_t size, int64_t first, uint32_t prefix, bool logits) {
-  for_each_element(part, size, [&](int64_t i, typename Format::Raw raw) {
+                                   int64_t size, int64_t first, uint32_t prefix, bool logits,
+                                   const Mask& mask) {
+  using Raw = typename Format::Raw;
+  const auto gather = [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
     const uint32_t key = rank_key(value, logits);
     if (kCount) atomicAdd(&s.wide_counts[key >> kWideShift], 1u);
-    if ((key >> kGuessShift) >= prefix) {
+    const bool at_or_above = (key >> kGuessShift) >= prefix;
+    if (at_or_above) {
       const uint32_t slot = atomicAdd(&lead->candidate_count, 1u);
       if (slot < uint32_t(kCandidateCapacity)) {
         lead->candidate_index[slot] = uint32_t(first + i);
         lead->candidate_mass[slot] = value;
       }
     }
-  });
+    return at_or_above;
+  };
+  if constexpr (Mask::kWrites) {
+    map_row(part, size, mask.out, mask.stride, [&](int64_t i, Raw raw) {
+      return gather(i, raw) ? raw : Raw(Format::kNegativeInfinity);
+    });
+  } else {
+    for_each_element(part, size, [&](int64_t i, Raw raw) { gather(i, raw); });
+  }
 }
 
 __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
@@ -319,10 +348,13 @@ __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
 
 // The candidates of the row's top k (see above), every block of the group reading its slice
 // (tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
-// candidates hold them; false in every block, nothing gathered, where they would not fit.
-template <class Format, class Group>
+// candidates hold them; false in every block, nothing gathered, where they would not fit. A
+// MaskSlice is written by the guesses' reads, and marked written in every block where a guess
+// held.
+template <class Format, class Group, class Mask = NoMaskSlice>
 __device__ bool gather_top_candidates(const Group& g, SharedState& s, const InputRow<Format>& row,
-                                      RowSlice slice, int64_t n, uint32_t k, bool logits) {
+                                      RowSlice slice, int64_t n, uint32_t k, bool logits,
+                                      Mask&& mask = NoMaskSlice{}) {
   using Raw = typename Format::Raw;
   const InputRow<Format> part = slice_input(row, slice);
   SharedState* const lead_state = g.lead_state(s);
@@ -342,15 +374,18 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
         clear_wide_counts(s);  // over the sample, which every thread has read for the last time
         __syncthreads();
         gather_from_prefix<true>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                 logits);
+                                 logits, mask);
       } else {
         gather_from_prefix<false>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                  logits);
+                                  logits, mask);
       }
       g.sync();  // every block's tokens are in the lead's candidates
       const uint32_t gathered = lead_state->candidate_count;
       g.sync();  // every block has read the count before the lead resets it or goes on
-      if (guess_holds(gathered, k)) return true;
+      if (guess_holds(gathered, k)) {
+        if constexpr (std::decay_t<Mask>::kWrites) mask.written = true;
+        return true;
+      }
       if (count_while_guessing) {
         counted = true;
         break;
@@ -453,15 +488,16 @@ __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64
 }
 
 // The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
-// tokens are also left in the candidates. The candidates (gather_top_candidates) are tried first
-// where k allows; else, or where they do not fit, the threshold search reads the row once per
-// 8 bits of key.
-template <class Format>
+// tokens are also left in the candidates. The candidates (gather_top_candidates, which writes
+// `mask` as it reads) are tried first where k allows; else, or where they do not fit, the
+// threshold search reads the row once per 8 bits of key.
+template <class Format, class Mask = NoMaskSlice>
 __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
-                                   uint32_t k, bool logits, bool gather) {
+                                   uint32_t k, bool logits, bool gather,
+                                   Mask&& mask = NoMaskSlice{}) {
   using Raw = typename Format::Raw;
   if (k <= uint32_t(kCandidateCapacity) &&
-      gather_top_candidates(OneBlock{}, s, row, RowSlice{0, n}, n, k, logits)) {
+      gather_top_candidates(OneBlock{}, s, row, RowSlice{0, n}, n, k, logits, mask)) {
     return cutoff_of_candidates(s, n, k, logits, gather);
   }
   const auto for_each_token = [&](auto&& f) {
@@ -558,23 +594,53 @@ __device__ __forceinline__ void fill_zeros(float* out, int64_t n, int64_t stride
   for (int64_t i = vectors * 4 + threadIdx.x; i < n; i += kThreads) out[i * stride] = 0.0f;
 }
 
-// The filter finds its cutoff (two reads where the kept tokens fit the candidates), then a third
-// read writes the row in 16-byte stores: a store per dropped element as the filter finds it made
-// the row's writes eight (bfloat16) or four (float32) times as many instructions.
+// After a guess's read wrote the row's mask (MaskSlice): masks the candidates that the cutoff
+// drops, the only tokens at or above the guess's prefix that top-k does not keep. `out` is the
+// row's output.
+template <class Format>
+__device__ void mask_dropped_candidates(const SharedState& s, TopkCutoff cut,
+                                        typename Format::Raw* out, int64_t stride) {
+  for (uint32_t j = threadIdx.x; j < s.candidate_count; j += kThreads) {
+    if (!cut.keeps(rank_key(s.candidate_mass[j], true), s.candidate_index[j])) {
+      out[int64_t(s.candidate_index[j]) * stride] = typename Format::Raw(Format::kNegativeInfinity);
+    }
+  }
+}
+
+// Writes the row in 16-byte stores through the cutoff: a store per dropped element as the
+// filter finds it made the row's writes eight (bfloat16) or four (float32) times as many
+// instructions.
+template <class Format>
+__device__ void write_mask(const InputRow<Format>& row, int64_t n, int64_t first,
+                           typename Format::Raw* out, int64_t stride, TopkCutoff cut) {
+  using Raw = typename Format::Raw;
+  map_row(row, n, out, stride, [&](int64_t i, Raw raw) {
+    return cut.keeps(key_from_f32_bits(Format::widen(raw)), first + i)
+               ? raw
+               : Raw(Format::kNegativeInfinity);
+  });
+}
+
+// Where a guess's read gathers the candidates, it writes the row as well and only the dropped
+// candidates are masked after the cutoff: one read. Else the filter finds its cutoff, then a
+// read writes the row (write_mask).
 template <class Format>
 __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRow<Format>& row,
                             int64_t r) {
   using Raw = typename Format::Raw;
+  Raw* const out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
   const int64_t k = a.top_k.at(r);
-  const TopkCutoff cut = top_k_filters(k, a.n)
-                             ? top_k_of_row(s, row, a.n, uint32_t(k), true, false)
-                             : keep_all();
-  map_row(row, a.n, static_cast<Raw*>(a.output) + r * a.output_row_stride, a.output_stride,
-          [&](int64_t i, Raw raw) {
-            return cut.keeps(key_from_f32_bits(Format::widen(raw)), i)
-                       ? raw
-                       : Raw(Format::kNegativeInfinity);
-          });
+  if (!top_k_filters(k, a.n)) {
+    write_mask(row, a.n, 0, out, a.output_stride, keep_all());
+    return;
+  }
+  MaskSlice<Format> mask{out, a.output_stride, false};
+  const TopkCutoff cut = top_k_of_row(s, row, a.n, uint32_t(k), true, false, mask);
+  if (mask.written) {
+    mask_dropped_candidates<Format>(s, cut, out, a.output_stride);
+  } else {
+    write_mask(row, a.n, 0, out, a.output_stride, cut);
+  }
 }
 
 // ---- masses ---------------------------------------------------------------------------------

@@ -158,34 +158,40 @@ struct ClusterGroup {
   }
 };
 
-// mask_logits over the cluster: block 0 finds the cutoff (from the cluster's candidates, or
-// alone over the whole row where they do not fit or k exceeds them), every block writes its
-// slice.
+// mask_logits over the cluster: where a guess's read gathers the candidates, every block has
+// written its slice as it read, and block 0 masks the candidates the cutoff drops. Else block 0
+// finds the cutoff (from the cluster's candidates, or alone over the whole row where they do not
+// fit or k exceeds them) and every block writes its slice through it.
 template <class Format, class Cluster>
 __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                        const SamplingArgs& a, int64_t r,
                                        const InputRow<Format>& row, RowSlice slice) {
   using Raw = typename Format::Raw;
-  const InputRow<Format> part = slice_input(row, slice);
+  Raw* const out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
   const int64_t k = a.top_k.at(r);
   TopkCutoff cut = keep_all();
   if (top_k_filters(k, a.n)) {
+    MaskSlice<Format> mask{out + slice.begin * a.output_stride, a.output_stride, false};
     const bool gathered =
         k <= kCandidateCapacity &&
-        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true);
+        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true, mask);
+    if (mask.written) {
+      // The gather's last cluster barrier ordered every block's writes before block 0's, and no
+      // block reads another's shared memory after it.
+      if (g.lead()) {
+        mask_dropped_candidates<Format>(s, cutoff_of_candidates(s, a.n, uint32_t(k), true, false),
+                                        out, a.output_stride);
+      }
+      return;
+    }
     cut = g.broadcast(s, [&] {
       return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
                       : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
     });
   }
   g.cluster.barrier_arrive();  // this block has read block 0's cutoff
-  Raw* const out = static_cast<Raw*>(a.output) + r * a.output_row_stride;
-  map_row(part, slice.size(), out + slice.begin * a.output_stride, a.output_stride,
-          [&](int64_t i, Raw raw) {
-            return cut.keeps(key_from_f32_bits(Format::widen(raw)), slice.begin + i)
-                       ? raw
-                       : Raw(Format::kNegativeInfinity);
-          });
+  write_mask(slice_input(row, slice), slice.size(), slice.begin,
+             out + slice.begin * a.output_stride, a.output_stride, cut);
   g.cluster.barrier_wait();  // no block leaves while another may still read its shared memory
 }
 
