@@ -302,9 +302,10 @@ struct NoMaskSlice {
 };
 
 // top_k_mask_logits' output for the part of the row one block reads: the read that gathers the
-// candidates from a guess's prefix also writes it, every token below the prefix masked and every
-// other as it is; where that guess holds (`written`), the candidates the cutoff drops are the
-// only tokens left to mask (mask_dropped_candidates), and no second read of the row is needed.
+// candidates from a key prefix (a guess's, or the histogram's bin) also writes it, every token
+// below the prefix masked and every other as it is; once the candidates hold the top k
+// (`written`), the candidates the cutoff drops are the only tokens left to mask
+// (mask_dropped_candidates), and no read of the row is needed after the gathering one.
 template <class Format>
 struct MaskSlice {
   static constexpr bool kWrites = true;
@@ -314,18 +315,19 @@ struct MaskSlice {
 };
 
 // Adds to `lead`'s candidates the tokens of `part` (token `first` of the row first) whose key
-// prefix is at least `prefix`; past the capacity it only counts them. kCount: also counts every
-// token into this block's histogram (s.wide_counts). A MaskSlice is written as it reads.
+// prefix (key >> shift) is at least `prefix`; past the capacity it only counts them. kCount: also
+// counts every token into this block's histogram (s.wide_counts). A MaskSlice is written as it
+// reads.
 template <bool kCount, class Format, class Mask>
 __device__ void gather_from_prefix(SharedState& s, SharedState* lead, const InputRow<Format>& part,
-                                   int64_t size, int64_t first, uint32_t prefix, bool logits,
-                                   const Mask& mask) {
+                                   int64_t size, int64_t first, uint32_t prefix, int shift,
+                                   bool logits, const Mask& mask) {
   using Raw = typename Format::Raw;
   const auto gather = [&](int64_t i, Raw raw) {
     const float value = value_of<Format>(raw);
     const uint32_t key = rank_key(value, logits);
     if (kCount) atomicAdd(&s.wide_counts[key >> kWideShift], 1u);
-    const bool at_or_above = (key >> kGuessShift) >= prefix;
+    const bool at_or_above = (key >> shift) >= prefix;
     if (at_or_above) {
       const uint32_t slot = atomicAdd(&lead->candidate_count, 1u);
       if (slot < uint32_t(kCandidateCapacity)) {
@@ -351,8 +353,8 @@ __device__ __forceinline__ bool guess_holds(uint32_t gathered, uint32_t k) {
 // The candidates of the row's top k (see above), every block of the group reading its slice
 // (tokens [slice.begin, slice.end) of the row's n): true in every block once the lead's
 // candidates hold them; false in every block, nothing gathered, where they would not fit. A
-// MaskSlice is written by the guesses' reads, and marked written in every block where a guess
-// held.
+// MaskSlice is written by the gathering reads, and marked written in every block where the
+// candidates were gathered.
 template <class Format, class Group, class Mask = NoMaskSlice>
 __device__ bool gather_top_candidates(const Group& g, SharedState& s, const InputRow<Format>& row,
                                       RowSlice slice, int64_t n, uint32_t k, bool logits,
@@ -376,10 +378,10 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
         clear_wide_counts(s);  // over the sample, which every thread has read for the last time
         __syncthreads();
         gather_from_prefix<true>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                 logits, mask);
+                                 kGuessShift, logits, mask);
       } else {
         gather_from_prefix<false>(s, lead_state, part, slice.size(), slice.begin, prefix.value,
-                                  logits, mask);
+                                  kGuessShift, logits, mask);
       }
       g.sync();  // every block's tokens are in the lead's candidates
       const uint32_t gathered = lead_state->candidate_count;
@@ -421,15 +423,10 @@ __device__ bool gather_top_candidates(const Group& g, SharedState& s, const Inpu
     g.sync();  // every block has read the lead's choice before the lead goes on
     return false;
   }
-  for_each_element(part, slice.size(), [&](int64_t i, Raw raw) {
-    const float value = value_of<Format>(raw);
-    if ((rank_key(value, logits) >> kWideShift) >= top.bin) {
-      const uint32_t slot = atomicAdd(&lead_state->candidate_count, 1u);
-      lead_state->candidate_index[slot] = uint32_t(slice.begin + i);
-      lead_state->candidate_mass[slot] = value;
-    }
-  });
+  gather_from_prefix<false>(s, lead_state, part, slice.size(), slice.begin, top.bin, kWideShift,
+                            logits, mask);
   g.sync();  // every candidate is in the lead's
+  if constexpr (std::decay_t<Mask>::kWrites) mask.written = true;
   return true;
 }
 
@@ -623,9 +620,10 @@ __device__ void write_mask(const InputRow<Format>& row, int64_t n, int64_t first
   });
 }
 
-// Where a guess's read gathers the candidates, it writes the row as well and only the dropped
-// candidates are masked after the cutoff: one read. Else the filter finds its cutoff, then a
-// read writes the row (write_mask).
+// Where the candidates are gathered, the gathering read writes the row as well and only the
+// dropped candidates are masked after the cutoff. Else (k or the tokens tied with the k-th past
+// the candidates' capacity) the threshold search finds the cutoff, then a read writes the row
+// (write_mask).
 template <class Format>
 __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRow<Format>& row,
                             int64_t r) {

@@ -158,10 +158,10 @@ struct ClusterGroup {
   }
 };
 
-// mask_logits over the cluster: where a guess's read gathers the candidates, every block has
-// written its slice as it read, and block 0 masks the candidates the cutoff drops. Else block 0
-// finds the cutoff (from the cluster's candidates, or alone over the whole row where they do not
-// fit or k exceeds them) and every block writes its slice through it.
+// mask_logits over the cluster: where the candidates were gathered, every block has written its
+// slice as it read, and block 0 masks the candidates the cutoff drops. Else (k or the tokens tied
+// with the k-th past the candidates' capacity) block 0 finds the cutoff alone over the whole row
+// and every block writes its slice through it.
 template <class Format, class Cluster>
 __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedState& s,
                                        const SamplingArgs& a, int64_t r,
@@ -172,10 +172,8 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
   TopkCutoff cut = keep_all();
   if (top_k_filters(k, a.n)) {
     MaskSlice<Format> mask{out + slice.begin * a.output_stride, a.output_stride, false};
-    const bool gathered =
-        k <= kCandidateCapacity &&
-        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true, mask);
-    if (mask.written) {
+    if (k <= kCandidateCapacity &&
+        gather_top_candidates(g, s, row, slice, a.n, uint32_t(k), true, mask)) {
       // The gather's last cluster barrier ordered every block's writes before block 0's, and no
       // block reads another's shared memory after it.
       if (g.lead()) {
@@ -184,10 +182,7 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
       }
       return;
     }
-    cut = g.broadcast(s, [&] {
-      return gathered ? cutoff_of_candidates(s, a.n, uint32_t(k), true, false)
-                      : top_k_of_row(s, row, a.n, uint32_t(k), true, false);
-    });
+    cut = g.broadcast(s, [&] { return top_k_of_row(s, row, a.n, uint32_t(k), true, false); });
   }
   g.cluster.barrier_arrive();  // this block has read block 0's cutoff
   write_mask(slice_input(row, slice), slice.size(), slice.begin,
