@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-CAPACITY, SAMPLE_KEYS, SAMPLE_RUN, GUESSES = 2048, 4096, 32, 3
+CAPACITY, SAMPLE_KEYS, SAMPLE_RUN, GUESSES = 2048, 8192, 32, 3
 LEAST_FIRST_RANK, SURE_GUESS_MOST_K = 16, CAPACITY // 8
 L2_BYTES = 50 << 20  # H100's and H200's: inputs that fit rotate over 4 buffers
 
@@ -94,7 +94,7 @@ def main():
         logits = benchmark_logits(rows, n, buffer)
         for r, row in enumerate(bfloat16_rounded(logits) if bf16 else logits):
             k = top_k[r]
-            missed, reads = replay_row(row, k, n) if k <= CAPACITY // 2 and n >= 4 * SAMPLE_KEYS else ([], 2)
+            missed, reads = replay_row(row, k, n) if k <= CAPACITY // 2 and n >= 2 * SAMPLE_KEYS else ([], 2)
             for guess, rank, gathered in missed:
                 misses[guess] += 1
                 print(f"buffer {buffer} row {r} (k {k}): guess {guess} at rank {rank} gathered {gathered}")

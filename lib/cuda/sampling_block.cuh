@@ -33,9 +33,9 @@ constexpr int kCandidateCapacity = 2048;
 // kMinSampledTokens first guesses which tokens to gather from the keys of kSampleKeys of them
 // (every block of a split row samples the same keys), taken in runs of kSampleRun (one
 // coalesced load a warp): sampling_rows.cuh, gather_top_candidates.
-constexpr int kSampleKeys = 4096;
+constexpr int kSampleKeys = 8192;
 constexpr int kSampleRun = 32;
-constexpr int64_t kMinSampledTokens = 4 * kSampleKeys;
+constexpr int64_t kMinSampledTokens = 2 * kSampleKeys;
 // Exact sums of masses go through 64-bit sums of significands, one bin per exponent field
 // (masses are at most 2^64: fields 0 to 191). Each bin is replicated so that the lanes of a warp,
 // whose masses crowd a few binades, rarely add to one shared-memory word at once (an atomic
@@ -52,7 +52,7 @@ struct SharedState {
   // and the candidates' sort: never live at once.
   union {
     uint32_t wide_counts[kWideBins];
-    uint32_t sample_keys[kSampleKeys];
+    uint16_t sample_keys[kSampleKeys];  // the keys' top 16 bits (kGuessShift)
     unsigned long long exponent_sums[kSumReplicas][kExponentStride];
     unsigned long long sort_words[kCandidateCapacity];
   };

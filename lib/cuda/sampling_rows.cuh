@@ -242,12 +242,12 @@ __device__ void load_key_sample(SharedState& s, const InputRow<Format>& row, int
                                 bool logits) {
   constexpr int kPerThread = kSampleKeys / kThreads;
   const int64_t run_stride = n / (kSampleKeys / kSampleRun);
-  uint32_t loaded[kPerThread];  // every load in flight before the first store
+  uint16_t loaded[kPerThread];  // every load in flight before the first store
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) {
     const int j = int(threadIdx.x) + u * kThreads;
     const int64_t i = (j / kSampleRun) * run_stride + j % kSampleRun;
-    loaded[u] = rank_key(value_of<Format>(row.raw(i)), logits) >> kGuessShift;
+    loaded[u] = uint16_t(rank_key(value_of<Format>(row.raw(i)), logits) >> kGuessShift);
   }
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) s.sample_keys[int(threadIdx.x) + u * kThreads] = loaded[u];
@@ -264,7 +264,7 @@ __device__ CountSelection sample_prefix(SharedState& s, uint32_t rank) {
 
 // The sample's rank to aim a row's first guess at: where the target lies by the sample's rate,
 // but at least kLeastFirstRank where those keys stand for at most half the capacity (at least 1;
-// at most an eighth of the sample, as the row holds at least four samples' worth).
+// at most a tenth of the sample, as the row holds at least twice as many tokens).
 __device__ __forceinline__ uint32_t first_sample_rank(uint32_t k, int64_t n, int64_t sampled) {
   const int64_t aimed = (int64_t(sample_target(k)) * sampled + n - 1) / n;
   const int64_t half_capacity = int64_t(kCandidateCapacity / 2) * sampled / n;
