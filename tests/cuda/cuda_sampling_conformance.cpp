@@ -7,9 +7,10 @@
 // without any mass; scalar and per-row (int32 and int64) top_k around every boundary (0, 1, the
 // shared-memory candidates' capacity 2048 and past it, n - 1, n), scalar and per-row top_p,
 // min_p, temperature (greedy, subnormal, +inf) and uniforms (0, 1, NaN, negative); 1, 64 and 256
-// rows of 151936 and 262144 tokens and small odd sizes; padded rows; int32 and int64 samples;
-// the default scratch and a caller's workspace. Then batch invariance on CUDA (rows run alone
-// equal the same rows in the batch) and one CUDA graph replayed with new per-row parameters.
+// rows of 151936 and 262144 tokens and small odd sizes, min-p alone on 64 to 256 rows; padded
+// rows; int32 and int64 samples; the default scratch and a caller's workspace. Then batch
+// invariance on CUDA (rows run alone equal the same rows in the batch) and one CUDA graph
+// replayed with new per-row parameters.
 //
 // Usage: cuda_sampling_conformance [--quick | --sanitize]   --quick: rows * n <= 2^18 (memcheck);
 // --sanitize: rows * n <= 2^15 and smaller batch-invariance rows (racecheck, whose cost grows
@@ -496,6 +497,16 @@ struct Generator {
     c.kind_offset = 0;  // gaussian rows mostly, as logits are
     return c;
   }
+
+  // Probabilities that min-p alone filters (no top-k, no top-p: the min-p kernel), min_p drawn
+  // over its boundaries, scalar or per row.
+  Case make_min_p_alone(mtk_sampling_op op, int64_t rows, int64_t n) {
+    Case c = make(op, MTK_FLOAT32, rows, n);
+    c.top_k = {};
+    c.top_p = {};
+    c.top_p.scalar = 1.0f;
+    return c;
+  }
 };
 
 // One captured call of sample_from_logits with per-row top_k, top_p, temperature and uniforms
@@ -642,6 +653,17 @@ int main(int argc, char** argv) {
             check(cuda, cpu, gen.make_benchmark(op, d, rows, n, (rng() & 1) != 0), rng);
             if (!large) check(cuda, cpu, gen.make(op, d, rows, n), rng);
           }
+        }
+      }
+    }
+  }
+  // min-p alone (its own kernel: one block a row in a batch of 256, a cluster a row in one of
+  // 64), in batches larger and smaller than the L2.
+  if (!quick) {
+    for (const Shape& s : {Shape{256, 151936, 2}, Shape{100, 262144, 2}, Shape{64, 151936, 1}}) {
+      for (mtk_sampling_op op : {MTK_SAMPLING_RENORM_PROBS, MTK_SAMPLING_SAMPLE}) {
+        for (int draw = 0; draw < s.draws; ++draw) {
+          check(cuda, cpu, gen.make_min_p_alone(op, s.rows, s.n), rng);
         }
       }
     }
