@@ -10,10 +10,11 @@
 // the draw) runs on the kept tokens alone: two reads of the row. Where that bin holds too many
 // tokens, the search reads the row once per 8 bits of key (ties at the threshold broken by a
 // search over their indices). top_k_mask_logits writes its row in the read that gathers the
-// candidates from a guess (16-byte stores, every token below the guess's prefix masked) and then
-// masks the few candidates the cutoff drops. Without a top-k filter, or a larger one, the same
-// steps run over all of the row's masses: probabilities without a top-k filter are their own
-// masses, read from the input; the others' masses go to the workspace.
+// candidates, from a guess or from the histogram's bin (16-byte stores, every token below the
+// prefix masked), and then masks the few candidates the cutoff drops. Without a top-k filter,
+// or a larger one, the same steps run over all of the row's masses: probabilities without a
+// top-k filter are their own masses, read from the input; the others' masses go to the
+// workspace.
 //
 // No filter adds 256-bit sums element by element: the pass that computes the masses also sums
 // them exactly by exponent (64-bit significand sums in shared memory, converted once per

@@ -7,7 +7,8 @@
 //   and guesses alike), or counts its slice for the histogram, block 0 summing the counts and
 //   picking the bin, into block 0's candidates, where the row then finishes as in
 //   sampling_rows.cuh;
-// - top_k_mask_logits' write: every block writes its slice through block 0's cutoff;
+// - top_k_mask_logits' write: every block writes its slice in its gathering read, block 0 then
+//   masking the candidates its cutoff drops; where they do not fit, through block 0's cutoff;
 // - a row that no top-k filters: every block reads its slice's masses (probabilities from the
 //   input; logits' masses computed into the workspace), the exponent bins, totals and largest
 //   mass meet in block 0, top-p's cut is searched by the cluster (ClusterGroup: each pass's bins
