@@ -226,9 +226,9 @@ constexpr int kGuessShift = 16;
 constexpr int kGuesses = 3;
 
 // The largest k that guesses from the sample alone. Up to it the target lies 2.8 times or more
-// from both bounds and a miss is rare; above it rows miss now and then (at k = 1024 the target
-// lies 1.4 times from both, about 2.3 standard deviations of a sample's count on 262144 tokens),
-// and a batch waits for its slowest row. So above it a row guesses
+// from both bounds and a miss is rare; above it rows miss now and then (at k = 1024 on 262144
+// tokens the target lies 1.4 times from both, two standard deviations of the sample's count
+// below it and three above), and a batch waits for its slowest row. So above it a row guesses
 // once, and that read also counts the histogram: a miss then costs the histogram's gather, one
 // read, where guessing again could cost several.
 constexpr uint32_t kSureGuessMostK = kCandidateCapacity / 8;
