@@ -277,16 +277,56 @@ struct CountSelection {
   uint32_t equal;   // elements of that value
 };
 
+// The bits that every value of a set holds alike (`fixed`, their values in `value`), and the
+// set's size: a search skips the passes whose digit they cover. A row's top-k candidates share
+// most of their keys' bits (the top byte by their range, all sixteen low ones where the input is
+// bfloat16), and a pass over a shared digit puts every candidate in one bin: one shared-memory
+// word, whose atomics run one after another.
+struct SharedBits {
+  uint32_t fixed;
+  uint32_t value;
+  uint32_t count;
+};
+
+// The bits shared by the `count` values that for_each_value(f) visits, in every thread.
+template <class ForEachValue>
+__device__ SharedBits block_shared_bits(SharedState& s, ForEachValue for_each_value,
+                                        uint32_t count) {
+  uint32_t all = 0xffffffffu, any = 0u;
+  for_each_value([&](uint32_t v) {
+    all &= v;
+    any |= v;
+  });
+  all = __reduce_and_sync(kFullWarp, all);
+  any = __reduce_or_sync(kFullWarp, any);
+  if ((threadIdx.x & 31) == 0) {
+    s.warp_words[threadIdx.x >> 5] = (static_cast<unsigned long long>(all) << 32) | any;
+  }
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) {
+    all &= uint32_t(s.warp_words[w] >> 32);
+    any |= uint32_t(s.warp_words[w]);
+  }
+  __syncthreads();
+  return {~(all ^ any), all, count};
+}
+
 // The value of the need-th (1-based) of a set of values of `bits` bits, ordered descending
 // (from_top) or ascending. for_each_value(f) calls f(v) for every value of the set, each thread
-// for its share.
+// for its share; `known` the bits the set shares, if they were found.
 template <class Group = OneBlock, class ForEachValue>
 __device__ CountSelection select_by_count(SharedState& s, ForEachValue for_each_value, int bits,
-                                          uint32_t need, bool from_top, const Group& g = {}) {
+                                          uint32_t need, bool from_top, const Group& g = {},
+                                          SharedBits known = {0u, 0u, 0u}) {
+  constexpr uint32_t kDigit = kBins - 1;
   uint64_t prefix = 0u;
-  uint32_t before = 0u, equal = 0u;
+  uint32_t before = 0u, equal = known.count;
   for (int pass = (bits + kDigitBits - 1) / kDigitBits - 1; pass >= 0; --pass) {
     const int shift = pass * kDigitBits;
+    if (((known.fixed >> shift) & kDigit) == kDigit) {  // every value left is in one bin
+      prefix |= uint64_t((known.value >> shift) & kDigit) << shift;
+      continue;
+    }
     clear_bins(s);
     g.bins_cleared();
     for_each_value([&](uint32_t v) {

@@ -159,24 +159,62 @@ struct TopkCutoff {
 };
 __device__ __forceinline__ TopkCutoff keep_all() { return {0u, 0xffffffffu}; }
 
-// The cutoff that keeps exactly the k largest of a set of (key, index) pairs that holds at
-// least k; for_each_pair(f) calls f(key, index) for each pair, each thread for its share.
+// The ties-th lowest index (1-based) of the `equal` pairs whose key is `key`, up to kBins of
+// them (a bfloat16 row's k-th key is often shared by a few tokens): they go to shared memory and
+// each counts the indices below its own.
 template <class ForEachPair>
+__device__ uint32_t tie_index(SharedState& s, ForEachPair for_each_pair, uint32_t key,
+                              uint32_t equal, uint32_t ties) {
+  if (threadIdx.x == 0) s.kept_count = 0u;
+  __syncthreads();
+  for_each_pair([&](uint32_t pair_key, int64_t i) {
+    if (pair_key == key) s.counts[atomicAdd(&s.kept_count, 1u)] = uint32_t(i);
+  });
+  __syncthreads();
+  for (uint32_t j = threadIdx.x; j < equal; j += kThreads) {
+    const uint32_t index = s.counts[j];
+    uint32_t below = 0u;
+    for (uint32_t m = 0; m < equal; ++m) below += s.counts[m] < index ? 1u : 0u;
+    if (below == ties - 1u) s.selected_bin = index;
+  }
+  __syncthreads();
+  const uint32_t index = s.selected_bin;
+  __syncthreads();
+  return index;
+}
+
+// How a cutoff is searched. kByCount: a search by count over the keys' 32 bits, then over the
+// index bits of the k-th key's ties. kSharedBitsFirst: the bits every key shares found first
+// (block_shared_bits) and their passes skipped, the ties ranked in shared memory (tie_index);
+// over the candidates of a bfloat16 row one pass where kByCount takes four, and three more for
+// the ties. Only the mask kernels take it: in the kernels that keep the candidates to finish on
+// them, which nvcc bounds to 128 registers, its code cost more than it saved (H100,
+// top_k_renorm_probs 64x151936 53.3 -> 60.7 us, bench/CUDA_NOTES.md lead 12).
+enum class CutoffSearch { kByCount, kSharedBitsFirst };
+
+// The cutoff that keeps exactly the k largest of a set of (key, index) pairs that holds at
+// least k; for_each_pair(f) calls f(key, index) for each pair, each thread for its share;
+// `known` the bits every key shares (kSharedBitsFirst).
+template <CutoffSearch kSearch = CutoffSearch::kByCount, class ForEachPair>
 __device__ TopkCutoff top_k_cutoff(SharedState& s, ForEachPair for_each_pair, uint32_t k,
-                                   int64_t n) {
+                                   int64_t n, SharedBits known = {0u, 0u, 0u}) {
   const auto for_each_key = [&](auto&& f) {
     for_each_pair([&](uint32_t key, int64_t) { f(key); });
   };
-  const CountSelection kth = select_by_count(s, for_each_key, 32, k, true);
+  const CountSelection kth = select_by_count(s, for_each_key, 32, k, true, OneBlock{}, known);
   const uint32_t ties = k - kth.before;
   uint32_t last_index = 0xffffffffu;
   if (ties < kth.equal) {
-    const auto for_each_tie = [&](auto&& f) {
-      for_each_pair([&](uint32_t key, int64_t i) {
-        if (key == kth.value) f(uint32_t(i));
-      });
-    };
-    last_index = select_by_count(s, for_each_tie, index_bits(n), ties, false).value;
+    if (kSearch == CutoffSearch::kSharedBitsFirst && kth.equal <= uint32_t(kBins)) {
+      last_index = tie_index(s, for_each_pair, kth.value, kth.equal, ties);
+    } else {
+      const auto for_each_tie = [&](auto&& f) {
+        for_each_pair([&](uint32_t key, int64_t i) {
+          if (key == kth.value) f(uint32_t(i));
+        });
+      };
+      last_index = select_by_count(s, for_each_tie, index_bits(n), ties, false).value;
+    }
   }
   return {kth.value, last_index};
 }
@@ -476,6 +514,7 @@ __device__ void gather_candidates(SharedState& s, const InputRow<Format>& row, i
 // The top-k filter's cutoff from candidates that hold the row's k largest
 // (gather_top_candidates);
 // with `keep`, the candidates are left holding exactly the kept tokens.
+template <CutoffSearch kSearch = CutoffSearch::kByCount>
 __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64_t n, uint32_t k,
                                                            bool logits, bool keep) {
   const auto for_each_candidate = [&](auto&& f) {
@@ -483,7 +522,13 @@ __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64
       f(rank_key(s.candidate_mass[j], logits), int64_t(s.candidate_index[j]));
     }
   };
-  const TopkCutoff cut = top_k_cutoff(s, for_each_candidate, k, n);
+  SharedBits known{0u, 0u, 0u};
+  if constexpr (kSearch == CutoffSearch::kSharedBitsFirst) {
+    known = block_shared_bits(
+        s, [&](auto&& f) { for_each_candidate([&](uint32_t key, int64_t) { f(key); }); },
+        s.candidate_count);
+  }
+  const TopkCutoff cut = top_k_cutoff<kSearch>(s, for_each_candidate, k, n, known);
   if (keep) keep_candidates(s, cut, logits);
   return cut;
 }
@@ -491,22 +536,22 @@ __device__ __forceinline__ TopkCutoff cutoff_of_candidates(SharedState& s, int64
 // The row's top-k filter (0 < k < n). With `gather` (k <= kCandidateCapacity), the kept
 // tokens are also left in the candidates. The candidates (gather_top_candidates, which writes
 // `mask` as it reads) are tried first where k allows; else, or where they do not fit, the
-// threshold search reads the row once per 8 bits of key.
-template <class Format, class Mask = NoMaskSlice>
+// threshold search reads the row once per 8 bits of key. kSearch: how the cutoff is searched.
+template <CutoffSearch kSearch = CutoffSearch::kByCount, class Format, class Mask = NoMaskSlice>
 __device__ TopkCutoff top_k_of_row(SharedState& s, const InputRow<Format>& row, int64_t n,
                                    uint32_t k, bool logits, bool gather,
                                    Mask&& mask = NoMaskSlice{}) {
   using Raw = typename Format::Raw;
   if (k <= uint32_t(kCandidateCapacity) &&
       gather_top_candidates(OneBlock{}, s, row, RowSlice{0, n}, n, k, logits, mask)) {
-    return cutoff_of_candidates(s, n, k, logits, gather);
+    return cutoff_of_candidates<kSearch>(s, n, k, logits, gather);
   }
   const auto for_each_token = [&](auto&& f) {
     for_each_element(row, n, [&](int64_t i, Raw raw) {
       f(rank_key(value_of<Format>(raw), logits), i);
     });
   };
-  const TopkCutoff cut = top_k_cutoff(s, for_each_token, k, n);
+  const TopkCutoff cut = top_k_cutoff<kSearch>(s, for_each_token, k, n);
   if (gather) gather_candidates(s, row, n, cut, logits);
   return cut;
 }
@@ -637,7 +682,8 @@ __device__ void mask_logits(SharedState& s, const SamplingArgs& a, const InputRo
     return;
   }
   MaskSlice<Format> mask{out, a.output_stride, false};
-  const TopkCutoff cut = top_k_of_row(s, row, a.n, uint32_t(k), true, false, mask);
+  const TopkCutoff cut =
+      top_k_of_row<CutoffSearch::kSharedBitsFirst>(s, row, a.n, uint32_t(k), true, false, mask);
   if (mask.written) {
     mask_dropped_candidates<Format>(s, cut, out, a.output_stride);
   } else {

@@ -178,12 +178,16 @@ __device__ void mask_logits_in_cluster(const ClusterGroup<Cluster>& g, SharedSta
       // The gather's last cluster barrier ordered every block's writes before block 0's, and no
       // block reads another's shared memory after it.
       if (g.lead()) {
-        mask_dropped_candidates<Format>(s, cutoff_of_candidates(s, a.n, uint32_t(k), true, false),
-                                        out, a.output_stride);
+        mask_dropped_candidates<Format>(
+            s,
+            cutoff_of_candidates<CutoffSearch::kSharedBitsFirst>(s, a.n, uint32_t(k), true, false),
+            out, a.output_stride);
       }
       return;
     }
-    cut = g.broadcast(s, [&] { return top_k_of_row(s, row, a.n, uint32_t(k), true, false); });
+    cut = g.broadcast(s, [&] {
+      return top_k_of_row<CutoffSearch::kSharedBitsFirst>(s, row, a.n, uint32_t(k), true, false);
+    });
   }
   g.cluster.barrier_arrive();  // this block has read block 0's cutoff
   write_mask(slice_input(row, slice), slice.size(), slice.begin,
