@@ -161,7 +161,8 @@ __device__ __forceinline__ TopkCutoff keep_all() { return {0u, 0xffffffffu}; }
 
 // The ties-th lowest index (1-based) of the `equal` pairs whose key is `key`, up to kBins of
 // them (a bfloat16 row's k-th key is often shared by a few tokens): they go to shared memory and
-// each counts the indices below its own.
+// each counts the indices below its own. Borrows s.counts and s.kept_count, which no search or
+// keep_candidates holds across this call.
 template <class ForEachPair>
 __device__ uint32_t tie_index(SharedState& s, ForEachPair for_each_pair, uint32_t key,
                               uint32_t equal, uint32_t ties) {
@@ -186,8 +187,8 @@ __device__ uint32_t tie_index(SharedState& s, ForEachPair for_each_pair, uint32_
 // How a cutoff is searched. kByCount: a search by count over the keys' 32 bits, then over the
 // index bits of the k-th key's ties. kSharedBitsFirst: the bits every key shares found first
 // (block_shared_bits) and their passes skipped, the ties ranked in shared memory (tie_index);
-// over the candidates of a bfloat16 row one pass where kByCount takes four, and three more for
-// the ties. Only the mask kernels take it: in the kernels that keep the candidates to finish on
+// over the candidates of a bfloat16 row one pass where kByCount takes four, and none for the
+// ties where kByCount takes three. Only the mask kernels take it: in the kernels that keep the candidates to finish on
 // them, which nvcc bounds to 128 registers, its code cost more than it saved (H100,
 // top_k_renorm_probs 64x151936 53.3 -> 60.7 us, bench/CUDA_NOTES.md lead 12).
 enum class CutoffSearch { kByCount, kSharedBitsFirst };
