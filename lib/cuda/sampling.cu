@@ -48,7 +48,7 @@ __global__ __launch_bounds__(sampling::kThreads, 2) void min_p_rows_kernel(
     sampling::SamplingArgs args) {
   __shared__ sampling::SharedState shared;
   wait_for_previous_kernel();
-  sampling::min_p_row<kOp>(shared, args, blockIdx.x,
+  sampling::min_p_row<kOp, sampling::MinPReads::kCandidates>(shared, args, blockIdx.x,
                            sampling::input_row<sampling::Float32Input>(args, blockIdx.x));
 }
 
@@ -171,6 +171,18 @@ bool launch_probability_rows(const sampling::SamplingArgs& args, const SamplingP
   return true;
 }
 
+// Floats of workspace a row: its masses, or where min-p alone filters the slots of the
+// candidates min-p may keep (a quarter of the tokens, sampling_rows.cuh's min_p_row: a softmax
+// row under min_p 0.05 gathers about a tenth); none where nothing needs them.
+int64_t workspace_row_floats(const SamplingProblem& p) {
+  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p)) return 0;
+  if (every_row_reads_input_alone(p)) {
+    const bool min_p_may_filter = p.min_p.data != nullptr || min_p_filters(p.min_p.value);
+    return min_p_may_filter ? mass_row_floats((p.n + 1) / 2) : 0;
+  }
+  return mass_row_floats(p.n);
+}
+
 }  // namespace
 
 // Asks the occupancy of one split kernel: all have the same block and shared memory, and their
@@ -203,11 +215,7 @@ SplitCapacity sampling_split_capacity() {
 }
 
 size_t sampling_workspace_bytes(const SamplingProblem& p) {
-  if (p.op == MTK_SAMPLING_TOP_K_MASK_LOGITS || every_row_finishes_on_candidates(p) ||
-      every_row_reads_input_alone(p)) {
-    return 0;
-  }
-  return size_t(p.rows) * size_t(mass_row_floats(p.n)) * sizeof(float);
+  return size_t(p.rows) * size_t(workspace_row_floats(p)) * sizeof(float);
 }
 
 void launch_sampling(const SamplingProblem& p, void* workspace, const SplitCapacity& capacity,
@@ -227,8 +235,8 @@ void launch_sampling(const SamplingProblem& p, void* workspace, const SplitCapac
   args.output_int64 = p.output_dtype == MTK_INT64;
   args.output_row_stride = p.output_row_stride;
   args.output_stride = p.output_stride;
-  args.masses = sampling_workspace_bytes(p) != 0 ? static_cast<float*>(workspace) : nullptr;
-  args.masses_row_stride = mass_row_floats(p.n);
+  args.masses_row_stride = workspace_row_floats(p);
+  args.masses = args.masses_row_stride != 0 ? static_cast<float*>(workspace) : nullptr;
   const RowLaunch l{p.rows, blocks_per_row(p, capacity), stream};
   bool launched = false;
   switch (p.op) {

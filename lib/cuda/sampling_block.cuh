@@ -80,6 +80,10 @@ struct SharedState {
   alignas(16) unsigned char split_choice[48];
   unsigned long long split_words[2];
   ExactSum split_sums[2];
+  // min-p's candidates (gather_min_p_candidates): the largest mass's bits the block has read so
+  // far, and how many candidates each warp gathered.
+  uint32_t block_most;
+  uint32_t warp_candidates[kWarps];
 };
 
 // ---- warp and block collectives ------------------------------------------------------------
@@ -691,13 +695,14 @@ __device__ __forceinline__ ExactSum shuffle_exact_from(ExactSum v, int source) {
   return v;
 }
 
-// The ranges of the view that first_exceeding's warps sum: contiguous, 16-byte aligned.
+// The ranges of the view that first_exceeding's warps sum: contiguous, 16-byte aligned, in
+// the view's order (warp w's before warp w + 1's). end(w, begin(w)) ends warp w's.
 struct WarpRanges {
   int64_t count, per_warp;
   __device__ explicit WarpRanges(int64_t n)
       : count(n), per_warp(((n + kWarps - 1) / kWarps + 3) / 4 * 4) {}
   __device__ int64_t begin(int w) const { return w * per_warp < count ? w * per_warp : count; }
-  __device__ int64_t end(int64_t begin) const {
+  __device__ int64_t end(int, int64_t begin) const {
     return begin + per_warp < count ? begin + per_warp : count;
   }
 };
@@ -711,21 +716,23 @@ __device__ uint32_t largest_mass_by_warp_ranges(SharedState& s, const View& view
   const WarpRanges ranges(view.count());
   const int64_t warp_begin = ranges.begin(warp);
   uint32_t most = 0u;
-  for_each_mass_read(view, warp_begin, ranges.end(warp_begin), lane, 32, [&](int64_t, float m) {
+  const auto keep_largest = [&](int64_t, float m) {
     const uint32_t bits = bits_from_float(m);
     most = bits > most ? bits : most;
-  });
+  };
+  for_each_mass_read(view, warp_begin, ranges.end(warp, warp_begin), lane, 32, keep_largest);
   return uint32_t(block_max_word(s, most));
 }
 
 // first_exceeding's first level: each warp's range sum into s.warp_sums, which must stay as they
-// are until first_exceeding_in_ranges; returns the view's exact sum, in every thread.
-template <ReadOrder kOrder = ReadOrder::kForward, class View>
-__device__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
+// are until first_exceeding_in_ranges; returns the view's exact sum, in every thread. `ranges`
+// (WarpRanges, or any with its begin(w) and end(w, begin(w))) hold every mass of the view.
+template <ReadOrder kOrder = ReadOrder::kForward, class View, class Ranges>
+__device__ ExactSum sum_warp_ranges(SharedState& s, const View& view, Ranges ranges) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
-  const WarpRanges ranges(view.count());
   const int64_t warp_begin = ranges.begin(warp);
-  ExactSum own = sum_of_masses<kOrder>(view, warp_begin, ranges.end(warp_begin), lane, 32);
+  ExactSum own =
+      sum_of_masses<kOrder>(view, warp_begin, ranges.end(warp, warp_begin), lane, 32);
   own = warp_exact_sum(own);
   if (lane == 0) s.warp_sums[warp] = own;
   __syncthreads();
@@ -734,12 +741,17 @@ __device__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
   return total;
 }
 
-// first_exceeding after sum_warp_ranges, against `threshold` (less than the view's sum).
-template <class View>
-__device__ uint32_t first_exceeding_in_ranges(SharedState& s, const View& view,
+template <ReadOrder kOrder = ReadOrder::kForward, class View>
+__device__ __forceinline__ ExactSum sum_warp_ranges(SharedState& s, const View& view) {
+  return sum_warp_ranges<kOrder>(s, view, WarpRanges(view.count()));
+}
+
+// first_exceeding after sum_warp_ranges over the same ranges, against `threshold` (less than the
+// view's sum).
+template <class View, class Ranges>
+__device__ uint32_t first_exceeding_in_ranges(SharedState& s, const View& view, Ranges ranges,
                                               ExactSum threshold) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
-  const WarpRanges ranges(view.count());
   if (threadIdx.x == 0) s.token = 0u;
   ExactSum before = exact_zero();
   int crossing = 0;
@@ -749,7 +761,7 @@ __device__ uint32_t first_exceeding_in_ranges(SharedState& s, const View& view,
     before = after;
   }
   __syncthreads();
-  const int64_t first = ranges.begin(crossing), last = ranges.end(first);
+  const int64_t first = ranges.begin(crossing), last = ranges.end(crossing, first);
   const int64_t piece = (last - first + kThreads - 1) / kThreads;
   const int64_t begin = first + threadIdx.x * piece < last ? first + threadIdx.x * piece : last;
   const int64_t end = begin + piece < last ? begin + piece : last;
@@ -795,14 +807,21 @@ __device__ uint32_t first_exceeding_in_ranges(SharedState& s, const View& view,
 // warp 0 reads that piece 32 masses at a time, a warp scan finding the token. The row is read
 // once in full, the crossing range twice, and no thread walks masses one dependent load after
 // another.
-template <ReadOrder kOrder = ReadOrder::kForward, class View, class ThresholdOf>
-__device__ uint32_t first_exceeding(SharedState& s, const View& view, ThresholdOf threshold_of) {
-  const ExactSum total = sum_warp_ranges<kOrder>(s, view);
+template <ReadOrder kOrder = ReadOrder::kForward, class View, class Ranges, class ThresholdOf>
+__device__ uint32_t first_exceeding(SharedState& s, const View& view, Ranges ranges,
+                                    ThresholdOf threshold_of) {
+  const ExactSum total = sum_warp_ranges<kOrder>(s, view, ranges);
   if (exact_is_zero(total)) {
     __syncthreads();
     return 0u;
   }
-  return first_exceeding_in_ranges(s, view, threshold_of(total));
+  return first_exceeding_in_ranges(s, view, ranges, threshold_of(total));
+}
+
+template <ReadOrder kOrder = ReadOrder::kForward, class View, class ThresholdOf>
+__device__ __forceinline__ uint32_t first_exceeding(SharedState& s, const View& view,
+                                                    ThresholdOf threshold_of) {
+  return first_exceeding<kOrder>(s, view, WarpRanges(view.count()), threshold_of);
 }
 
 // ---- views of a row's masses ---------------------------------------------------------------

@@ -188,9 +188,9 @@ __device__ uint32_t tie_index(SharedState& s, ForEachPair for_each_pair, uint32_
 // index bits of the k-th key's ties. kSharedBitsFirst: the bits every key shares found first
 // (block_shared_bits) and their passes skipped, the ties ranked in shared memory (tie_index);
 // over the candidates of a bfloat16 row one pass where kByCount takes four, and none for the
-// ties where kByCount takes three. Only the mask kernels take it: in the kernels that keep the candidates to finish on
-// them, which nvcc bounds to 128 registers, its code cost more than it saved (H100,
-// top_k_renorm_probs 64x151936 53.3 -> 60.7 us, bench/CUDA_NOTES.md lead 12).
+// ties where kByCount takes three. Only the mask kernels take it: in the kernels that keep the
+// candidates to finish on them, which nvcc bounds to 128 registers, its code cost more than it
+// saved (H100, top_k_renorm_probs 64x151936 53.3 -> 60.7 us, bench/CUDA_NOTES.md lead 12).
 enum class CutoffSearch { kByCount, kSharedBitsFirst };
 
 // The cutoff that keeps exactly the k largest of a set of (key, index) pairs that holds at
@@ -832,11 +832,16 @@ __device__ __forceinline__ float* renormalised_row(const SamplingArgs& a, int64_
 
 // The contract's draw from the view's masses: the first token whose cumulative mass exceeds the
 // uniform times the total (0 where the view has no mass); kOrder as for sum_warp_ranges.
-template <ReadOrder kOrder = ReadOrder::kForward, class View>
-__device__ uint32_t draw(SharedState& s, const View& view, float uniform) {
+template <ReadOrder kOrder = ReadOrder::kForward, class View, class Ranges>
+__device__ uint32_t draw(SharedState& s, const View& view, Ranges ranges, float uniform) {
   const float u = clamped_uniform(uniform);
-  return first_exceeding<kOrder>(s, view,
+  return first_exceeding<kOrder>(s, view, ranges,
                                  [&](ExactSum total) { return exact_scaled(total, u).floor; });
+}
+
+template <ReadOrder kOrder = ReadOrder::kForward, class View>
+__device__ __forceinline__ uint32_t draw(SharedState& s, const View& view, float uniform) {
+  return draw<kOrder>(s, view, WarpRanges(view.count()), uniform);
 }
 
 // min-p, then the renormalised row (kOp renormalises) or the draw, on masses that top-p (if any)
@@ -945,16 +950,243 @@ __device__ InputMasses<Format> min_p_masses(const InputRow<Format>& row, int64_t
   return {row, n, min_p_least(most, min_p), first, most};
 }
 
+// ---- min-p's candidates ------------------------------------------------------------------------
+
+// Where a row's min-p candidates go: its workspace row, each warp `per_warp` slots of token
+// indices, then as many of mass bits (two arrays of words: a workspace row is 4-byte aligned).
+struct MinPCandidateSlots {
+  uint32_t* indices;
+  uint32_t* bits;
+  int64_t per_warp;
+  __device__ int64_t begin(int w) const { return int64_t(w) * per_warp; }
+};
+
+__device__ __forceinline__ MinPCandidateSlots min_p_candidate_slots(const SamplingArgs& a,
+                                                                    int64_t r) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(a.masses + r * a.masses_row_stride);
+  const int64_t per_warp = a.masses_row_stride / 2 / kWarps;
+  return {words, words + per_warp * kWarps, per_warp};
+}
+
+// Appends the masses (as bits) of this warp's lanes that reach `least` to the warp's slots after
+// its `count` candidates, in token order: lane l holds kPer consecutive tokens from
+// `first_token`, each lane's after the lane's before it. Returns false, appending nothing, where
+// they do not fit.
+template <int kPer>
+__device__ __forceinline__ bool append_candidates(const uint32_t (&bits)[kPer],
+                                                  uint32_t first_token, uint32_t least,
+                                                  const MinPCandidateSlots& slots,
+                                                  int64_t& count) {
+  static_assert(kPer < 8, "a lane's count in three bits");
+  unsigned taken = 0u;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) taken |= (bits[e] >= least ? 1u : 0u) << e;
+  const int own = __popc(taken);
+  const unsigned lanes_below = (1u << (threadIdx.x & 31)) - 1u;
+  int64_t before = 0, total = 0;
+  // The lanes' counts by bit: an exclusive scan of them in three votes.
+#pragma unroll
+  for (int bit = 0; bit < 3; ++bit) {
+    if ((kPer >> bit) == 0) break;
+    const unsigned has = __ballot_sync(kFullWarp, (own >> bit) & 1);
+    before += int64_t(__popc(has & lanes_below)) << bit;
+    total += int64_t(__popc(has)) << bit;
+  }
+  if (count + total > slots.per_warp) return false;
+  int64_t at = slots.begin(int(threadIdx.x >> 5)) + count + before;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    if ((taken >> e) & 1u) {
+      slots.indices[at] = first_token + uint32_t(e);
+      slots.bits[at] = bits[e];
+      ++at;
+    }
+  }
+  count += total;
+  return true;
+}
+
+// A warp's count in SharedState::warp_candidates where its candidates did not fit its slots.
+constexpr uint32_t kCandidatesOverflowed = 0xffffffffu;
+
+// What gather_min_p_candidates found: the bits of the row's largest mass, and whether every
+// warp's candidates fit its slots.
+struct MinPGather {
+  uint32_t most;
+  bool fits;
+};
+
+// The read of largest_mass_by_warp_ranges (the same warp ranges, forward) that also gathers
+// every mass min-p may keep: each warp, in token order, the masses of its range at or above
+// min-p's bound for the largest mass the block has read so far, shared after each batch of
+// loads. That bound only rises with the largest mass, so what min-p keeps of the row is among
+// them, and the masses far below the row's largest (nearly all of a softmax row) are not
+// written. A warp whose slots fill gathers no more; the row then reads its input again.
+template <class View>
+__device__ MinPGather gather_min_p_candidates(SharedState& s, const View& view, float min_p,
+                                              const MinPCandidateSlots& slots) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  const WarpRanges ranges(view.count());
+  const int64_t begin = ranges.begin(warp), end = ranges.end(warp, begin);
+  if (threadIdx.x == 0) s.block_most = 0u;
+  __syncthreads();
+  uint32_t seen = 0u, least = 1u;
+  int64_t count = 0;
+  bool fits = true;
+  const auto raise_bound = [&](uint32_t lane_most) {
+    const uint32_t warp_most = __reduce_max_sync(kFullWarp, lane_most);
+    uint32_t block_most = 0u;
+    if (lane == 0) block_most = atomicMax(&s.block_most, warp_most);
+    block_most = __shfl_sync(kFullWarp, block_most, 0);
+    block_most = block_most > warp_most ? block_most : warp_most;
+    if (block_most > seen) {
+      seen = block_most;
+      least = min_p_least(seen, min_p);
+    }
+  };
+  const auto bits_of = [&](int64_t j, float stored) {
+    return bits_from_float(view.mass_of(j, stored));
+  };
+  const float* stored = view.stored();
+  int64_t scalar_from = begin;
+  if (stored != nullptr && (reinterpret_cast<uintptr_t>(stored + begin) & 15u) == 0u) {
+    // As for_each_mass_read: four 16-byte loads in flight a lane; the warp's steps are uniform
+    // (the votes need every lane), the lanes past the range holding no mass.
+    constexpr int kInFlight = 4;
+    const uint4* words = reinterpret_cast<const uint4*>(stored + begin);
+    const int64_t vectors = (end - begin) / 4;
+    int64_t q0 = 0;
+    for (; q0 + kInFlight * 32 <= vectors; q0 += kInFlight * 32) {
+      uint4 loaded[kInFlight];
+#pragma unroll
+      for (int b = 0; b < kInFlight; ++b) loaded[b] = words[q0 + b * 32 + lane];
+      uint32_t bits[kInFlight][4];
+      uint32_t lane_most = 0u;
+#pragma unroll
+      for (int b = 0; b < kInFlight; ++b) {
+        float parts[4];
+        memcpy(parts, &loaded[b], 16);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          bits[b][e] = bits_of(begin + (q0 + b * 32 + lane) * 4 + e, parts[e]);
+          lane_most = bits[b][e] > lane_most ? bits[b][e] : lane_most;
+        }
+      }
+      raise_bound(lane_most);
+#pragma unroll
+      for (int b = 0; b < kInFlight; ++b) {
+        const int64_t j = begin + (q0 + b * 32 + lane) * 4;
+        fits = fits && append_candidates<4>(bits[b], view.index(j), least, slots, count);
+      }
+    }
+    for (; q0 < vectors; q0 += 32) {
+      const int64_t q = q0 + lane;
+      uint32_t bits[4] = {0u, 0u, 0u, 0u};
+      if (q < vectors) {
+        const uint4 loaded = words[q];
+        float parts[4];
+        memcpy(parts, &loaded, 16);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) bits[e] = bits_of(begin + q * 4 + e, parts[e]);
+      }
+      uint32_t lane_most = 0u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) lane_most = bits[e] > lane_most ? bits[e] : lane_most;
+      raise_bound(lane_most);
+      fits = fits && append_candidates<4>(bits, view.index(begin + q * 4), least, slots, count);
+    }
+    scalar_from = begin + vectors * 4;
+  }
+  // A token a lane (a row not stored contiguously, or a range's last few tokens), a batch of
+  // kMassBatch loads in flight.
+  for (int64_t j0 = scalar_from; j0 < end; j0 += int64_t(kMassBatch) * 32) {
+    uint32_t bits[kMassBatch][1];
+    uint32_t lane_most = 0u;
+#pragma unroll
+    for (int u = 0; u < kMassBatch; ++u) {
+      const int64_t j = j0 + u * 32 + lane;
+      bits[u][0] = j < end ? bits_from_float(view.mass(j)) : 0u;
+      lane_most = bits[u][0] > lane_most ? bits[u][0] : lane_most;
+    }
+    raise_bound(lane_most);
+#pragma unroll
+    for (int u = 0; u < kMassBatch; ++u) {
+      const int64_t j = j0 + u * 32 + lane;
+      fits = fits && append_candidates<1>(bits[u], view.index(j), least, slots, count);
+    }
+  }
+  if (lane == 0) s.warp_candidates[warp] = fits ? uint32_t(count) : kCandidatesOverflowed;
+  __syncthreads();
+  MinPGather gathered{s.block_most, true};
+  for (int w = 0; w < kWarps; ++w) {
+    gathered.fits = gathered.fits && s.warp_candidates[w] != kCandidatesOverflowed;
+  }
+  return gathered;
+}
+
+// The candidates as a view of masses (sum_warp_ranges, draw), with the ranges that hold them:
+// warp w's gathered ones, in token order, in its slots. Those below `least` (min-p's bound for
+// the row's largest mass) read as 0.
+struct MinPCandidates {
+  MinPCandidateSlots slots;
+  uint32_t least, most;
+  int64_t n;  // the row's tokens
+  __device__ int64_t count() const { return slots.per_warp * kWarps; }
+  __device__ float mass(int64_t j) const {
+    const uint32_t bits = slots.bits[j];
+    return bits >= least ? float_from_bits(bits) : 0.0f;
+  }
+  __device__ const float* stored() const { return nullptr; }
+  __device__ float mass_of(int64_t j, float) const { return mass(j); }
+  __device__ uint32_t index(int64_t j) const { return slots.indices[j]; }
+  __device__ MassWindow window() const { return mass_window(least, most, n); }
+};
+
+struct MinPCandidateRanges {
+  MinPCandidateSlots slots;
+  const uint32_t* counts;  // SharedState::warp_candidates
+  __device__ int64_t begin(int w) const { return slots.begin(w); }
+  __device__ int64_t end(int w, int64_t begin) const { return begin + counts[w]; }
+};
+
+// Whether min_p_row gathers its candidates: in min-p's own kernel (sampling.cu), where the
+// workspace holds their slots; sampling_row's min-p rows read the input twice, so that the
+// gathering's code stays out of the kernel of every other row.
+enum class MinPReads { kInputTwice, kCandidates };
+
 // A row of probabilities that neither top-k nor top-p filters. min-p needs only the largest
-// mass, so one read finds it and the next reads the input as the masses min-p keeps: for the
-// draw, or for the total and then the renormalised row. No workspace, and no sum of a mass that
-// min-p drops.
+// mass, so one read finds it; with kCandidates, the same read gathers the masses min-p may keep
+// (gather_min_p_candidates), and the draw or the renormalisation's total reads those alone.
+// Otherwise, or where they do not fit, the next read takes the input as the masses min-p keeps:
+// for the draw, or for the total. The renormalised row is then written from the input. No sum of
+// a mass that min-p drops.
 // The second read goes backward through the warp ranges the first read forward (ReadOrder).
-template <mtk_sampling_op kOp, class Format>
+template <mtk_sampling_op kOp, MinPReads kReads, class Format>
 __device__ void min_p_row(SharedState& s, const SamplingArgs& a, int64_t r,
                           const InputRow<Format>& row) {
-  const uint32_t most = largest_mass_by_warp_ranges(s, input_masses(row, a.n, 0));
-  const InputMasses<Format> view = min_p_masses(row, a.n, 0, most, a.min_p.at(r));
+  const float min_p = a.min_p.at(r);
+  const InputMasses<Format> masses = input_masses(row, a.n, 0);
+  uint32_t most;
+  if (kReads == MinPReads::kCandidates && a.masses != nullptr && min_p_filters(min_p)) {
+    const MinPCandidateSlots slots = min_p_candidate_slots(a, r);
+    const MinPGather gathered = gather_min_p_candidates(s, masses, min_p, slots);
+    most = gathered.most;
+    if (gathered.fits) {
+      const InputMasses<Format> view = min_p_masses(row, a.n, 0, most, min_p);
+      const MinPCandidates candidates{slots, view.least, most, a.n};
+      const MinPCandidateRanges ranges{slots, s.warp_candidates};
+      if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
+        write_renormalised(view, sum_warp_ranges(s, candidates, ranges), renormalised_row(a, r),
+                           a.output_stride);
+      } else {
+        write_token(a, r, draw(s, candidates, ranges, a.uniforms.at(r)));
+      }
+      return;
+    }
+  } else {
+    most = largest_mass_by_warp_ranges(s, masses);
+  }
+  const InputMasses<Format> view = min_p_masses(row, a.n, 0, most, min_p);
   if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS) {
     write_renormalised(view, sum_warp_ranges<ReadOrder::kBackward>(s, view),
                        renormalised_row(a, r), a.output_stride);
@@ -1190,7 +1422,7 @@ __device__ void sampling_row(SharedState& s, const SamplingArgs& a, int64_t r) {
       return;
     }
     if (steps.min_p_alone) {
-      min_p_row<kOp>(s, a, r, row);
+      min_p_row<kOp, MinPReads::kInputTwice>(s, a, r, row);
       return;
     }
     if constexpr (!logits) {

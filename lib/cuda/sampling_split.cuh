@@ -219,7 +219,7 @@ __device__ void renormalise_or_draw_in_cluster(const ClusterGroup<Cluster>& g, S
         exact_compare(exact_add(sums.before, slice_sum), threshold) > 0) {
       const ExactSum within = exact_subtract(threshold, sums.before);
       write_token(a, r, ranges_summed
-                            ? first_exceeding_in_ranges(s, view, within)
+                            ? first_exceeding_in_ranges(s, view, WarpRanges(view.count()), within)
                             : first_exceeding(s, view, [&](ExactSum) { return within; }));
     }
   }

@@ -139,11 +139,30 @@ bool samples(mtk_sampling_op op) {
   return op == MTK_SAMPLING_SAMPLE || op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
 }
 
+// How the rows run: one block a row, a cluster of blocks a row (the split kernel), or one block a
+// row in min-p's own kernel (sampling.cu's min_p_rows_kernel).
+struct Launch {
+  unsigned blocks;
+  bool min_p_kernel;
+};
+
 // Each row by one block, or (blocks > 1) by a cluster of that many, as the split kernel runs it;
 // shared memory starts as garbage, as it may on the GPU.
 template <mtk_sampling_op kOp, class Format>
-void run_rows(const SamplingArgs& args, int64_t rows, unsigned blocks) {
+void run_rows(const SamplingArgs& args, int64_t rows, Launch launch) {
+  const unsigned blocks = launch.blocks;
   for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (kOp == MTK_SAMPLING_RENORM_PROBS || kOp == MTK_SAMPLING_SAMPLE) {
+      if (launch.min_p_kernel) {
+        std::memset(static_cast<void*>(&shared_state), 0xa5, sizeof(SharedState));
+        emu::block_idx.x = unsigned(r);
+        emu::run_block(kThreads, [&] {
+          min_p_row<kOp, MinPReads::kCandidates>(shared_state, args, r,
+                                                 input_row<Float32Input>(args, r));
+        });
+        continue;
+      }
+    }
     if (blocks == 1u) {
       std::memset(static_cast<void*>(&shared_state), 0xa5, sizeof(SharedState));
       emu::block_idx.x = unsigned(r);
@@ -161,18 +180,29 @@ void run_rows(const SamplingArgs& args, int64_t rows, unsigned blocks) {
 
 // The kernel lib/cuda/sampling.cu launches for the operation and input dtype.
 template <mtk_sampling_op kOp>
-void run_rows(const SamplingArgs& args, mtk_dtype dtype, int64_t rows, unsigned blocks) {
+void run_rows(const SamplingArgs& args, mtk_dtype dtype, int64_t rows, Launch launch) {
   switch (dtype) {
-    case MTK_FLOAT32: run_rows<kOp, Float32Input>(args, rows, blocks); break;
-    case MTK_FLOAT16: run_rows<kOp, Float16Input>(args, rows, blocks); break;
-    default: run_rows<kOp, Bfloat16Input>(args, rows, blocks); break;
+    case MTK_FLOAT32: run_rows<kOp, Float32Input>(args, rows, launch); break;
+    case MTK_FLOAT16: run_rows<kOp, Float16Input>(args, rows, launch); break;
+    default: run_rows<kOp, Bfloat16Input>(args, rows, launch); break;
   }
 }
 
-void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got,
-                unsigned blocks);
+// Whether min-p alone filters every row of probabilities, so that min-p's own kernel may take
+// them. The library launches it only where no top-k or top-p tensor is given; its rows come out
+// the same as sampling_row's, and per-row min-p needs testing, so here the rows decide.
+bool every_row_min_p_alone(const Case& c) {
+  if (c.op != MTK_SAMPLING_RENORM_PROBS && c.op != MTK_SAMPLING_SAMPLE) return false;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const size_t at = size_t(c.per_row ? r : 0);
+    if (mtk::top_k_filters(c.top_k[at], c.n) || mtk::top_p_filters(c.top_p[at])) return false;
+  }
+  return true;
+}
+
+void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got, Launch launch);
 void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
-            unsigned blocks);
+            Launch launch);
 
 // The case's rows through the CPU backend, then through the kernel's row function.
 void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
@@ -255,15 +285,16 @@ void check(mtk_context cpu, Case& c, std::mt19937_64& rng) {
   // split path: uneven slices, and empty ones where the row is short). The output starts as
   // garbage, so that an element the kernel does not write shows.
   const unsigned split_blocks = 2u + unsigned(cases % 3);
-  for (const unsigned blocks : {1u, split_blocks}) {
+  std::vector<Launch> launches = {{1u, false}, {split_blocks, false}};
+  if (every_row_min_p_alone(c)) launches.push_back({1u, true});
+  for (const Launch launch : launches) {
     std::fill(got.begin(), got.end(), uint8_t(0xa5));
-    run_kernel(c, input, got, blocks);
-    report(c, want, got, blocks);
+    run_kernel(c, input, got, launch);
+    report(c, want, got, launch);
   }
 }
 
-void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got,
-                unsigned blocks) {
+void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got, Launch launch) {
   const bool filters = c.op != MTK_SAMPLING_TOP_K_MASK_LOGITS;
   const bool tempered = c.op == MTK_SAMPLING_SAMPLE_FROM_LOGITS;
   std::vector<float> masses(size_t(c.rows * c.n));
@@ -288,23 +319,24 @@ void run_kernel(Case& c, std::vector<uint8_t>& input, std::vector<uint8_t>& got,
   a.output_row_stride = samples(c.op) ? 1 : c.n;
   a.output_stride = 1;
   a.masses = masses.data();
-  a.masses_row_stride = c.n;
+  // min-p's candidate slots are half a row of floats, as sampling.cu gives them.
+  a.masses_row_stride = launch.min_p_kernel ? (c.n + 1) / 2 : c.n;
   switch (c.op) {
     case MTK_SAMPLING_TOP_K_MASK_LOGITS:
-      run_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(a, c.dtype, c.rows, blocks);
+      run_rows<MTK_SAMPLING_TOP_K_MASK_LOGITS>(a, c.dtype, c.rows, launch);
       break;
     case MTK_SAMPLING_RENORM_PROBS:
-      run_rows<MTK_SAMPLING_RENORM_PROBS>(a, c.dtype, c.rows, blocks);
+      run_rows<MTK_SAMPLING_RENORM_PROBS>(a, c.dtype, c.rows, launch);
       break;
-    case MTK_SAMPLING_SAMPLE: run_rows<MTK_SAMPLING_SAMPLE>(a, c.dtype, c.rows, blocks); break;
+    case MTK_SAMPLING_SAMPLE: run_rows<MTK_SAMPLING_SAMPLE>(a, c.dtype, c.rows, launch); break;
     case MTK_SAMPLING_SAMPLE_FROM_LOGITS:
-      run_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(a, c.dtype, c.rows, blocks);
+      run_rows<MTK_SAMPLING_SAMPLE_FROM_LOGITS>(a, c.dtype, c.rows, launch);
       break;
   }
 }
 
 void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
-            unsigned blocks) {
+            Launch launch) {
   if (want != got) {
     ++failures;
     const size_t out_bytes = want.size();
@@ -315,10 +347,10 @@ void report(const Case& c, const std::vector<uint8_t>& want, const std::vector<u
       ++row;
     }
     std::fprintf(stderr,
-                 "FAIL op=%d dtype=%d rows=%lld n=%lld per_row=%d blocks=%u: row %lld differs "
+                 "FAIL op=%d dtype=%d rows=%lld n=%lld per_row=%d blocks=%u%s: row %lld differs "
                  "(top_k %lld top_p %g min_p %g temperature %g uniform %g)\n",
                  int(c.op), int(c.dtype), (long long)c.rows, (long long)c.n, int(c.per_row),
-                 blocks,
+                 launch.blocks, launch.min_p_kernel ? " (min-p kernel)" : "",
                  (long long)row, (long long)c.top_k[c.per_row ? size_t(row) : 0],
                  c.top_p[c.per_row ? size_t(row) : 0], c.min_p[c.per_row ? size_t(row) : 0],
                  c.temperature[c.per_row ? size_t(row) : 0], c.uniforms[size_t(row)]);
@@ -500,8 +532,10 @@ int main(int argc, char** argv) {
   // kind of row under min-p bounds that keep one token, a few, all, or filter nothing, with draws
   // at both ends of the row's mass; 70000 tokens split the draw's ranges unevenly. 20000 tokens
   // are the fewest whose warp ranges hold whole batches of loads, which the second read goes
-  // through backward (ReadOrder), in one block and in clusters of two.
-  const int64_t min_p_sizes[] = {1, 300, 2500, 20000, 70000};
+  // through backward (ReadOrder), in one block and in clusters of two. The first read gathers
+  // min-p's candidates (their slots half a row here), which fit under the larger bounds and
+  // overflow under 1e-6; rows of 4999 tokens start off 16-byte boundaries, read a token a lane.
+  const int64_t min_p_sizes[] = {1, 300, 2500, 4999, 20000, 70000};
   for (const int64_t n : min_p_sizes) {
     if (quick && n > 20000) continue;
     for (mtk_sampling_op op : {MTK_SAMPLING_RENORM_PROBS, MTK_SAMPLING_SAMPLE}) {
