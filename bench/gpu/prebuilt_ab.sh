@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # A/B timing of library revisions on the peers harness, built here and timed on the GPU machine
 # in one call, so that the device's minutes go to timing rather than to nvcc (a library takes
-# about 7 minutes to build on 2 cores, the harness 10).
+# about 7 minutes to build on 2 cores, the harness 2).
 #
 #   bench/gpu/prebuilt_ab.sh pack NAME=REV ...   here, where nvcc is: builds each revision's
 #       library (a git worktree each, in $AB_WORK, default /tmp/prebuilt-ab), the peers harness
-#       once (bench/peers/fetch.py first) and the last revision's CUDA conformance programs,
-#       and packs them into .carry/prebuilt.tar.xz (carry ".carry"; 64 MiB at most). Stripped
-#       and packed with xz -9, whose window spans several libraries, three take about 34 MB.
-#   bench/gpu/prebuilt_ab.sh run                 on the GPU machine: unpacks, runs the last
-#       revision's conformance ($CONFORMANCE: any of sampling ragged topk, default sampling),
-#       then `bench/peers/run.sh` with PARTS ($PARTS, default sampling-flashinfer) for each
-#       revision in turn, $ROUNDS times (default 2), and prints each case's time per revision
-#       and the geometric mean of each revision against the first and against the fastest peer.
+#       once (bench/peers/fetch.py first) and each revision's CUDA conformance programs,
+#       and packs them into .carry/prebuilt.tar.xz (carry ".carry"; 64 MiB at most). The first
+#       revision builds from scratch (about 7 minutes on 2 cores); each later one starts from its
+#       objects and recompiles only what the files that differ from it touch. Stripped and
+#       packed with xz -9, whose window spans several libraries, three take about 34 MB.
+#   bench/gpu/prebuilt_ab.sh run                 on the GPU machine: unpacks; runs the quick
+#       conformance ($CONFORMANCE: any of sampling ragged topk, default sampling) of every
+#       revision but the first; then `bench/peers/run.sh` with PARTS ($PARTS, default
+#       sampling-flashinfer) for each revision in turn, up to $ROUNDS times (default 2), and
+#       prints each case's time per revision and the geometric mean of each revision against the
+#       first and against the fastest peer; then the last revision's full conformance.
 #       SANITIZE=1 then runs compute-sanitizer memcheck (--quick) and racecheck (--sanitize) on
-#       the last revision's sampling conformance.
+#       its sampling conformance, SANITIZE=cluster both on its top-k conformance's cluster cases
+#       (--cluster-sanitize). With CALL_LIMIT (seconds) set, a round starts only while twice the
+#       last round's time is left, and every step is cut off before the limit.
 # Logs and each run's JSON go to $OUT (default ./gpu-out/ab).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +27,7 @@ ROOT=$PWD
 TARBALL=.carry/prebuilt.tar.xz
 
 pack() {
-  local work=${AB_WORK:-/tmp/prebuilt-ab} names=() last=""
+  local work=${AB_WORK:-/tmp/prebuilt-ab} names=() first="" first_rev="" last=""
   rm -rf build-ab
   mkdir -p "$work" .carry
   git worktree prune
@@ -32,6 +37,16 @@ pack() {
     last=$name
     rm -rf "$work/$name"
     git worktree add -f --detach "$work/$name" "$rev" > /dev/null || exit 1
+    if [ -n "$first" ]; then
+      # A new worktree's files are all newer than any object: the first revision's objects are
+      # dated now, then the files that differ from it after them, so make rebuilds what they touch.
+      cp -a "$work/$first/build-gpu" "$work/$name/"
+      find "$work/$name/build-gpu" -type f -exec touch {} +
+      sleep 1
+      (cd "$work/$name" && git diff --name-only --diff-filter=d "$first_rev" HEAD | xargs -r touch)
+    else
+      first=$name first_rev=$(git rev-parse "$rev")
+    fi
     echo "[pack] building $name ($(git rev-parse --short "$rev"))"
     make -C "$work/$name" BUILD=build-gpu PYTHON=python3 -j"$(nproc)" build-gpu/libmetaltopk.so \
       > "$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; exit 1; }
@@ -39,11 +54,13 @@ pack() {
     cp "$work/$name/build-gpu/libmetaltopk.so" "build-ab/$name/"
     strip --strip-unneeded "build-ab/$name/libmetaltopk.so"
   done
-  echo "[pack] conformance programs of $last"
-  make -C "$work/$last" BUILD=build-gpu PYTHON=python3 -j"$(nproc)" \
-    build-gpu/tests/cuda_sampling_conformance build-gpu/tests/cuda_ragged_conformance \
-    build-gpu/tests/cuda_conformance >> "$work/$last.log" 2>&1 || exit 1
-  cp "$work/$last"/build-gpu/tests/cuda_*conformance "build-ab/$last/"
+  echo "[pack] conformance programs of every revision"
+  for name in "${names[@]}"; do
+    make -C "$work/$name" BUILD=build-gpu PYTHON=python3 -j"$(nproc)" \
+      build-gpu/tests/cuda_sampling_conformance build-gpu/tests/cuda_ragged_conformance \
+      build-gpu/tests/cuda_conformance >> "$work/$name.log" 2>&1 || exit 1
+    cp "$work/$name"/build-gpu/tests/cuda_*conformance "build-ab/$name/"
+  done
   [ -f bench/peers/third_party/VERSIONS ] || python3 bench/peers/fetch.py || exit 1
   echo "[pack] peers harness"
   make -C bench/peers BUILD="build-ab/$last" -j"$(nproc)" > "$work/peers.log" 2>&1 ||
@@ -55,26 +72,27 @@ pack() {
 }
 
 run() {
-  local out=${OUT:-$ROOT/gpu-out/ab}
+  local out=${OUT:-$ROOT/gpu-out/ab} suite program name
   mkdir -p "$out"
   tar xJf "$TARBALL" || exit 1
   mapfile -t names < build-ab/ORDER
   local last=${names[-1]}
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  for suite in ${CONFORMANCE:-sampling}; do
-    local program=cuda_${suite}_conformance
-    [ "$suite" = topk ] && program=cuda_conformance
-    LD_LIBRARY_PATH=$ROOT/build-ab/$last timeout 420 "build-ab/$last/$program" \
-      > "$out/$program.log" 2>&1
-    echo "[run] $program ($last): exit $?"
-    tail -n 4 "$out/$program.log"
+  for name in "${names[@]:1}"; do
+    for suite in ${CONFORMANCE:-sampling}; do
+      program=$(conformance_program "$suite")
+      checked "$name" "$program-quick" 120 "build-ab/$name/$program" --quick
+    done
   done
-  for round in $(seq "${ROUNDS:-2}"); do
+  local round=0 round_seconds=0 round_start
+  while [ "$round" -lt "${ROUNDS:-2}" ] && [ "$(seconds_left)" -gt $((2 * round_seconds)) ]; do
+    round=$((round + 1)) round_start=$SECONDS
     for name in "${names[@]}"; do
       BUILD=build-ab/$name PARTS=${PARTS:-sampling-flashinfer} OUT=$out/$name-$round \
-        bench/peers/run.sh > "$out/$name-$round.log" 2>&1
-      echo "[run] $name round $round: exit $?"
+        timeout "$(cut_off 3600)" bench/peers/run.sh > "$out/$name-$round.log" 2>&1
+      echo "[run $SECONDS s] $name round $round: exit $?"
     done
+    round_seconds=$((SECONDS - round_start))
   done
   python3 - "$out" "${names[@]}" <<'PY'
 import glob, json, math, sys
@@ -108,20 +126,47 @@ for name in names:
     print(f"{name}: {base:.3f}x the first revision, {peer:.3f}x the fastest peer "
           f"(geometric means over {len(pairs)} cases)")
 PY
-  if [ -n "${SANITIZE:-}" ]; then
-    local tool
-    for tool in memcheck:--quick racecheck:--sanitize; do
-      LD_LIBRARY_PATH=$ROOT/build-ab/$last timeout 320 compute-sanitizer --tool "${tool%%:*}" \
-        --error-exitcode 9 "build-ab/$last/cuda_sampling_conformance" "${tool#*:}" \
-        > "$out/${tool%%:*}-sampling.log" 2>&1
-      echo "[run] ${tool%%:*} of the sampling conformance (${tool#*:}): exit $?"
-      tail -n 3 "$out/${tool%%:*}-sampling.log"
-    done
-  fi
+  for suite in ${CONFORMANCE:-sampling}; do
+    program=$(conformance_program "$suite")
+    checked "$last" "$program" 420 "build-ab/$last/$program"
+  done
+  case ${SANITIZE:-} in
+    1) sanitized sampling memcheck --quick; sanitized sampling racecheck --sanitize ;;
+    cluster) sanitized topk memcheck --cluster-sanitize
+             sanitized topk racecheck --cluster-sanitize ;;
+  esac
+}
+
+# Seconds left of CALL_LIMIT (unbounded without it), and a step's time limit cut to fit them.
+seconds_left() { echo $(( ${CALL_LIMIT:-1000000} - SECONDS )); }
+cut_off() {
+  local left=$(( $(seconds_left) - 15 ))
+  echo $(( left < $1 ? (left > 1 ? left : 1) : $1 ))
+}
+
+conformance_program() {
+  if [ "$1" = topk ]; then echo cuda_conformance; else echo "cuda_$1_conformance"; fi
+}
+
+# checked NAME LOG SECONDS PROGRAM ARGS...: runs one revision's test program within the time
+# left, its log in $out/NAME-LOG.log.
+checked() {
+  local name=$1 log=$2 limit=$3
+  shift 3
+  LD_LIBRARY_PATH=$ROOT/build-ab/$name timeout "$(cut_off "$limit")" stdbuf -oL -eL "$@" \
+    > "$out/$name-$log.log" 2>&1
+  echo "[run $SECONDS s] $log ($name): exit $?"
+  tail -n 3 "$out/$name-$log.log"
+}
+
+# sanitized SUITE TOOL SET: the last revision's conformance set SET under compute-sanitizer.
+sanitized() {
+  checked "$last" "$2-$1" 320 compute-sanitizer --tool "$2" --error-exitcode 9 \
+    "build-ab/$last/$(conformance_program "$1")" "$3"
 }
 
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) run ;;
-  *) sed -n 2,18p "$0"; exit 2 ;;
+  *) sed -n '2,/^# Logs/p' "$0"; exit 2 ;;
 esac
