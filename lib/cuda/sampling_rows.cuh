@@ -882,6 +882,11 @@ __device__ void finish_row(SharedState& s, const SamplingArgs& a, int64_t r,
   end_row<kOp>(s, a, r, row, view, totals, candidates);
 }
 
+// A mass min-p keeps (its bits at least `least`) as itself, one it drops as 0.
+__device__ __forceinline__ float mass_if_kept(uint32_t bits, uint32_t least) {
+  return bits >= least ? float_from_bits(bits) : 0.0f;
+}
+
 // A row of probabilities read as masses, those below `least` (min-p's bound, as float bits) as 0;
 // position j is token first + j (first is not 0 in a slice of the row, sampling_split.cuh).
 // `most`: the bits of the row's largest mass, where known (else 0).
@@ -905,10 +910,7 @@ struct InputMasses {
     }
   }
   __device__ float mass_of(int64_t, float stored) const { return kept(stored); }
-  __device__ float kept(float value) const {
-    const uint32_t bits = rank_key(value, false);
-    return bits >= least ? float_from_bits(bits) : 0.0f;
-  }
+  __device__ float kept(float value) const { return mass_if_kept(rank_key(value, false), least); }
   __device__ uint32_t index(int64_t j) const { return uint32_t(first + j); }
   // The masses it keeps: at least `least`, at most the row's largest.
   __device__ MassWindow window() const {
@@ -1132,10 +1134,7 @@ struct MinPCandidates {
   uint32_t least, most;
   int64_t n;  // the row's tokens
   __device__ int64_t count() const { return slots.per_warp * kWarps; }
-  __device__ float mass(int64_t j) const {
-    const uint32_t bits = slots.bits[j];
-    return bits >= least ? float_from_bits(bits) : 0.0f;
-  }
+  __device__ float mass(int64_t j) const { return mass_if_kept(slots.bits[j], least); }
   __device__ const float* stored() const { return nullptr; }
   __device__ float mass_of(int64_t j, float) const { return mass(j); }
   __device__ uint32_t index(int64_t j) const { return slots.indices[j]; }
