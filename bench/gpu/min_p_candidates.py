@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How many candidates min_p_rows_kernel's first read gathers on the peers benchmark's rows
-(softmax of standard normals), against what min-p keeps and the slots a warp has.
+(softmax of standard normals), against what min-p keeps and the slots a warp has, and how many
+of a warp's batches hold any (the others skip the appends).
 
 Replays gather_min_p_candidates (lib/cuda/sampling_rows.cuh) in numpy: 16 warp ranges, batches
 of 512 tokens a warp, the bound min_p times the largest mass read so far, shared by the block
@@ -20,6 +21,7 @@ def gather(p, min_p, shared):
     ranges = [p[w * per:min((w + 1) * per, n)] for w in range(WARPS)]
     seen = np.zeros(WARPS)
     count = np.zeros(WARPS, dtype=np.int64)
+    batches = holding = 0
     block = 0.0
     for b in range(max((len(r) + BATCH - 1) // BATCH for r in ranges)):
         chunks = [r[b * BATCH:(b + 1) * BATCH] for r in ranges]
@@ -28,8 +30,11 @@ def gather(p, min_p, shared):
             if len(c) == 0:
                 continue
             seen[w] = max(seen[w], c.max())
-            count[w] += np.sum(c >= min_p * (block if shared else seen[w]))
-    return count
+            taken = int(np.sum(c >= min_p * (block if shared else seen[w])))
+            count[w] += taken
+            batches += 1
+            holding += taken > 0
+    return count, holding, batches
 
 
 def main():
@@ -43,10 +48,10 @@ def main():
         p = (p / p.sum()).astype(np.float32)
         kept = int(np.sum(p >= min_p * p.max()))
         for shared in (True, False):
-            c = gather(p, min_p, shared)
+            c, holding, batches = gather(p, min_p, shared)
             print(f"n {n} min_p {min_p}: keeps {kept}, gathers {int(c.sum())} "
                   f"({'block' if shared else 'warp'}'s largest), most in a warp {int(c.max())} "
-                  f"of {slots} slots")
+                  f"of {slots} slots; {holding} of {batches} warp batches hold one")
 
 
 if __name__ == "__main__":
