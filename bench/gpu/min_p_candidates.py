@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How many candidates min_p_rows_kernel's first read gathers on the peers benchmark's rows
 (softmax of standard normals), against what min-p keeps and the slots a warp has, and how many
-of a warp's batches hold any (the others skip the appends).
+of a warp's batches hold any (what a vote skipping a batch's appends could save; the kernel has
+no such vote).
 
 Replays gather_min_p_candidates (lib/cuda/sampling_rows.cuh) in numpy: 16 warp ranges, batches
 of 512 tokens a warp, the bound min_p times the largest mass read so far, shared by the block
